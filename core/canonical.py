@@ -1,0 +1,126 @@
+"""Canonical JSON, sha256 helpers and a strict JSON reader.
+
+Canonical JSON is the seed's: ``json.dumps(obj, sort_keys=True, separators=(",", ":"))``
+encoded as UTF-8 (with the default ``ensure_ascii=True``, so the bytes are ASCII).
+
+Python's own parser keeps the last of duplicate keys, accepts NaN and Infinity, recurses
+without bound and converts integers of any length; `loads_strict` refuses each of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from core.errors import BadInput
+
+MAX_JSON_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 32
+MAX_INT_DIGITS = 30
+_HASH_CHUNK = 1024 * 1024
+
+
+def canonical(obj: object) -> bytes:
+    """The canonical bytes of a JSON value, as the v1 contract defines them."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """Hash a file without following a symlink at its last component."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        h = hashlib.sha256()
+        while chunk := os.read(fd, _HASH_CHUNK):
+            h.update(chunk)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer with {len(text)} digits")
+    return int(text)
+
+
+def _depth(text: str) -> int:
+    """Nesting depth of a JSON text, ignoring brackets inside strings."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Parse JSON bytes or raise `BadInput` naming `source` and the fault."""
+    if len(data) > max_bytes:
+        raise BadInput(f"{source}: {len(data)} bytes is over the {max_bytes}-byte limit")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{source}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    # Only a text with many brackets can be deep; the exact scan is for those alone.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
+        raise BadInput(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{source}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(f"{source}: refused JSON ({exc})") from None
+
+
+def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Read and strictly parse one JSON file (no symlink at the last component)."""
+    return loads_strict(read_bytes(path, max_bytes), str(path), max_bytes)
+
+
+def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """Read a small file, refusing links and anything over `max_bytes`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = os.read(fd, max_bytes + 1)
+        while len(data) <= max_bytes and (more := os.read(fd, max_bytes + 1 - len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise BadInput(f"{path}: over the {max_bytes}-byte limit")
+    return data

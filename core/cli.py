@@ -1,0 +1,397 @@
+"""The `genjob` command: one subcommand per core operation, same messages as the board."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import TypeAdapter
+
+from core.apply import apply_job
+from core.config import load_config
+from core.errors import GenjobError, NotFound
+from core.events import record_event
+from core.inspect_job import job_detail
+from core.layout import Layout, find_root
+from core.lifecycle import STATE_ORDER, State
+from core.mint import build_job
+from core.models import KEY_RE, V1, V2, JobV1, JobV2, Receipt
+from core.paths import repo_relative
+from core.queue import JOB_FOLDERS, claim, enqueue, locate, reject, request_cancel, requeue
+from core.recover import recover
+from core.replay import replay
+from core.repo import init_repo
+from core.signing import keygen, trust
+from core.snapshot import Snapshot, take_snapshot
+from core.verify import PASSED, SKIPPED, verify
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"genjob: {message}", err=True)
+    sys.exit(code)
+
+
+class _Group(click.Group):
+    """Turns every `GenjobError` into one line on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GenjobError as exc:
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The repository (default: found by walking up from the current folder).",
+)
+@click.pass_context
+def main(ctx: click.Context, root: Path | None) -> None:
+    """genjob: keyed, replayable code-generation jobs with verified receipts."""
+    ctx.obj = root
+
+
+def layout_of(ctx: click.Context) -> Layout:
+    return find_root(explicit=ctx.find_root().obj)
+
+
+def resolve_key(layout: Layout, given: str) -> str:
+    """A full key, or a unique prefix of one (like a git commit id)."""
+    if KEY_RE.fullmatch(given):
+        return given
+    if not given or not all(c in "0123456789abcdef" for c in given):
+        raise GenjobError(f"{given!r}: not a job key")
+    found = set()
+    for folder in JOB_FOLDERS:
+        with os.scandir(layout.gen / folder) as it:
+            found.update(e.name[:32] for e in it if e.name.startswith(given) and e.name.endswith(".json"))
+    if not found:
+        raise NotFound(f"{given}: no job key starts with this")
+    if len(found) > 1:
+        raise GenjobError(f"{given}: ambiguous, matches {len(found)} jobs; type more of the key")
+    return found.pop()
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str))
+
+
+@main.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.pass_context
+def init(ctx: click.Context, directory: Path | None) -> None:
+    """Create .gen/ (queue, receipts, config.toml with the local host) in DIRECTORY or here."""
+    root = directory or ctx.find_root().obj or Path.cwd()
+    layout, made = init_repo(root)
+    for item in made:
+        click.echo(f"created {item}")
+    click.echo(f"genjob ready in {layout.gen}")
+
+
+@main.command()
+@click.option("-m", "--message", help="The instruction.")
+@click.option(
+    "-f",
+    "--file",
+    "message_file",
+    type=click.File("r"),
+    help="Read the instruction from a file (- for stdin).",
+)
+@click.option(
+    "--new", "new_paths", multiple=True, help="A path the job creates (must not exist). Repeatable."
+)
+@click.option("--schema", type=click.Choice(["v1", "v2"]), default="v2", show_default=True)
+@click.option(
+    "--allow-secrets", is_flag=True, help="Do not refuse instructions or files that look like credentials."
+)
+@click.argument("paths", nargs=-1)
+@click.pass_context
+def mint(
+    ctx: click.Context,
+    message: str | None,
+    message_file: Any,
+    new_paths: tuple[str, ...],
+    schema: str,
+    allow_secrets: bool,
+    paths: tuple[str, ...],
+) -> None:
+    """Mint a job over PATHS into the queue and print its key."""
+    if (message is None) == (message_file is None):
+        raise GenjobError("mint: give the instruction with exactly one of -m TEXT or -f FILE")
+    instruction = message if message is not None else message_file.read()
+    layout = layout_of(ctx)
+    cwd = Path.cwd()
+    rel = [repo_relative(layout.root, p, cwd) for p in paths]
+    new = [repo_relative(layout.root, p, cwd) for p in new_paths]
+    job = build_job(layout, instruction, rel, new, V1 if schema == "v1" else V2, allow_secrets=allow_secrets)
+    res = enqueue(layout, job)
+    click.echo(res.key)
+    if not res.created:
+        click.echo(
+            f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True
+        )
+
+
+def _state_choices() -> list[str]:
+    return [s.value for s in State] + [s.value.lower() for s in State]
+
+
+@main.command("ls")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(_state_choices()),
+    help="Only jobs in this state. Repeatable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of job objects.")
+@click.pass_context
+def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
+    """List jobs with their derived states."""
+    snap = take_snapshot(layout_of(ctx))
+    wanted = {s.upper() for s in states}
+    rows = [r for r in snap.rows.values() if not wanted or r.state.value in wanted]
+    order = {s: i for i, s in enumerate(STATE_ORDER)}
+    rows.sort(key=lambda r: (order[r.state], -r.created_at, r.key))
+    if as_json:
+        _print_json([r.to_dict() for r in rows])
+        return
+    _print_policy(snap)
+    if not rows:
+        click.echo("no jobs" + (f" in {', '.join(sorted(wanted))}" if wanted else ""))
+        return
+    now = time.time()
+    click.echo(f"{'KEY':32}  {'STATE':12} {'AGE':>5} {'ATT':>3}  {'WORKER':16} INSTRUCTION")
+    for r in rows:
+        first = r.instruction.splitlines()[0] if r.instruction else (r.problems[0] if r.problems else "")
+        age = _age(now - r.created_at) if r.created_at else "-"
+        click.echo(
+            f"{r.key:32}  {r.state.value:12} {age:>5} {r.attempts:>3}  "
+            f"{(r.worker or '-')[:16]:16} {_printable(first)[:80]}"
+        )
+    click.echo("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
+
+
+def _printable(text: str) -> str:
+    """Untrusted text shown literally: control characters become visible escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _print_policy(snap: Snapshot) -> None:
+    if snap.config_error:
+        click.echo(f"warning: {snap.config_error}", err=True)
+    if not snap.signature_required:
+        click.echo("policy: signatures NOT required (require_signature = false)", err=True)
+
+
+@main.command()
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def show(ctx: click.Context, key: str, as_json: bool) -> None:
+    """The job, its state, lease, receipt verification, diffs and timeline."""
+    layout = layout_of(ctx)
+    d = job_detail(layout, resolve_key(layout, key))
+    if as_json:
+        _print_json(d.to_dict())
+        return
+    r = d.row
+    click.echo(f"job {r.key}  {r.state.value}  ({r.schema})")
+    click.echo(f"digest  {r.digest}")
+    click.echo("instruction:")
+    for line in r.instruction.splitlines():
+        click.echo(f"  {_printable(line)}")
+    if d.document:
+        click.echo("inputs:")
+        for p, h in sorted(d.document["inputs"].items()):
+            click.echo(f"  {_printable(p)}  {h or '(new file)'}")
+    for p in r.problems + tuple(d.errors):
+        click.echo(f"! {_printable(p)}")
+    if d.lease:
+        ls = d.lease
+        click.echo(
+            f"lease   {ls.worker} pid {ls.pid} on {ls.host}, attempt {ls.token}, "
+            f"heartbeat {_age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
+        )
+    if d.verification:
+        _print_checks(d.verification)
+    for diff in d.diffs:
+        click.echo(f"--- {diff.path}: {diff.status} +{diff.added} -{diff.removed}")
+        if diff.text:
+            click.echo(_printable_block(diff.text), nl=False)
+    if d.timeline:
+        click.echo("timeline:")
+        for e in d.timeline:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("at", 0)))
+            extra = {k: v for k, v in e.items() if k not in ("at", "event", "key", "by")}
+            click.echo(f"  {stamp}  {e.get('event')}  by {e.get('by')}  {_printable(json.dumps(extra))}")
+
+
+def _printable_block(text: str) -> str:
+    return "".join(_printable(line) + "\n" for line in text.splitlines())
+
+
+def _print_checks(v: Any) -> None:
+    marks = {PASSED: "ok  ", SKIPPED: "skip"}
+    policy = "required" if v.signature_required else "NOT required by policy"
+    click.echo(f"verification of {v.key} (signature {policy}):")
+    for c in v.checks:
+        click.echo(f"  [{marks.get(c.status, 'FAIL')}] {c.name:9} {_printable(c.detail)}")
+    click.echo("  => apply may run" if v.ok else "  => apply refused")
+
+
+@main.command("claim")
+@click.argument("key", required=False)
+@click.option("--worker", required=True, help="Who claims (recorded in the lease and attempts).")
+@click.option("--ttl", type=float, default=None, help="Lease ttl in seconds (default: policy.lease_ttl).")
+@click.pass_context
+def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | None) -> None:
+    """Claim KEY, or the oldest queued job. Exit 1 when nothing is left.
+
+    The lease names the process that ran this command (its parent) as the holder: when
+    that process dies, or the lease's ttl passes without a heartbeat, the job is ORPHANED.
+    """
+    layout = layout_of(ctx)
+    ttl = ttl or load_config(layout.config).policy.lease_ttl
+    c = claim(layout, worker, resolve_key(layout, key) if key else None, ttl, pid=os.getppid())
+    click.echo(c.key)
+    click.echo(f"claimed by {worker}, attempt {c.lease.token}, lease ttl {ttl:g}s", err=True)
+
+
+@main.command("requeue")
+@click.argument("key")
+@click.option("--force", is_flag=True, help="Take the job back even from a live lease.")
+@click.pass_context
+def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
+    """Put an ORPHANED job back in the queue, byte for byte."""
+    layout = layout_of(ctx)
+    path = requeue(layout, resolve_key(layout, key), force)
+    click.echo(f"requeued: {path.relative_to(layout.root)}")
+
+
+@main.command("verify")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
+    """Check a job's receipt step by step. Exit 0 only when apply may run."""
+    layout = layout_of(ctx)
+    loc = locate(layout, resolve_key(layout, key))
+    v = verify(layout, loc.job, load_config(layout.config))
+    if as_json:
+        _print_json(v.to_dict())
+    else:
+        _print_checks(v)
+    sys.exit(0 if v.ok else 1)
+
+
+@main.command("apply")
+@click.argument("key")
+@click.option("--commit", is_flag=True, help="Also make a git commit with a Genjob-Key: trailer.")
+@click.pass_context
+def apply_cmd(ctx: click.Context, key: str, commit: bool) -> None:
+    """Verify, then write the job's outputs into the tree atomically."""
+    layout = layout_of(ctx)
+    res = apply_job(layout, resolve_key(layout, key), commit)
+    if res.already:
+        click.echo(f"{res.key}: applied already; nothing to do")
+        return
+    if res.verification and not res.verification.signature_required:
+        click.echo("note: applied under require_signature = false", err=True)
+    click.echo(f"applied {res.key}: {len(res.changed)} file(s) changed")
+    for p in res.changed:
+        click.echo(f"  {_printable(p)}")
+    if res.commit:
+        click.echo(f"committed {res.commit}")
+
+
+@main.command("reject")
+@click.argument("key")
+@click.option("--reason", required=True, help="Why (kept in the rejection record).")
+@click.pass_context
+def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
+    """Close a job as rejected."""
+    layout = layout_of(ctx)
+    path = reject(layout, resolve_key(layout, key), reason)
+    click.echo(f"rejected: {path.relative_to(layout.root)}")
+
+
+@main.command("cancel")
+@click.argument("key")
+@click.pass_context
+def cancel_cmd(ctx: click.Context, key: str) -> None:
+    """Ask the worker running KEY to stop; it ends the job with an aborted receipt."""
+    layout = layout_of(ctx)
+    request_cancel(layout, resolve_key(layout, key))
+    click.echo("cancel requested")
+
+
+@main.command("replay")
+@click.argument("key")
+@click.option("--allow-secrets", is_flag=True)
+@click.pass_context
+def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
+    """Mint a stale, failed or rejected job again against the current tree."""
+    layout = layout_of(ctx)
+    res = replay(layout, resolve_key(layout, key), allow_secrets)
+    click.echo(res.key)
+    if not res.created:
+        click.echo(f"the same replay exists already: {res.path.relative_to(layout.root)}", err=True)
+
+
+@main.command("recover")
+@click.pass_context
+def recover_cmd(ctx: click.Context) -> None:
+    """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
+    report = recover(layout_of(ctx))
+    for line in report:
+        click.echo(line)
+    if not report:
+        click.echo("nothing to recover")
+
+
+@main.command("keygen")
+@click.option("--force", is_flag=True, help="Replace an existing worker key.")
+def keygen_cmd(force: bool) -> None:
+    """Make this machine's Ed25519 worker key (in the user's config folder); print the public key file."""
+    click.echo(keygen(force))
+
+
+@main.command("trust")
+@click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+def trust_cmd(ctx: click.Context, pubkey_file: Path) -> None:
+    """Pin a worker public key in .gen/trusted_keys/."""
+    layout = layout_of(ctx)
+    dest, fp = trust(layout.trusted_keys, pubkey_file)
+    record_event(layout, "trusted", None, fingerprint=fp, file=dest.name)
+    click.echo(f"trusted {fp} ({dest.relative_to(layout.root)})")
+
+
+@main.command("schema")
+@click.argument("kind", type=click.Choice(["job", "receipt"]))
+def schema_cmd(kind: str) -> None:
+    """Print the JSON Schema of a job document (v1 or v2) or a receipt."""
+    adapter: TypeAdapter[Any] = TypeAdapter(JobV1 | JobV2 if kind == "job" else Receipt)
+    _print_json(adapter.json_schema(by_alias=True))

@@ -1,0 +1,110 @@
+"""`.gen/config.toml`: hosts, generator commands, limits and policy."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from core.errors import BadInput
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+DEFAULT_CONFIG = """\
+# genjob configuration. Everything here is local policy; nothing in it is shipped.
+
+[policy]
+# Apply only receipts signed by a key in .gen/trusted_keys/. Turning this off lets
+# unsigned receipts be applied; every view then says so.
+require_signature = true
+# A lease whose heartbeat is older than its ttl marks its job ORPHANED.
+lease_ttl = 120
+
+[limits]
+# What a generator may send back, per file and in all, and how many files.
+max_file_bytes = 67108864
+max_total_bytes = 536870912
+max_files = 1000
+# How much of the generator's output is kept as evidence.
+max_tail_bytes = 65536
+
+# A generator host. `generator` is a command line; {instruction_file}, {job_file},
+# {paths} and {workdir} are replaced by shell-quoted values. The instruction reaches
+# the generator only as a file (and $GENJOB_INSTRUCTION_FILE), never as shell text.
+[hosts.local]
+# The embedded default: a subprocess here, in a fresh temp workspace, clean environment.
+transport = "local"
+generator = "python3 -m core.demo_generator"
+timeout = 300
+concurrency = 2
+
+# [hosts.scratch]
+# transport = "ssh"
+# address = "gen@203.0.113.7"
+# port = 22
+# identity = "~/.ssh/id_ed25519"
+# known_hosts = "~/.ssh/known_hosts"
+# generator = "aider --yes-always --no-git --message-file {instruction_file} {paths}"
+# timeout = 900
+# concurrency = 2
+"""
+
+
+class Policy(BaseModel):
+    model_config = _STRICT
+    require_signature: bool = True
+    lease_ttl: Annotated[float, Field(gt=0)] = 120.0
+
+
+class Limits(BaseModel):
+    model_config = _STRICT
+    max_file_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
+    max_total_bytes: Annotated[int, Field(gt=0)] = 512 * 1024 * 1024
+    max_files: Annotated[int, Field(gt=0)] = 1000
+    max_tail_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
+
+
+class Host(BaseModel):
+    model_config = _STRICT
+    transport: Literal["local", "ssh"]
+    generator: Annotated[str, Field(min_length=1)]
+    address: str | None = None
+    port: Annotated[int, Field(gt=0, lt=65536)] = 22
+    identity: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    timeout: Annotated[float, Field(gt=0)] = 900.0
+    concurrency: Annotated[int, Field(gt=0)] = 1
+
+    @model_validator(mode="after")
+    def _ssh_needs_address(self) -> Host:
+        if self.transport == "ssh" and not self.address:
+            raise ValueError('an ssh host needs address = "user@host"')
+        return self
+
+
+class Config(BaseModel):
+    model_config = _STRICT
+    policy: Policy = Policy()
+    limits: Limits = Limits()
+    hosts: dict[str, Host] = {}
+
+
+def load_config(path: Path) -> Config:
+    """Read config.toml; a missing file means the defaults, a bad one is a BadInput."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Config()
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: not valid TOML ({exc})") from None
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
+        raise BadInput(f"{path}: {where}: {msg}") from None

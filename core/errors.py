@@ -1,0 +1,54 @@
+"""The one error hierarchy of genjob.
+
+Every fault a user can act on is a `GenjobError`: its message names the file (or key)
+and the fault, and the CLI and the dashboard show that same text. `exit_code` is what
+the CLI exits with.
+"""
+
+from __future__ import annotations
+
+
+class GenjobError(Exception):
+    """A fault the user can act on; nothing was changed."""
+
+    exit_code = 2
+
+
+class BadInput(GenjobError):
+    """A file, argument or document that does not meet the contract."""
+
+
+class KeyConflict(GenjobError):
+    """One idempotency key, two different documents."""
+
+
+class NotFound(GenjobError):
+    """No job (or no repository) where one was named."""
+
+
+class WrongState(GenjobError):
+    """The operation does not apply to the job's current state."""
+
+
+class NothingToClaim(GenjobError):
+    """The queue is empty (or every job in it was taken by someone else)."""
+
+    exit_code = 1
+
+
+class VerificationFailed(GenjobError):
+    """A receipt did not pass every check that apply requires."""
+
+    exit_code = 1
+
+
+class DurabilityError(GenjobError):
+    """An fsync or rename failed: the operation stopped and is not retried."""
+
+
+class SecretFound(BadInput):
+    """An instruction or input file looks like it holds a credential."""
+
+
+class ApplyConflict(GenjobError):
+    """An interrupted apply cannot be finished: a target changed under it."""

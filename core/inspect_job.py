@@ -1,0 +1,141 @@
+"""Everything known about one job, for `genjob show` and the dashboard's detail pane."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.canonical import read_bytes
+from core.config import load_config
+from core.errors import BadInput, GenjobError
+from core.events import attempts, job_events
+from core.layout import Layout
+from core.lease import Lease, read_lease
+from core.queue import Located, locate
+from core.snapshot import JobRow, Scanner
+from core.verify import Verification, verify
+
+MAX_DIFF_BYTES = 2 * 1024 * 1024
+MAX_LOG_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    path: str
+    status: str  # "modified", "new", "unchanged", "binary", "too large", "missing"
+    added: int
+    removed: int
+    text: str  # a unified diff, empty when there is none to show
+
+
+@dataclass
+class JobDetail:
+    row: JobRow
+    located: Located | None
+    document: dict[str, Any] | None
+    lease: Lease | None
+    lease_error: str | None
+    attempts: list[dict[str, Any]]
+    verification: Verification | None
+    diffs: list[FileDiff]
+    timeline: list[dict[str, Any]]
+    log_tail: str
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.row.to_dict(),
+            "document": self.document,
+            "lease": self.lease.model_dump() if self.lease else None,
+            "attempt_records": self.attempts,
+            "verification": self.verification.to_dict() if self.verification else None,
+            "diffs": [d.__dict__ for d in self.diffs],
+            "timeline": self.timeline,
+            "log_tail": self.log_tail,
+            "errors": self.errors,
+        }
+
+
+def _text(data: bytes) -> list[str] | None:
+    if b"\0" in data:
+        return None
+    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+
+
+def file_diff(root: Path, out_dir: Path, rel: str) -> FileDiff:
+    """The diff that applying `out_dir/rel` would make to `root/rel`."""
+    new_path, old_path = out_dir / rel, root / rel
+    try:
+        new = read_bytes(new_path, MAX_DIFF_BYTES)
+    except BadInput as exc:
+        status = "too large" if "limit" in str(exc) else "missing"
+        return FileDiff(rel, status, 0, 0, "")
+    try:
+        old = read_bytes(old_path, MAX_DIFF_BYTES) if old_path.exists() else b""
+    except BadInput:
+        return FileDiff(rel, "too large", 0, 0, "")
+    if old == new:
+        return FileDiff(rel, "unchanged", 0, 0, "")
+    a, b = _text(old), _text(new)
+    if a is None or b is None:
+        return FileDiff(rel, "binary", 0, 0, "")
+    lines = list(difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}"))
+    added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
+    text = "".join(ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines)
+    return FileDiff(rel, "new" if not old_path.exists() else "modified", added, removed, text)
+
+
+def log_tail(layout: Layout, key: str) -> str:
+    """The newest generator output kept as evidence for `key`."""
+    folder = layout.log_dir(key)
+    logs = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    if not logs:
+        return ""
+    data = logs[-1].read_bytes()[-MAX_LOG_BYTES:]
+    return data.decode("utf-8", errors="replace")
+
+
+def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
+    """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
+    scanner = scanner or Scanner(layout, disk_cache=False)
+    row = scanner.refresh([key]).get(key)
+    if row is None:
+        raise GenjobError(f"{key}: no such job in {layout.gen}")
+    errors: list[str] = []
+    located = None
+    try:
+        located = locate(layout, key)
+    except GenjobError as exc:
+        errors.append(str(exc))
+    lease, lease_error = None, None
+    try:
+        lease = read_lease(layout, key)
+    except BadInput as exc:
+        lease_error = str(exc)
+    verification = None
+    diffs: list[FileDiff] = []
+    if located is not None and layout.receipt(key).exists():
+        try:
+            verification = verify(layout, located.job, load_config(layout.config))
+        except GenjobError as exc:
+            errors.append(str(exc))
+        rec = verification.receipt if verification else None
+        if rec is not None and located.folder != "applied":
+            out = layout.out_dir(located.job.digest)
+            diffs = [file_diff(layout.root, out, rel) for rel in sorted(rec.outputs)]
+    return JobDetail(
+        row=row,
+        located=located,
+        document=located.job.document() if located else None,
+        lease=lease,
+        lease_error=lease_error,
+        attempts=attempts(layout, key),
+        verification=verification,
+        diffs=diffs,
+        timeline=job_events(layout, key),
+        log_tail=log_tail(layout, key),
+        errors=errors,
+    )

@@ -1,0 +1,122 @@
+"""Where things live under `.gen/`, and how the repository root is found."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import NotFound
+
+GEN = ".gen"
+STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
+OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one repository's `.gen/`. Pure: nothing here touches the disk."""
+
+    root: Path
+
+    @property
+    def gen(self) -> Path:
+        return self.root / GEN
+
+    @property
+    def config(self) -> Path:
+        return self.gen / "config.toml"
+
+    @property
+    def queue(self) -> Path:
+        return self.gen / "queue"
+
+    @property
+    def running(self) -> Path:
+        return self.gen / "running"
+
+    @property
+    def receipts(self) -> Path:
+        return self.gen / "receipts"
+
+    @property
+    def applied(self) -> Path:
+        return self.gen / "applied"
+
+    @property
+    def rejected(self) -> Path:
+        return self.gen / "rejected"
+
+    @property
+    def out(self) -> Path:
+        return self.gen / "out"
+
+    @property
+    def attempts(self) -> Path:
+        return self.gen / "attempts"
+
+    @property
+    def trusted_keys(self) -> Path:
+        return self.gen / "trusted_keys"
+
+    @property
+    def logs(self) -> Path:
+        return self.gen / "logs"
+
+    @property
+    def journal(self) -> Path:
+        return self.gen / "journal"
+
+    @property
+    def cache(self) -> Path:
+        return self.gen / "cache"
+
+    @property
+    def events(self) -> Path:
+        return self.gen / "events.jsonl"
+
+    @property
+    def lock(self) -> Path:
+        """Held for every state change other than a claim (which is a bare rename)."""
+        return self.gen / "state.lock"
+
+    def job_file(self, folder: str, key: str) -> Path:
+        return self.gen / folder / f"{key}.json"
+
+    def lease(self, key: str) -> Path:
+        return self.running / f"{key}.lease"
+
+    def receipt(self, key: str) -> Path:
+        return self.receipts / f"{key}.json"
+
+    def signature(self, key: str) -> Path:
+        return self.receipts / f"{key}.sig"
+
+    def out_dir(self, digest: str) -> Path:
+        return self.out / digest
+
+    def attempts_file(self, key: str) -> Path:
+        return self.attempts / f"{key}.jsonl"
+
+    def log_dir(self, key: str) -> Path:
+        return self.logs / key
+
+    def journal_file(self, key: str) -> Path:
+        return self.journal / f"{key}.json"
+
+    def all_dirs(self) -> list[Path]:
+        return [self.gen / d for d in STATE_DIRS + OTHER_DIRS]
+
+
+def find_root(start: Path | None = None, explicit: Path | None = None) -> Layout:
+    """The repository whose `.gen/` holds `start` (default: cwd), found by walking up."""
+    if explicit is not None:
+        root = Path(os.path.abspath(explicit))
+        if not (root / GEN).is_dir():
+            raise NotFound(f"{root}: no {GEN}/ here (run `genjob init` there first)")
+        return Layout(root)
+    here = Path(os.path.abspath(start or Path.cwd()))
+    for candidate in (here, *here.parents):
+        if (candidate / GEN).is_dir():
+            return Layout(candidate)
+    raise NotFound(f"{here}: not inside a genjob repository (no {GEN}/ above; run `genjob init`)")

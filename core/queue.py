@@ -1,0 +1,296 @@
+"""Moving jobs between state folders: enqueue, claim, heartbeat, requeue, reject, cancel.
+
+A claim is a bare rename from `queue/` to `running/`: exactly one claimer's rename can
+succeed. Every other move happens under `.gen/state.lock`, so that a requeue cannot
+interleave with a receipt being committed or an apply.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.canonical import canonical, loads_strict, read_bytes
+from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
+from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
+from core.events import attempts, claims, record_attempt, record_event
+from core.layout import Layout
+from core.lease import CLAIM_GRACE, Lease, new_lease, read_lease, write_lease
+from core.models import KEY_RE, Job, job_bytes, job_from_bytes, job_from_obj
+
+# Where a key's job document may be, most final first: the first found decides.
+JOB_FOLDERS = ("applied", "rejected", "running", "queue")
+
+
+@dataclass(frozen=True)
+class Located:
+    """A job document found on disk, with the folder that holds it."""
+
+    key: str
+    folder: str
+    path: Path
+    job: Job
+    record: dict[str, Any] | None = None  # the apply or rejection record, when final
+    also_in: tuple[str, ...] = ()
+
+
+def check_key(key: str) -> str:
+    if not KEY_RE.fullmatch(key):
+        raise BadInput(f"{key!r}: not a job key (32 lower-case hex characters)")
+    return key
+
+
+def read_job_file(path: Path, folder: str) -> tuple[Job, dict[str, Any] | None]:
+    """Load a job document, or an applied/rejected record holding one."""
+    data = read_bytes(path)
+    if folder in ("applied", "rejected"):
+        obj = loads_strict(data, str(path))
+        if not isinstance(obj, dict) or "job" not in obj:
+            raise BadInput(f'{path}: a {folder} record must hold the job under "job"')
+        job = job_from_obj(obj["job"], f"{path} (job)")
+        record = {k: v for k, v in obj.items() if k != "job"}
+    else:
+        job, record = job_from_bytes(data, str(path)), None
+    if job.key != path.stem:
+        raise BadInput(f"{path}: file name does not match its key {job.key}")
+    return job, record
+
+
+def locate(layout: Layout, key: str) -> Located:
+    """Find the job with `key` in whichever state folder holds it."""
+    check_key(key)
+    found = [f for f in JOB_FOLDERS if layout.job_file(f, key).exists()]
+    if not found:
+        raise NotFound(f"{key}: no such job in {layout.gen}")
+    folder = found[0]
+    path = layout.job_file(folder, key)
+    job, record = read_job_file(path, folder)
+    return Located(key, folder, path, job, record, tuple(found[1:]))
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    key: str
+    path: Path
+    created: bool
+    folder: str
+
+
+def enqueue(layout: Layout, job: Job) -> Enqueued:
+    """Write a minted job into `queue/`, or report where the same job already is.
+
+    The same key with other content anywhere is a `KeyConflict` naming both documents.
+    """
+    key = job.key
+    for folder in JOB_FOLDERS:
+        path = layout.job_file(folder, key)
+        if path.exists():
+            existing, _ = read_job_file(path, folder)
+            if existing.digest != job.digest:
+                raise KeyConflict(
+                    f"{path}: key {key} is already used by digest {existing.digest[:16]}…; "
+                    f"the new job has digest {job.digest[:16]}…"
+                )
+            return Enqueued(key, path, False, folder)
+    path = layout.job_file("queue", key)
+    if not create_exclusive(path, job_bytes(job)):
+        return enqueue(layout, job)
+    record_event(layout, "minted", key, schema=job.schema_name, digest=job.digest)
+    return Enqueued(key, path, True, "queue")
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    job: Job
+    lease: Lease
+    path: Path
+
+
+class Claimer:
+    """Claims jobs for one worker, oldest first, from one listing of the queue at a time.
+
+    Several claimers race by renaming the same files; a lost race is a vanished source,
+    and the claimer simply moves on to its next candidate.
+    """
+
+    def __init__(self, layout: Layout, worker: str, ttl: float = 120.0, pid: int | None = None) -> None:
+        self.layout = layout
+        self.worker = worker
+        self.ttl = ttl
+        self.pid = pid
+        self._candidates: list[str] = []
+
+    def _list(self) -> list[str]:
+        entries = []
+        with os.scandir(self.layout.queue) as it:
+            for e in it:
+                if e.name.endswith(".json") and not e.name.startswith("."):
+                    try:
+                        entries.append((e.stat(follow_symlinks=False).st_mtime_ns, e.name[:-5]))
+                    except FileNotFoundError:
+                        continue
+        entries.sort()
+        keys = [k for _, k in entries]
+        # Racing claimers start a little apart so they do not all collide on the head.
+        if len(keys) > 64:
+            cut = random.randrange(min(len(keys), 64))
+            keys = keys[cut:] + keys[:cut]
+        return keys[::-1]
+
+    def claim(self, key: str | None = None) -> Claim:
+        """Claim `key`, or the oldest queued job; NothingToClaim when none is left."""
+        if key is not None:
+            claimed = self._try(check_key(key))
+            if claimed is None:
+                loc = locate(self.layout, key)
+                raise WrongState(f"{key}: is {loc.folder}, not queued; nothing claimed")
+            return claimed
+        for relisted in (False, True):
+            if relisted or not self._candidates:
+                self._candidates = self._list()
+            while self._candidates:
+                claimed = self._try(self._candidates.pop())
+                if claimed is not None:
+                    return claimed
+        raise NothingToClaim(f"{self.layout.queue}: nothing left to claim")
+
+    def _try(self, key: str) -> Claim | None:
+        src = self.layout.job_file("queue", key)
+        dst = self.layout.job_file("running", key)
+        try:
+            move(src, dst, sync_source=False)
+        except FileNotFoundError:
+            return None
+        except FileExistsError:
+            raise WrongState(f"{dst}: already running; {src} left in the queue") from None
+        try:
+            job = job_from_bytes(read_bytes(dst), str(dst))
+        except BadInput:
+            # Not ours to run: put it back so it shows as INVALID in the queue.
+            os.rename(dst, src)
+            raise
+        token = claims(attempts(self.layout, key)) + 1
+        lease = new_lease(self.worker, token, self.ttl, self.pid)
+        write_lease(self.layout, key, lease)
+        record_attempt(self.layout, key, "claimed", attempt=token, worker=self.worker)
+        record_event(self.layout, "claimed", key, worker=self.worker, attempt=token)
+        return Claim(key, job, lease, dst)
+
+
+def claim(
+    layout: Layout, worker: str, key: str | None = None, ttl: float = 120.0, pid: int | None = None
+) -> Claim:
+    """Claim one job; the lease names `pid` (default: this process) as its holder."""
+    return Claimer(layout, worker, ttl, pid).claim(key)
+
+
+def heartbeat(layout: Layout, key: str, token: int, worker: str) -> bool:
+    """Renew our lease; False when it is no longer ours (requeued, reclaimed or gone)."""
+    with flocked(layout.lock):
+        lease = _own_lease(layout, key, token, worker)
+        if lease is None:
+            return False
+        write_lease(layout, key, lease.model_copy(update={"heartbeat": time.time()}))
+        return True
+
+
+def _own_lease(layout: Layout, key: str, token: int, worker: str) -> Lease | None:
+    if not layout.job_file("running", key).exists():
+        return None
+    try:
+        lease = read_lease(layout, key)
+    except BadInput:
+        return None
+    if lease is None or lease.token != token or lease.worker != worker:
+        return None
+    return lease
+
+
+def holds_lease(layout: Layout, key: str, token: int, worker: str) -> bool:
+    return _own_lease(layout, key, token, worker) is not None
+
+
+def lease_state(layout: Layout, key: str, now: float | None = None) -> str:
+    """'fresh', 'stale', 'missing' or 'claiming' for a job in running/."""
+    now = time.time() if now is None else now
+    try:
+        lease = read_lease(layout, key)
+    except BadInput:
+        lease = None
+    if lease is not None:
+        return "fresh" if lease.fresh(now) else "stale"
+    try:
+        claimed = os.stat(layout.job_file("running", key)).st_ctime
+    except FileNotFoundError:
+        return "missing"
+    return "claiming" if now - claimed < CLAIM_GRACE else "missing"
+
+
+def requeue(layout: Layout, key: str, force: bool = False) -> Path:
+    """Put an orphaned job back in the queue, byte for byte; the attempt is recorded."""
+    check_key(key)
+    with flocked(layout.lock):
+        loc = locate(layout, key)
+        if loc.folder != "running":
+            raise WrongState(f"{key}: is {loc.folder}; only a running job can be requeued")
+        if layout.receipt(key).exists():
+            raise WrongState(f"{key}: has a receipt already; reject or replay it instead")
+        state = lease_state(layout, key)
+        if state in ("fresh", "claiming") and not force:
+            lease = read_lease(layout, key)
+            holder = f" held by {lease.worker} (pid {lease.pid} on {lease.host})" if lease else ""
+            raise WrongState(f"{key}: lease is live{holder}; use --force to take it back")
+        dst = layout.job_file("queue", key)
+        move(loc.path, dst)
+        layout.lease(key).unlink(missing_ok=True)
+        layout.running.joinpath(f"{key}.cancel").unlink(missing_ok=True)
+        record_attempt(layout, key, "requeued", forced=force, lease=state)
+        record_event(layout, "requeued", key, forced=force, lease=state)
+        return dst
+
+
+def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
+    """Close a job as rejected, with the reason; its receipt and outputs stay as evidence."""
+    check_key(key)
+    if not reason.strip():
+        raise BadInput("--reason: a rejection needs a reason")
+    with flocked(layout.lock):
+        loc = locate(layout, key)
+        if loc.folder in ("applied", "rejected"):
+            raise WrongState(f"{key}: is {loc.folder} already")
+        live = lease_state(layout, key) in ("fresh", "claiming")
+        if loc.folder == "running" and not layout.receipt(key).exists() and live:
+            raise WrongState(f"{key}: is running; cancel it first")
+        dst = layout.job_file("rejected", key)
+        record = {
+            "job": loc.job.document(),
+            "rejection": {"reason": reason, "by": by, "at": time.time(), "from": loc.folder},
+        }
+        create_exclusive(dst, canonical(record))
+        loc.path.unlink()
+        layout.lease(key).unlink(missing_ok=True)
+        fsync_dir(loc.path.parent)
+        record_event(layout, "rejected", key, reason=reason, rejected_by=by)
+        return dst
+
+
+def request_cancel(layout: Layout, key: str) -> Path:
+    """Ask the worker running `key` to stop; it ends the job with an aborted receipt."""
+    check_key(key)
+    if not layout.job_file("running", key).exists():
+        raise WrongState(f"{key}: is not running")
+    if layout.receipt(key).exists():
+        raise WrongState(f"{key}: has a receipt already; nothing to cancel")
+    path = layout.running / f"{key}.cancel"
+    atomic_write(path, canonical({"at": time.time()}))
+    record_event(layout, "cancel_requested", key)
+    return path
+
+
+def cancel_requested(layout: Layout, key: str) -> bool:
+    return (layout.running / f"{key}.cancel").exists()

@@ -1,0 +1,46 @@
+"""Creating a repository's `.gen/` layout."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from core.config import DEFAULT_CONFIG
+from core.durable import atomic_write
+from core.layout import GEN, Layout
+
+
+def init_repo(root: Path) -> tuple[Layout, list[str]]:
+    """Create `.gen/` under `root` (idempotent); returns the layout and what was made."""
+    layout = Layout(root.resolve())
+    made = []
+    for folder in [layout.gen, *layout.all_dirs()]:
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            made.append(str(folder.relative_to(layout.root)) + "/")
+    if not layout.config.exists():
+        atomic_write(layout.config, DEFAULT_CONFIG.encode())
+        made.append(f"{GEN}/config.toml")
+    if _ignore_in_git(layout.root):
+        made.append(".git/info/exclude: .gen/")
+    return layout, made
+
+
+def _ignore_in_git(root: Path) -> bool:
+    """Make git ignore `.gen/` through `.git/info/exclude` (local, never committed)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--git-path", "info/exclude"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    exclude = Path(out) if Path(out).is_absolute() else root / out
+    lines = exclude.read_text().splitlines() if exclude.exists() else []
+    if f"/{GEN}/" in lines:
+        return False
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(exclude, "\n".join([*lines, f"/{GEN}/"]).encode() + b"\n")
+    return True

@@ -1,0 +1,142 @@
+"""Ed25519 worker keys, detached receipt signatures, and the pinned trusted keys.
+
+The private key lives in the user's config folder (``$XDG_CONFIG_HOME/genjob``), never
+under `.gen/`. A signature file is a small JSON object naming the signing key's
+fingerprint; it covers the receipt's canonical bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from core.canonical import loads_strict, read_bytes
+from core.durable import atomic_write, create_exclusive
+from core.errors import BadInput, GenjobError
+
+KEY_NAME = "worker_ed25519"
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "genjob"
+
+
+def private_key_path() -> Path:
+    return config_dir() / KEY_NAME
+
+
+def public_key_path() -> Path:
+    return config_dir() / f"{KEY_NAME}.pub"
+
+
+def fingerprint(pub: Ed25519PublicKey) -> str:
+    raw = pub.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    blob = base64.b64decode(raw.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def keygen(force: bool = False) -> Path:
+    """Make the worker key pair; returns the public key file. Refuses to overwrite."""
+    priv_path = private_key_path()
+    if priv_path.exists() and not force:
+        raise GenjobError(f"{priv_path}: a worker key exists already (use --force to replace)")
+    priv_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    pub = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    atomic_write(priv_path, pem, mode=0o600)
+    atomic_write(public_key_path(), pub + b" genjob-worker\n")
+    return public_key_path()
+
+
+def load_private_key(path: Path | None = None) -> Ed25519PrivateKey:
+    path = path or private_key_path()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise GenjobError(f"{path}: no worker key (run `genjob keygen`)") from None
+    try:
+        key = serialization.load_ssh_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise BadInput(f"{path}: not an unencrypted OpenSSH private key ({exc})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise BadInput(f"{path}: not an Ed25519 key")
+    return key
+
+
+def parse_public_key(data: bytes, source: str) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_ssh_public_key(data.strip())
+    except (ValueError, TypeError, IndexError) as exc:
+        raise BadInput(f"{source}: not an OpenSSH public key ({exc})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise BadInput(f"{source}: not an Ed25519 public key")
+    return key
+
+
+def trust(trusted_dir: Path, pub_file: Path) -> tuple[Path, str]:
+    """Pin a worker public key; returns where it was stored and its fingerprint."""
+    data = read_bytes(pub_file, 16 * 1024)
+    key = parse_public_key(data, str(pub_file))
+    fp = fingerprint(key)
+    name = fp.removeprefix("SHA256:").replace("/", "_").replace("+", "-")[:16] + ".pub"
+    dest = trusted_dir / name
+    create_exclusive(dest, data.strip() + b"\n")
+    return dest, fp
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    path: Path
+    fingerprint: str
+    key: Ed25519PublicKey
+
+
+def trusted_keys(trusted_dir: Path) -> list[TrustedKey]:
+    """Every pinned key; a file that does not parse is reported, not skipped silently."""
+    out = []
+    for path in sorted(trusted_dir.glob("*.pub")):
+        key = parse_public_key(read_bytes(path, 16 * 1024), str(path))
+        out.append(TrustedKey(path, fingerprint(key), key))
+    return out
+
+
+def sign(key: Ed25519PrivateKey, message: bytes) -> bytes:
+    """The detached signature file's bytes for `message`."""
+    sig = key.sign(message)
+    doc = {
+        "alg": "ed25519",
+        "key": fingerprint(key.public_key()),
+        "sig": base64.b64encode(sig).decode(),
+    }
+    return json.dumps(doc, sort_keys=True).encode() + b"\n"
+
+
+def check_signature(sig_bytes: bytes, source: str, message: bytes, trusted: list[TrustedKey]) -> str:
+    """Return the fingerprint of the trusted key that signed `message`, or raise BadInput."""
+    doc = loads_strict(sig_bytes, source, 16 * 1024)
+    if not isinstance(doc, dict) or doc.get("alg") != "ed25519" or set(doc) != {"alg", "key", "sig"}:
+        raise BadInput(f"{source}: not a genjob ed25519 signature file")
+    try:
+        sig = base64.b64decode(doc["sig"], validate=True)
+    except (ValueError, TypeError):
+        raise BadInput(f"{source}: signature is not base64") from None
+    match = [t for t in trusted if t.fingerprint == doc["key"]]
+    if not match:
+        raise BadInput(f"{source}: signed by {doc['key']}, which is not in trusted_keys/")
+    try:
+        match[0].key.verify(sig, message)
+    except InvalidSignature:
+        raise BadInput(f"{source}: signature does not match the receipt (key {doc['key']})") from None
+    return str(doc["key"])

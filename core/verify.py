@@ -1,0 +1,262 @@
+"""Receipt verification: an ordered list of small named checks.
+
+Steps, in order; each is reported passed, failed or skipped (when an earlier fault
+makes it meaningless), with its reason. Apply may run only when every step passed.
+
+ 1. receipt   the receipt file exists and parses as the six-field contract
+ 2. schema    its schema is the job's
+ 3. key       its idempotency key is the job's
+ 4. digest    its job digest is the job's digest, recomputed from the document
+ 5. status    its status is "ok"
+ 6. paths     every output is a safe path among the job's allowed paths
+ 7. present   every output exists under .gen/out/<digest>/, through no link
+ 8. regular   every output is a regular file
+ 9. size      every output, and all of them together, are within the limits
+10. hashes    every output's bytes hash to what the receipt says
+11. signature a detached signature by a trusted key (or: not required by policy)
+12. base      every allowed path in the tree is still at the job's input hash
+              (or still absent, for a new path)
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.canonical import read_bytes, sha256_file
+from core.config import Config
+from core.errors import BadInput
+from core.layout import Layout
+from core.models import Job, Receipt, receipt_from_bytes
+from core.paths import check_relpath, lstat_inside
+from core.signing import check_signature, trusted_keys
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+
+@dataclass
+class Verification:
+    key: str
+    checks: list[Check] = field(default_factory=list)
+    receipt: Receipt | None = None
+    signer: str | None = None
+    signature_required: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == FAILED]
+
+    def only_base_failed(self) -> bool:
+        """Everything holds but the tree moved on: the job is STALE, not FAILED."""
+        return [c.name for c in self.checks if not c.passed] == ["base"]
+
+    def add(self, name: str, ok: bool, detail: str) -> bool:
+        self.checks.append(Check(name, PASSED if ok else FAILED, detail))
+        return ok
+
+    def skip(self, name: str, why: str) -> None:
+        self.checks.append(Check(name, SKIPPED, why))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "key": self.key,
+            "ok": self.ok,
+            "signature_required": self.signature_required,
+            "signer": self.signer,
+            "checks": [{"name": c.name, "status": c.status, "detail": c.detail} for c in self.checks],
+        }
+
+
+FileHasher = Callable[[Path], str]
+_STEPS = (
+    "schema",
+    "key",
+    "digest",
+    "status",
+    "paths",
+    "present",
+    "regular",
+    "size",
+    "hashes",
+    "signature",
+    "base",
+)
+
+
+def base_problems(root: Path, job: Job, hasher: FileHasher = sha256_file) -> list[str]:
+    """Where the tree no longer matches the job's inputs (empty when the base is fresh)."""
+    problems = []
+    for rel in job.allowed_paths:
+        want = job.input_digest(rel)
+        try:
+            st = lstat_inside(root, rel)
+        except BadInput as exc:
+            problems.append(str(exc))
+            continue
+        if st is None:
+            if want is not None:
+                problems.append(f"{rel}: deleted since the job was minted")
+        elif want is None:
+            problems.append(f"{rel}: exists now, but the job creates it")
+        elif not stat.S_ISREG(st.st_mode):
+            problems.append(f"{rel}: is no longer a regular file")
+        elif hasher(root / rel) != want:
+            problems.append(f"{rel}: changed since the job was minted")
+    return problems
+
+
+def verify(layout: Layout, job: Job, config: Config) -> Verification:
+    """Run every step against the stored receipt; never raises for a bad receipt."""
+    v = Verification(job.key, signature_required=config.policy.require_signature)
+    path = layout.receipt(job.key)
+    try:
+        rec = receipt_from_bytes(read_bytes(path), str(path))
+    except BadInput as exc:
+        v.add("receipt", False, str(exc) if path.exists() else f"{path}: no receipt yet")
+        for name in _STEPS[:-1]:
+            v.skip(name, "no receipt to check")
+        _check_base(v, layout.root, job)
+        return v
+    v.receipt = rec
+    v.add("receipt", True, f"{path.name} parses ({rec.status}, by {rec.worker_id})")
+    v.add("schema", rec.schema_ == job.schema_name, f"receipt {rec.schema_}, job {job.schema_name}")
+    v.add(
+        "key",
+        rec.idempotency_key == job.key,
+        "matches the job"
+        if rec.idempotency_key == job.key
+        else f"receipt is for {rec.idempotency_key}, not {job.key}",
+    )
+    digest = job.compute_digest()
+    v.add(
+        "digest",
+        rec.job_digest == digest,
+        "matches the job"
+        if rec.job_digest == digest
+        else f"receipt names digest {rec.job_digest[:16]}…, the job is {digest[:16]}…",
+    )
+    v.add("status", rec.status == "ok", f"status is {rec.status!r}")
+    _check_outputs(v, layout, job, rec, config)
+    _check_signature(v, layout, rec, config)
+    _check_base(v, layout.root, job)
+    return v
+
+
+def _check_outputs(v: Verification, layout: Layout, job: Job, rec: Receipt, config: Config) -> bool:
+    allowed = set(job.allowed_paths)
+    bad = []
+    for rel in rec.outputs:
+        try:
+            check_relpath(rel)
+        except ValueError as exc:
+            bad.append(f"{rel!r} ({exc})")
+            continue
+        if rel not in allowed:
+            bad.append(rel)
+    if not v.add(
+        "paths",
+        not bad,
+        f"outside the job: {', '.join(sorted(bad))}" if bad else f"{len(rec.outputs)} output(s), all allowed",
+    ):
+        for name in ("present", "regular", "size", "hashes"):
+            v.skip(name, "outputs name paths outside the job")
+        return False
+    out = layout.out_dir(job.digest)
+    stats = {}
+    missing = []
+    for rel in sorted(rec.outputs):
+        try:
+            st = lstat_inside(out, rel)
+        except BadInput as exc:
+            missing.append(str(exc))
+            continue
+        if st is None:
+            missing.append(rel)
+        else:
+            stats[rel] = st
+    if not v.add(
+        "present",
+        not missing,
+        f"missing or reached through a link: {', '.join(missing)}"
+        if missing
+        else f"all under out/{job.digest[:12]}…/",
+    ):
+        for name in ("regular", "size", "hashes"):
+            v.skip(name, "outputs missing")
+        return False
+    irregular = [rel for rel, st in stats.items() if not stat.S_ISREG(st.st_mode)]
+    if not v.add(
+        "regular",
+        not irregular,
+        f"not regular files: {', '.join(irregular)}" if irregular else "all regular files",
+    ):
+        v.skip("size", "outputs not regular")
+        v.skip("hashes", "outputs not regular")
+        return False
+    limits = config.limits
+    big = [rel for rel, st in stats.items() if st.st_size > limits.max_file_bytes]
+    total = sum(st.st_size for st in stats.values())
+    size_ok = not big and total <= limits.max_total_bytes and len(stats) <= limits.max_files
+    detail = (
+        f"{total} bytes in {len(stats)} file(s)"
+        if size_ok
+        else f"over the limits: {', '.join(big) or f'{total} bytes in all'}"
+    )
+    if not v.add("size", size_ok, detail):
+        v.skip("hashes", "outputs over the limits")
+        return False
+    drift = [rel for rel in sorted(stats) if sha256_file(out / rel) != rec.outputs[rel]]
+    return v.add(
+        "hashes", not drift, f"artifact drift at {', '.join(drift)}" if drift else "every output at its hash"
+    )
+
+
+def _check_signature(v: Verification, layout: Layout, rec: Receipt, config: Config) -> None:
+    sig_path = layout.signature(rec.idempotency_key)
+    required = config.policy.require_signature
+    if not sig_path.exists():
+        if required:
+            v.add(
+                "signature", False, f"{sig_path.name}: unsigned receipt; policy requires a trusted signature"
+            )
+        else:
+            v.add("signature", True, "unsigned; not required by policy (require_signature = false)")
+        return
+    try:
+        signer = check_signature(
+            read_bytes(sig_path, 16 * 1024),
+            str(sig_path),
+            rec.canonical_bytes(),
+            trusted_keys(layout.trusted_keys),
+        )
+    except BadInput as exc:
+        v.add("signature", False, str(exc) + ("" if required else " (policy does not require it)"))
+        return
+    v.signer = signer
+    v.add("signature", True, f"signed by trusted key {signer}")
+
+
+def _check_base(v: Verification, root: Path, job: Job) -> None:
+    problems = base_problems(root, job)
+    v.add(
+        "base",
+        not problems,
+        "; ".join(problems) if problems else "every target still at the job's input hash",
+    )
