@@ -20,7 +20,7 @@ from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongSt
 from core.events import attempts, claims, record_attempt, record_event
 from core.layout import Layout
 from core.lease import CLAIM_GRACE, Lease, new_lease, read_lease, write_lease
-from core.models import KEY_RE, Job, job_bytes, job_from_bytes, job_from_obj
+from core.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
 
 # Where a key's job document may be, most final first: the first found decides.
 JOB_FOLDERS = ("applied", "rejected", "running", "queue")
@@ -72,6 +72,17 @@ def locate(layout: Layout, key: str) -> Located:
     return Located(key, folder, path, job, record, tuple(found[1:]))
 
 
+def same_work(a: Job, b: Job) -> bool:
+    """Whether two documents are one submission: the same digest, or for v1 (whose digest
+    covers a fresh uuid and timestamp) the same schema, instruction, paths and inputs."""
+    if a.digest == b.digest:
+        return True
+    meaning = ("schema_", "instruction", "allowed_paths", "inputs")
+    return isinstance(a, JobV1) and isinstance(b, JobV1) and all(
+        getattr(a, f) == getattr(b, f) for f in meaning
+    )
+
+
 @dataclass(frozen=True)
 class Enqueued:
     key: str
@@ -90,7 +101,7 @@ def enqueue(layout: Layout, job: Job) -> Enqueued:
         path = layout.job_file(folder, key)
         if path.exists():
             existing, _ = read_job_file(path, folder)
-            if existing.digest != job.digest:
+            if not same_work(existing, job):
                 raise KeyConflict(
                     f"{path}: key {key} is already used by digest {existing.digest[:16]}…; "
                     f"the new job has digest {job.digest[:16]}…"
