@@ -1,0 +1,319 @@
+"""Bundles shipped to a generator host, and the local validator for what comes back.
+
+The bundle is an uncompressed, deterministic tar: ``job.json`` (the job document's
+bytes), ``instruction.txt`` and ``files/<path>`` for each allowed path that exists
+locally. The result tar holds ``result.json`` and ``outputs/<path>``; ``extract_result``
+trusts none of it: every member is checked before anything is written, each file is
+created with ``O_EXCL | O_NOFOLLOW`` under a fresh folder, and hashes are taken from the
+bytes actually written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.runner import (
+    PROTOCOL_VERSION,
+    check_allowed_paths,
+    check_relpath,
+    loads_strict,
+    read_tar,
+    write_tar,
+)
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "BundleError",
+    "Limits",
+    "ResultInfo",
+    "check_relpath",
+    "extract_result",
+    "make_bundle",
+    "make_header",
+]
+
+MAX_RESULT_JSON_BYTES = 4 << 20
+RESULT_KEYS = frozenset(
+    {"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"}
+)
+
+
+class BundleError(Exception):
+    """A bundle or result that is refused; the message names the member and the fault."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what a job may ship and bring back."""
+
+    max_file_bytes: int = 64 << 20
+    max_total_bytes: int = 512 << 20
+    max_files: int = 1000
+    max_tail_bytes: int = 64 << 10
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive integer, not {value!r}")
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class ResultInfo:
+    """What a job run produced, as checked locally.
+
+    ``outputs`` maps each path written under ``dest_dir`` to the sha256 of the bytes
+    written there. ``violations`` holds the runner's findings plus any local ones (a hash
+    the runner claimed that does not match, a file claimed but missing or unclaimed).
+    """
+
+    exit_code: int | None
+    timed_out: bool
+    cancelled: bool
+    tail: str
+    error: str | None
+    outputs: dict[str, str]
+    violations: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        """True when the generator exited 0 in time and nothing was refused."""
+        return (
+            self.exit_code == 0
+            and not self.timed_out
+            and not self.cancelled
+            and self.error is None
+            and not self.violations
+        )
+
+
+def _read_local(path: Path) -> bytes:
+    """Read a regular file without following a symlink in its last component."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise BundleError(f"{path}: not a regular file")
+        return handle.read()
+
+
+def make_bundle(
+    job_doc: bytes,
+    instruction: str,
+    allowed_paths: Iterable[str],
+    files: Mapping[str, bytes | Path],
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+) -> bytes:
+    """Build the bundle for one job.
+
+    ``allowed_paths`` must equal the job document's ``allowed_paths``, and ``files`` may
+    only name allowed paths: a bundle never carries a file outside the job. A ``Path``
+    value is read here, refusing a symlink or anything but a regular file.
+    """
+    allowed = list(allowed_paths)
+    try:
+        check_allowed_paths(allowed, limits.max_files)
+        job = loads_strict(job_doc)
+    except ValueError as exc:
+        raise BundleError(f"job.json: {exc}") from None
+    if not isinstance(job, dict) or job.get("allowed_paths") != allowed:
+        raise BundleError("job.json: allowed_paths differs from the paths being shipped")
+    if "instruction" in job and job["instruction"] != instruction:
+        raise BundleError("instruction.txt: differs from the job document's instruction")
+    members = [("job.json", job_doc), ("instruction.txt", instruction.encode("utf-8"))]
+    total = 0
+    for rel in sorted(files):
+        if rel not in allowed:
+            raise BundleError(f"files/{rel}: not an allowed path of this job")
+        value = files[rel]
+        try:
+            content = _read_local(value) if isinstance(value, Path) else bytes(value)
+        except OSError as exc:
+            raise BundleError(f"files/{rel}: cannot read {value}: {exc.strerror}") from None
+        if len(content) > limits.max_file_bytes:
+            raise BundleError(f"files/{rel}: {len(content)} bytes, over max_file_bytes")
+        total += len(content)
+        if total > limits.max_total_bytes:
+            raise BundleError(f"files/{rel}: bundle over max_total_bytes")
+        members.append(("files/" + rel, content))
+    for name, content in members[:2]:
+        if len(content) > limits.max_file_bytes:
+            raise BundleError(f"{name}: {len(content)} bytes, over max_file_bytes")
+    return write_tar(sorted(members))
+
+
+def make_header(generator: str, timeout: float, limits: Limits, bundle: bytes) -> dict[str, Any]:
+    """The runner's header line for ``bundle``."""
+    return {
+        "v": PROTOCOL_VERSION,
+        "generator": generator,
+        "timeout": float(timeout),
+        "limits": limits.as_dict(),
+        "bundle_bytes": len(bundle),
+    }
+
+
+def _parse_result(raw: bytes) -> dict[str, Any]:
+    try:
+        result = loads_strict(raw)
+    except ValueError as exc:
+        raise BundleError(f"result.json: {exc}") from None
+    if not isinstance(result, dict) or set(result) != RESULT_KEYS:
+        raise BundleError(f"result.json: must have exactly the keys {sorted(RESULT_KEYS)}")
+    checks = {
+        "exit_code": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+        "timed_out": lambda v: isinstance(v, bool),
+        "cancelled": lambda v: isinstance(v, bool),
+        "violations": lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
+        "tail": lambda v: isinstance(v, str),
+        "error": lambda v: v is None or isinstance(v, str),
+        "outputs": lambda v: isinstance(v, dict) and all(isinstance(h, str) for h in v.values()),
+    }
+    for key, check in checks.items():
+        if not check(result[key]):
+            raise BundleError(f"result.json: {key} has the wrong type")
+    return result
+
+
+def _open_parent(root_fd: int, rel: str) -> int:
+    """Open (creating as needed) the folder that will hold ``rel``, never via a symlink."""
+    fd = os.dup(root_fd)
+    try:
+        for part in rel.split("/")[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _sha256_of(path: Path) -> str:
+    """Hash what is on disk now, not what was meant to be written."""
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_outputs(dest_dir: Path, files: dict[str, bytes]) -> dict[str, str]:
+    root_fd = os.open(dest_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    written = {}
+    try:
+        for rel in sorted(files):
+            try:
+                parent = _open_parent(root_fd, rel)
+                try:
+                    fd = os.open(
+                        rel.rsplit("/", 1)[-1],
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                        0o644,
+                        dir_fd=parent,
+                    )
+                finally:
+                    os.close(parent)
+            except OSError as exc:
+                raise BundleError(f"outputs/{rel}: cannot be written: {exc.strerror}") from None
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(files[rel])
+                handle.flush()
+                os.fsync(handle.fileno())
+            written[rel] = _sha256_of(dest_dir / rel)
+    finally:
+        os.close(root_fd)
+    return written
+
+
+def extract_result(
+    result_tar: bytes, allowed_paths: Iterable[str], limits: Limits, dest_dir: Path
+) -> ResultInfo:
+    """Validate a runner's result tar and write its outputs into a new ``dest_dir``.
+
+    Steps: 1. read every member: plain regular files only, no duplicates, within count
+    and size limits; 2. check every name: ``result.json`` or ``outputs/<allowed path>``;
+    3. parse ``result.json`` strictly; 4. create ``dest_dir`` (it must not exist) and
+    write each output with ``O_EXCL | O_NOFOLLOW``, hashing the bytes written;
+    5. compare with the runner's claimed hashes. Any refusal raises BundleError and
+    leaves no ``dest_dir`` behind.
+    """
+    allowed = set(allowed_paths)
+    budget = limits.max_total_bytes + MAX_RESULT_JSON_BYTES + 4 * limits.max_tail_bytes
+    try:
+        members = read_tar(
+            result_tar,
+            limits.max_files + 1,
+            max(limits.max_file_bytes, MAX_RESULT_JSON_BYTES + 4 * limits.max_tail_bytes),
+            budget,
+        )
+    except ValueError as exc:
+        raise BundleError(f"result: {exc}") from None
+    raw_result: bytes | None = None
+    files: dict[str, bytes] = {}
+    total = 0
+    for name, content in members:
+        if name == "result.json":
+            raw_result = content
+            continue
+        rel = name[len("outputs/") :] if name.startswith("outputs/") else ""
+        try:
+            check_relpath(rel)
+        except ValueError as exc:
+            raise BundleError(f"result: {name!r}: {exc}") from None
+        if rel not in allowed:
+            raise BundleError(f"result: {name!r}: not an allowed path of this job")
+        if len(content) > limits.max_file_bytes:
+            raise BundleError(f"result: {name!r}: {len(content)} bytes, over max_file_bytes")
+        total += len(content)
+        if total > limits.max_total_bytes:
+            raise BundleError(f"result: {name!r}: outputs over max_total_bytes")
+        files[rel] = content
+    if raw_result is None:
+        raise BundleError("result: result.json is missing")
+    if len(raw_result) > MAX_RESULT_JSON_BYTES + 4 * limits.max_tail_bytes:
+        raise BundleError(f"result: result.json is {len(raw_result)} bytes, too large")
+    result = _parse_result(raw_result)
+    claimed: dict[str, str] = result["outputs"]
+
+    dest_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest_dir.mkdir()
+    except FileExistsError:
+        raise BundleError(f"{dest_dir}: already exists; results go into a new folder") from None
+    try:
+        written = _write_outputs(dest_dir, files)
+    except BaseException:
+        shutil.rmtree(dest_dir, ignore_errors=True)
+        raise
+
+    mismatches = [
+        f"{rel}: runner claimed sha256 {claimed.get(rel)}, received {written.get(rel)}"
+        for rel in sorted(set(claimed) | set(written))
+        if claimed.get(rel) != written.get(rel)
+    ]
+    return ResultInfo(
+        exit_code=result["exit_code"],
+        timed_out=result["timed_out"],
+        cancelled=result["cancelled"],
+        tail=result["tail"],
+        error=result["error"],
+        outputs=written,
+        violations=(*result["violations"], *mismatches),
+    )

@@ -1,0 +1,705 @@
+"""Run one generator job in a private, disposable workspace.
+
+Stdlib only: the client ships this file's source to the generator host and runs it with
+``python3 -c BOOTSTRAP``; nothing is installed there. The client keeps stdin open for the
+whole job, so EOF on stdin means the client is gone and the job is cancelled.
+
+stdin:  ``<len(source)>\\n`` + source (read by BOOTSTRAP), one JSON header line
+        ``{"v": 1, "generator": str, "timeout": float, "limits": {...}, "bundle_bytes": int}``,
+        then ``bundle_bytes`` of an uncompressed tar: ``job.json``, ``instruction.txt``,
+        ``files/<path>`` for each allowed path that exists on the client.
+stderr: the generator's merged stdout and stderr, live, plus ``[genjob-runner]`` notes.
+stdout: an uncompressed tar: ``result.json`` and ``outputs/<path>`` for each collected file.
+
+Written for any python3 from 3.8 on, since the generator host's interpreter is not ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+BOOTSTRAP = (
+    "import sys;b=sys.stdin.buffer;"
+    'exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
+)
+PROTOCOL_VERSION = 1
+KILL_GRACE = 2.0
+MAX_HEADER_BYTES = 1 << 20
+MAX_PATH_BYTES = 4096
+MAX_VIOLATIONS = 100
+LIMIT_KEYS = ("max_file_bytes", "max_total_bytes", "max_files", "max_tail_bytes")
+PLACEHOLDER = re.compile(r"\{(instruction_file|job_file|paths|workdir)\}")
+
+
+def check_relpath(path: str) -> str:
+    """Return ``path`` unchanged if it is a safe repository-relative POSIX path.
+
+    Refuses, with a ValueError naming the path and the fault: non-strings, empty or
+    over-long paths, text that is not valid UTF-8, control characters, backslashes,
+    absolute paths, empty, ``.`` or ``..`` components, any ``.git`` component and a
+    leading ``.gen`` component (the repository's own machinery is never a job's output).
+    """
+    if not isinstance(path, str):
+        raise ValueError(f"path must be a string, not {type(path).__name__}")
+    if not path:
+        raise ValueError("empty path")
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{path!r}: not valid UTF-8") from None
+    if len(encoded) > MAX_PATH_BYTES:
+        raise ValueError(f"{path[:60]!r}...: longer than {MAX_PATH_BYTES} bytes")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        raise ValueError(f"{path!r}: control character in path")
+    if "\\" in path:
+        raise ValueError(f"{path!r}: backslash in path")
+    if path.startswith("/"):
+        raise ValueError(f"{path!r}: absolute path")
+    parts = path.split("/")
+    for part in parts:
+        if part == "":
+            raise ValueError(f"{path!r}: empty component (leading, trailing or double slash)")
+        if part in (".", ".."):
+            raise ValueError(f"{path!r}: {part!r} component")
+        if len(part.encode("utf-8")) > 255:
+            raise ValueError(f"{path!r}: component longer than 255 bytes")
+        if part == ".git":
+            raise ValueError(f"{path!r}: inside a .git folder")
+    if parts[0] == ".gen":
+        raise ValueError(f"{path!r}: inside the .gen folder")
+    return path
+
+
+def check_allowed_paths(paths: object, max_files: int) -> list[str]:
+    """Validate a job's ``allowed_paths`` list: safe, unique, within the count limit."""
+    if not isinstance(paths, list):
+        raise ValueError("allowed_paths must be a list")
+    if len(paths) > max_files:
+        raise ValueError(f"allowed_paths has {len(paths)} entries, over max_files ({max_files})")
+    seen = set()
+    for path in paths:
+        check_relpath(path)
+        if path in seen:
+            raise ValueError(f"{path!r}: listed twice in allowed_paths")
+        seen.add(path)
+    return list(paths)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > 40:
+        raise ValueError("integer too long")
+    return int(text)
+
+
+def loads_strict(data: bytes) -> object:
+    """Parse JSON refusing duplicate keys, NaN/Infinity, huge integers and deep nesting."""
+    try:
+        return json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicate_keys,
+            parse_constant=_refuse_constant,
+            parse_int=_bounded_int,
+        )
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc}") from None
+
+
+_TAR_KINDS = {
+    tarfile.DIRTYPE: "directory",
+    tarfile.SYMTYPE: "symlink",
+    tarfile.LNKTYPE: "hard link",
+    tarfile.CHRTYPE: "character device",
+    tarfile.BLKTYPE: "block device",
+    tarfile.FIFOTYPE: "fifo",
+    tarfile.CONTTYPE: "contiguous file",
+    tarfile.GNUTYPE_SPARSE: "sparse file",
+}
+
+
+def read_tar(
+    data: bytes, max_members: int, max_member_bytes: int, max_total_bytes: int
+) -> list[tuple[str, bytes]]:
+    """Read an uncompressed in-memory tar, accepting nothing but plain regular files.
+
+    Returns ``(name, content)`` pairs in archive order. Raises ValueError naming the member
+    and the fault on: a member that is not a plain regular file, a duplicate name, too many
+    members, a member or total over its size limit, or a damaged archive. Names are
+    returned as stored (after pax/GNU long-name headers); callers check them.
+    """
+    members: list[tuple[str, bytes]] = []
+    seen = set()
+    total = 0
+    try:
+        with tarfile.open(
+            fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape"
+        ) as archive:
+            while True:
+                info = archive.next()
+                if info is None:
+                    break
+                name = info.name
+                if len(members) >= max_members:
+                    raise ValueError(f"{name!r}: more than {max_members} members")
+                if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+                    kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
+                    raise ValueError(f"{name!r}: {kind}, not a regular file")
+                if name in seen:
+                    raise ValueError(f"{name!r}: duplicate member")
+                seen.add(name)
+                if info.size > max_member_bytes:
+                    raise ValueError(
+                        f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}"
+                    )
+                total += info.size
+                if total > max_total_bytes:
+                    raise ValueError(
+                        f"{name!r}: archive content over the limit of {max_total_bytes} bytes"
+                    )
+                handle = archive.extractfile(info)
+                content = handle.read() if handle is not None else b""
+                if len(content) != info.size:
+                    raise ValueError(f"{name!r}: truncated member")
+                members.append((name, content))
+    except tarfile.TarError as exc:
+        raise ValueError(f"damaged tar: {exc}") from None
+    except EOFError:
+        raise ValueError("damaged tar: unexpected end of data") from None
+    return members
+
+
+def add_tar_member(archive: tarfile.TarFile, name: str, content: bytes) -> None:
+    """Add a regular file with fixed metadata, so equal content gives equal archives."""
+    info = tarfile.TarInfo(name)
+    info.size = len(content)
+    info.mode = 0o644
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    archive.addfile(info, io.BytesIO(content))
+
+
+def write_tar(members: list[tuple[str, bytes]]) -> bytes:
+    """Build an uncompressed pax tar from ``(name, content)`` pairs, in the given order."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tf:
+        for name, content in members:
+            add_tar_member(tf, name, content)
+    return buf.getvalue()
+
+
+class ProtocolError(Exception):
+    """The client sent something the runner refuses to work with."""
+
+
+class Cancelled(Exception):
+    """The client went away or the runner was told to stop."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISREG, "file"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+class Watch:
+    """Notices cancellation: EOF on stdin, or SIGTERM, SIGHUP or SIGINT.
+
+    Signal handlers only record the signal; ``set_wakeup_fd`` wakes the select loop, and
+    a no-op SIGCHLD handler makes a generator's exit wake it too.
+    """
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.stdin_open = True
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.reason is None:
+            self.reason = f"received {signal.Signals(signum).name}"
+
+    def fds(self) -> list[int]:
+        return [self._wake_r, 0] if self.stdin_open else [self._wake_r]
+
+    def handle(self, fd: int) -> None:
+        if fd == self._wake_r:
+            try:
+                while os.read(self._wake_r, 256):
+                    pass
+            except BlockingIOError:
+                pass
+        elif fd == 0 and not os.read(0, 65536):
+            self.stdin_open = False
+            if self.reason is None:
+                self.reason = "client closed the connection"
+
+
+class Tail:
+    """Forwards generator output to stderr and keeps its last ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self._forward = True
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+        self.note(chunk)
+
+    def note(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        while self._forward and view:
+            try:
+                view = view[os.write(2, view) :]
+            except OSError:
+                self._forward = False
+
+
+def _leader_exited(proc: subprocess.Popen) -> bool:
+    """True once the generator's shell has exited, without reaping it where possible.
+
+    Leaving it a zombie keeps its process group id from being reused until the group
+    has been killed.
+    """
+    if hasattr(os, "waitid"):
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    return proc.poll() is not None
+
+
+def _killpg(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+class Generator:
+    """The generator's process group, its output pipe and the select loop around them."""
+
+    def __init__(self, proc: subprocess.Popen, watch: Watch, tail: Tail) -> None:
+        self.proc = proc
+        self.watch = watch
+        self.tail = tail
+        self.out = proc.stdout.fileno()  # type: ignore[union-attr]
+        os.set_blocking(self.out, False)
+        self.out_open = True
+
+    def _read_out(self) -> None:
+        try:
+            chunk = os.read(self.out, 65536)
+        except BlockingIOError:
+            return
+        if chunk:
+            self.tail.add(chunk)
+        else:
+            self.out_open = False
+
+    def pump(self, until: float, stop_on_cancel: bool) -> str:
+        """Move output until the shell exits ("exited"), cancel, or ``until`` passes."""
+        while True:
+            if stop_on_cancel and self.watch.reason is not None:
+                return "cancelled"
+            if _leader_exited(self.proc):
+                return "exited"
+            left = until - time.monotonic()
+            if left <= 0:
+                return "deadline"
+            fds = self.watch.fds() + ([self.out] if self.out_open else [])
+            ready = select.select(fds, [], [], min(left, 1.0))[0]
+            for fd in ready:
+                if fd == self.out:
+                    self._read_out()
+                else:
+                    self.watch.handle(fd)
+
+    def drain(self, until: float) -> None:
+        """Read what is left in the pipe; a setsid'd escapee may hold it open, so bound it."""
+        while self.out_open:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            if select.select([self.out], [], [], left)[0]:
+                self._read_out()
+
+    def finish(self, timeout: float) -> tuple[int | None, bool, bool]:
+        """Wait for the generator, stopping it on timeout or cancel.
+
+        Returns ``(exit_code, timed_out, cancelled)``; exit_code is None when the shell
+        was killed by a signal. Whatever is left of the process group is killed in the end.
+        """
+        why = self.pump(time.monotonic() + timeout, stop_on_cancel=True)
+        if why != "exited":
+            self.tail.note(f"\n[genjob-runner] {self._why(why, timeout)}; stopping\n".encode())
+            _killpg(self.proc, signal.SIGTERM)
+            self.pump(time.monotonic() + KILL_GRACE, stop_on_cancel=False)
+        _killpg(self.proc, signal.SIGKILL)
+        self.drain(time.monotonic() + 1.0)
+        code = self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return (code if code >= 0 else None), why == "deadline", why == "cancelled"
+
+    def _why(self, why: str, timeout: float) -> str:
+        if why == "deadline":
+            return f"timed out after {timeout:g}s"
+        return f"cancelled: {self.watch.reason}"
+
+
+def read_header(stream: io.BufferedReader) -> dict:
+    line = stream.readline(MAX_HEADER_BYTES)
+    if not line:
+        raise Cancelled("input closed before the header")
+    if not line.endswith(b"\n"):
+        raise ProtocolError("header line missing or too long")
+    try:
+        header = loads_strict(line)
+    except ValueError as exc:
+        raise ProtocolError(f"header: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("header: not a JSON object")
+    if header.get("v") != PROTOCOL_VERSION:
+        raise ProtocolError(f"header: protocol version {header.get('v')!r} is not supported")
+    if not isinstance(header.get("generator"), str) or not header["generator"].strip():
+        raise ProtocolError("header: generator must be a non-empty string")
+    timeout = header.get("timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ProtocolError("header: timeout must be a positive number")
+    limits = header.get("limits")
+    if not isinstance(limits, dict) or set(limits) != set(LIMIT_KEYS):
+        raise ProtocolError(f"header: limits must have exactly {', '.join(LIMIT_KEYS)}")
+    for key in LIMIT_KEYS:
+        value = limits[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ProtocolError(f"header: limits.{key} must be a positive integer")
+    size = header.get("bundle_bytes")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ProtocolError("header: bundle_bytes must be a non-negative integer")
+    return header
+
+
+def read_bundle(stream: io.BufferedReader, size: int) -> bytes:
+    data = stream.read(size)
+    if len(data) != size:
+        raise Cancelled("input closed before the bundle was complete")
+    return data
+
+
+def unpack_bundle(data: bytes, limits: dict) -> tuple[bytes, bytes, list[str], dict[str, bytes]]:
+    """Validate the bundle; return job bytes, instruction bytes, allowed paths and files."""
+    try:
+        members = dict(
+            read_tar(
+                data,
+                limits["max_files"] + 2,
+                limits["max_file_bytes"],
+                limits["max_total_bytes"],
+            )
+        )
+    except ValueError as exc:
+        raise ProtocolError(f"bundle: {exc}") from None
+    for required in ("job.json", "instruction.txt"):
+        if required not in members:
+            raise ProtocolError(f"bundle: {required} is missing")
+    job_bytes = members.pop("job.json")
+    instruction = members.pop("instruction.txt")
+    try:
+        job = loads_strict(job_bytes)
+        if not isinstance(job, dict):
+            raise ValueError("not a JSON object")
+        allowed = check_allowed_paths(job.get("allowed_paths"), limits["max_files"])
+    except ValueError as exc:
+        raise ProtocolError(f"bundle: job.json: {exc}") from None
+    files = {}
+    for name, content in members.items():
+        rel = name[len("files/") :] if name.startswith("files/") else None
+        if rel is None or rel not in allowed:
+            raise ProtocolError(f"bundle: {name!r}: not files/<an allowed path>")
+        files[rel] = content
+    return job_bytes, instruction, allowed, files
+
+
+def write_new_file(root: str, rel: str, content: bytes) -> None:
+    """Create ``root/rel`` and its parent folders; never follow or replace anything."""
+    parent = os.path.dirname(rel)
+    try:
+        if parent:
+            os.makedirs(os.path.join(root, parent), mode=0o755, exist_ok=True)
+        fd = os.open(
+            os.path.join(root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644
+        )
+    except OSError as exc:
+        raise ProtocolError(f"bundle: cannot create {rel!r}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+
+
+def render_command(template: str, values: dict[str, str]) -> str:
+    """Fill the placeholders in one pass, so a value can never introduce another one."""
+    return PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
+
+
+def quoted_paths(paths: list[str]) -> str:
+    """Quote each path; one that starts with "-" gets "./" so it can't read as an option."""
+    return " ".join(shlex.quote("./" + p if p.startswith("-") else p) for p in paths)
+
+
+def _read_allowed(work: str, rel: str, max_bytes: int) -> bytes | None:
+    """Return the bytes of the regular file at ``rel``, None if absent; raise ValueError."""
+    parts = rel.split("/")
+    dirfd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for i, part in enumerate(parts[:-1]):
+            try:
+                next_fd = os.open(
+                    part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd
+                )
+            except FileNotFoundError:
+                return None
+            except OSError:
+                parent = "/".join(parts[: i + 1])
+                raise ValueError(f"{rel}: parent {parent} is not a directory") from None
+            os.close(dirfd)
+            dirfd = next_fd
+        try:
+            info = os.stat(parts[-1], dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{rel}: {_kind(info.st_mode)} at an allowed path")
+        if info.st_size > max_bytes:
+            raise ValueError(f"{rel}: {info.st_size} bytes, over max_file_bytes ({max_bytes})")
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dirfd)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ValueError(f"{rel}: replaced while being read")
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise ValueError(f"{rel}: over max_file_bytes ({max_bytes})")
+        return data
+    finally:
+        os.close(dirfd)
+
+
+def _stray_entries(work: str, allowed: list[str]) -> list[str]:
+    """Name everything in the workspace that is neither an allowed path nor a folder of one."""
+    allowed_set = set(allowed)
+    folders = {"/".join(p.split("/")[:i]) for p in allowed for i in range(1, p.count("/") + 1)}
+    found: list[str] = []
+
+    def visit(rel_dir: str) -> None:
+        path = os.path.join(work, rel_dir) if rel_dir else work
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError as exc:
+            found.append(f"{rel_dir or '.'}: cannot be read ({exc.strerror})")
+            return
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if rel in allowed_set:
+                continue
+            kind = _kind(entry.stat(follow_symlinks=False).st_mode)
+            if rel in folders:
+                if kind == "directory":
+                    visit(rel)
+                else:
+                    found.append(f"{rel}: {kind} where a folder of allowed paths belongs")
+            else:
+                found.append(f"{rel}: {kind} created outside the allowed paths")
+
+    visit("")
+    return found
+
+
+def collect(work: str, allowed: list[str], limits: dict) -> tuple[dict[str, bytes], list[str]]:
+    """Gather the allowed regular files and name every violation in the workspace."""
+    try:
+        root_mode = os.lstat(work).st_mode
+    except OSError:
+        root_mode = 0
+    if not stat.S_ISDIR(root_mode):
+        return {}, ["workspace folder was removed or replaced"]
+    outputs: dict[str, bytes] = {}
+    violations: list[str] = []
+    total = 0
+    for rel in sorted(allowed):
+        try:
+            data = _read_allowed(work, rel, limits["max_file_bytes"])
+        except ValueError as exc:
+            violations.append(str(exc))
+            continue
+        if data is None:
+            continue
+        total += len(data)
+        if total > limits["max_total_bytes"]:
+            violations.append(f"{rel}: outputs over max_total_bytes ({limits['max_total_bytes']})")
+            continue
+        outputs[rel] = data
+    violations.extend(_stray_entries(work, allowed))
+    if len(violations) > MAX_VIOLATIONS:
+        extra = len(violations) - MAX_VIOLATIONS
+        violations = [*violations[:MAX_VIOLATIONS], f"... and {extra} more"]
+    return outputs, violations
+
+
+def remove_tree(path: str) -> None:
+    """Remove a workspace even if the generator took the permissions off its folders."""
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            full = os.path.join(root, name)
+            if not os.path.islink(full):
+                with contextlib.suppress(OSError):
+                    os.chmod(full, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def generator_env(home: str, work: str, instruction_file: str, job_file: str) -> dict[str, str]:
+    """The generator's whole environment: nothing of the runner's beyond PATH/PYTHONPATH."""
+    env = {
+        "PATH": os.environ.get("PATH") or os.defpath,
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "GENJOB_INSTRUCTION_FILE": instruction_file,
+        "GENJOB_JOB_FILE": job_file,
+        "GENJOB_WORKDIR": work,
+    }
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+def run_job(header: dict, bundle: bytes, watch: Watch, result: dict) -> dict[str, bytes]:
+    """Unpack, run and collect one job, filling ``result``; return the collected outputs.
+
+    The workspace is ``<tmp>/work`` (the generator's cwd, holding only the repository
+    files), beside ``<tmp>/meta`` (job and instruction) and an empty ``<tmp>/home``.
+    """
+    limits = header["limits"]
+    job_bytes, instruction, allowed, files = unpack_bundle(bundle, limits)
+    base = tempfile.mkdtemp(prefix="genjob-")
+    try:
+        work, meta, home = (os.path.join(base, name) for name in ("work", "meta", "home"))
+        for folder in (work, meta, home):
+            os.mkdir(folder, 0o700)
+        instruction_file = os.path.join(meta, "instruction.txt")
+        job_file = os.path.join(meta, "job.json")
+        write_new_file(meta, "instruction.txt", instruction)
+        write_new_file(meta, "job.json", job_bytes)
+        for rel in sorted(files):
+            write_new_file(work, rel, files[rel])
+        command = render_command(
+            header["generator"],
+            {
+                "instruction_file": shlex.quote(instruction_file),
+                "job_file": shlex.quote(job_file),
+                "paths": quoted_paths(allowed),
+                "workdir": shlex.quote(work),
+            },
+        )
+        if watch.reason is not None:
+            raise Cancelled(watch.reason)
+        tail = Tail(limits["max_tail_bytes"])
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=work,
+            env=generator_env(home, work, instruction_file, job_file),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+        exit_code, timed_out, cancelled = Generator(proc, watch, tail).finish(header["timeout"])
+        result.update(
+            exit_code=exit_code,
+            timed_out=timed_out,
+            cancelled=cancelled,
+            tail=bytes(tail.data).decode("utf-8", errors="replace"),
+        )
+        if cancelled:
+            return {}
+        outputs, violations = collect(work, allowed, limits)
+        result["violations"] = violations
+        return outputs
+    finally:
+        remove_tree(base)
+
+
+def main() -> int:
+    result: dict = {
+        "exit_code": None,
+        "timed_out": False,
+        "cancelled": False,
+        "violations": [],
+        "tail": "",
+        "error": None,
+        "outputs": {},
+    }
+    outputs: dict[str, bytes] = {}
+    stdin = sys.stdin.buffer
+    try:
+        header = read_header(stdin)
+        bundle = read_bundle(stdin, header["bundle_bytes"])
+        outputs = run_job(header, bundle, Watch(), result)
+    except Cancelled as exc:
+        result.update(cancelled=True, error=str(exc))
+    except ProtocolError as exc:
+        result["error"] = str(exc)
+    except OSError as exc:
+        result["error"] = f"runner: {exc}"
+    result["outputs"] = {rel: hashlib.sha256(data).hexdigest() for rel, data in outputs.items()}
+    members = [("result.json", json.dumps(result, sort_keys=True).encode("utf-8"))]
+    members += [("outputs/" + rel, outputs[rel]) for rel in sorted(outputs)]
+    try:
+        sys.stdout.buffer.write(write_tar(members))
+        sys.stdout.buffer.flush()
+    except OSError:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

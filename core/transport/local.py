@@ -1,0 +1,104 @@
+"""Run the runner as a local subprocess, through the same bootstrap as over SSH."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core import runner
+from core.transport.base import (
+    STOP_WAIT,
+    OutputCallback,
+    RunOutcome,
+    Session,
+    drive,
+    stdin_payload,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def local_env(python: str) -> dict[str, str]:
+    """A clean environment whose PATH starts with ``python``'s folder, so that
+    ``python3 -m core.demo_generator`` finds this interpreter and, via PYTHONPATH, ``core``."""
+    path = os.environ.get("PATH") or os.defpath
+    folder = os.path.dirname(python)
+    return {
+        "PATH": f"{folder}{os.pathsep}{path}" if folder else path,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+
+
+class LocalTransport:
+    """Runs each job in a local ``python -c BOOTSTRAP`` subprocess in its own session.
+
+    ``slack`` is added to the header's timeout to bound the whole run, upload included.
+    """
+
+    def __init__(self, python: str = sys.executable, *, slack: float = 60.0) -> None:
+        self.python = python
+        self.slack = slack
+
+    async def run(
+        self,
+        header: Mapping[str, Any],
+        bundle: bytes,
+        on_output: OutputCallback | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> RunOutcome:
+        payload = stdin_payload(header, bundle)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.python,
+                "-c",
+                runner.BOOTSTRAP,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=local_env(self.python),
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            return RunOutcome(None, b"", None, f"{self.python} not found")
+        except OSError as exc:
+            return RunOutcome(None, b"", None, f"cannot start {self.python}: {exc.strerror}")
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+        async def stop() -> None:
+            """SIGTERM and EOF: the runner kills its generator and removes its workspace;
+            if it has not exited by then, kill its process group."""
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_WAIT)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+
+        session = Session(
+            stdin=proc.stdin,
+            stdout=proc.stdout,
+            stderr=proc.stderr,
+            wait=proc.wait,
+            stop=stop,
+            lost=(ConnectionResetError, BrokenPipeError),
+            python=self.python,
+        )
+        try:
+            return await drive(
+                session, payload, header, on_output, cancel, header["timeout"] + self.slack
+            )
+        finally:
+            proc.stdin.close()
+
+    async def close(self) -> None:
+        """Nothing is held between jobs."""

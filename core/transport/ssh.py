@@ -1,0 +1,234 @@
+"""Run the runner on a generator host over SSH (asyncssh client; any SSH server).
+
+One connection per transport, opened on first use, shared by concurrent jobs (one SSH
+session each) and reopened after a drop. Host keys are always checked against the
+given known_hosts file and nothing else; no agent, no forwarding, no environment sent,
+no config file read, publickey authentication with the one identity given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from core.transport.base import (
+    STOP_WAIT,
+    OutputCallback,
+    RunOutcome,
+    Session,
+    drive,
+    remote_command,
+    stdin_payload,
+)
+
+
+class HostKeyError(Exception):
+    """The server's host key is not trusted by the known_hosts file: unknown or changed.
+
+    The message carries the key's SHA256 fingerprint and the command that trusts it.
+    """
+
+    def __init__(self, message: str, fingerprint: str | None) -> None:
+        super().__init__(message)
+        self.fingerprint = fingerprint
+
+
+def _split_address(address: str) -> tuple[str | None, str]:
+    user, sep, host = address.rpartition("@")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host:
+        raise ValueError(f"{address!r}: no host")
+    return (user if sep else None), host
+
+
+class SSHTransport:
+    """Runs each job as ``python3 -c BOOTSTRAP`` in an SSH session on ``address``.
+
+    ``address`` is ``user@host`` (or ``host``, for the local user name). ``slack`` is
+    added to the header's timeout to bound a whole run, upload included.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        port: int = 22,
+        identity: Path | str = "",
+        known_hosts: Path | str = "",
+        connect_timeout: float = 15.0,
+        *,
+        python: str = "python3",
+        slack: float = 60.0,
+        keepalive_interval: float = 15.0,
+    ) -> None:
+        if not identity or not known_hosts:
+            raise ValueError("SSHTransport needs an identity file and a known_hosts file")
+        self.address = address
+        self.user, self.host = _split_address(address)
+        self.port = port
+        self.identity = Path(identity)
+        self.known_hosts = Path(known_hosts)
+        self.connect_timeout = connect_timeout
+        self.python = python
+        self.slack = slack
+        self.keepalive_interval = keepalive_interval
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def _hostspec(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+    def _trusted(self) -> asyncssh.SSHKnownHosts:
+        """The known_hosts file as loaded now; a missing file trusts nothing."""
+        try:
+            text = self.known_hosts.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        return asyncssh.import_known_hosts(text)
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        trusted = self._trusted()
+        try:
+            return await asyncssh.connect(
+                self.host,
+                self.port,
+                username=self.user if self.user is not None else (),
+                known_hosts=trusted,
+                client_keys=[str(self.identity)],
+                config=[],
+                agent_path=None,
+                agent_forwarding=False,
+                x11_forwarding=False,
+                preferred_auth="publickey",
+                public_key_auth=True,
+                password_auth=False,
+                kbdint_auth=False,
+                host_based_auth=False,
+                gss_auth=False,
+                gss_kex=False,
+                env=None,
+                send_env=None,
+                request_pty=False,
+                connect_timeout=self.connect_timeout,
+                keepalive_interval=self.keepalive_interval,
+                keepalive_count_max=3,
+            )
+        except asyncssh.HostKeyNotVerifiable:
+            raise await self._host_key_error(trusted) from None
+        except asyncssh.KeyExchangeFailed:
+            if self._known_keys(trusted):
+                raise await self._host_key_error(trusted) from None
+            raise
+
+    def _known_keys(self, trusted: asyncssh.SSHKnownHosts) -> list[asyncssh.SSHKey]:
+        return list(asyncssh.match_known_hosts(trusted, self.host, self.host, self.port)[0])
+
+    async def _host_key_error(self, trusted: asyncssh.SSHKnownHosts) -> HostKeyError:
+        try:
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(self.host, self.port, config=[]),
+                self.connect_timeout,
+            )
+        except (OSError, asyncssh.Error, TimeoutError):
+            key = None
+        fingerprint = key.get_fingerprint("sha256") if key is not None else None
+        presented = (
+            f"{key.get_algorithm()} {fingerprint}" if key is not None else "a key (unreadable)"
+        )
+        path = shlex.quote(str(self.known_hosts))
+        keyscan = f"ssh-keyscan -p {self.port} {shlex.quote(self.host)} >> {path}"
+        if self._known_keys(trusted):
+            return HostKeyError(
+                f"host key for {self._hostspec} has CHANGED: {self.known_hosts} holds "
+                f"another key, the server presents {presented}. If the change is "
+                f"expected, replace it: ssh-keygen -R {shlex.quote(self._hostspec)} "
+                f"-f {path} && {keyscan}",
+                fingerprint,
+            )
+        return HostKeyError(
+            f"host key for {self._hostspec} is not in {self.known_hosts}: the server "
+            f"presents {presented}. Check that fingerprint with the host's owner, then "
+            f"trust it: {keyscan}",
+            fingerprint,
+        )
+
+    async def _connection(
+        self, stale: asyncssh.SSHClientConnection | None = None
+    ) -> asyncssh.SSHClientConnection:
+        """The shared connection, opened or reopened under a lock.
+
+        ``stale`` is a connection the caller saw fail: replaced only if it is still the
+        current one, so concurrent jobs that saw the same failure reconnect once.
+        """
+        async with self._lock:
+            conn = self._conn
+            if conn is None or conn is stale or conn.is_closed():
+                if conn is not None:
+                    conn.close()
+                self._conn = None
+                self._conn = conn = await self._connect()
+            return conn
+
+    async def _start(self) -> asyncssh.SSHClientProcess[bytes]:
+        command = remote_command(self.python)
+        conn = await self._connection()
+        try:
+            return await conn.create_process(command, encoding=None)
+        except (asyncssh.ChannelOpenError, asyncssh.DisconnectError, OSError):
+            conn = await self._connection(stale=conn)
+            return await conn.create_process(command, encoding=None)
+
+    async def run(
+        self,
+        header: Mapping[str, Any],
+        bundle: bytes,
+        on_output: OutputCallback | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> RunOutcome:
+        payload = stdin_payload(header, bundle)
+        try:
+            proc = await self._start()
+        except (OSError, asyncssh.Error) as exc:
+            return RunOutcome(None, b"", None, f"cannot reach {self.address}:{self.port}: {exc}")
+
+        async def wait() -> int | None:
+            await proc.wait()
+            return proc.returncode
+
+        async def stop() -> None:
+            """TERM if the server honours it, then close the channel: the runner sees EOF
+            on stdin either way and kills its generator."""
+            with contextlib.suppress(OSError, asyncssh.Error):
+                proc.send_signal("TERM")
+            proc.close()
+            with contextlib.suppress(TimeoutError, OSError, asyncssh.Error):
+                await asyncio.wait_for(proc.wait_closed(), STOP_WAIT)
+
+        session = Session(
+            stdin=proc.stdin,
+            stdout=proc.stdout,
+            stderr=proc.stderr,
+            wait=wait,
+            stop=stop,
+            lost=(asyncssh.Error,),
+            python=self.python,
+        )
+        try:
+            return await drive(
+                session, payload, header, on_output, cancel, header["timeout"] + self.slack
+            )
+        finally:
+            proc.close()
+
+    async def close(self) -> None:
+        async with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            await conn.wait_closed()
