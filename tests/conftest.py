@@ -1,0 +1,47 @@
+"""Shared fixtures: every test gets its own user config folder and, on request, a repository."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.layout import Layout
+
+pytest_plugins = ["ssh_servers"]
+
+
+@pytest.fixture(autouse=True)
+def private_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point XDG_CONFIG_HOME at a fresh folder so no test reads or writes the user's keys."""
+    cfg = tmp_path_factory.mktemp("xdg-config")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(cfg))
+    return cfg
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Layout:
+    """A git repository with a few files and an initialised `.gen/`."""
+    from corekit import make_repo
+
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def signer(repo: Layout) -> Ed25519PrivateKey:
+    """This machine's worker key (made under the private config) and pinned in `repo`."""
+    from core.signing import keygen, load_private_key, trust
+
+    pub = keygen()
+    trust(repo.trusted_keys, pub)
+    return load_private_key()
+
+
+@pytest.fixture
+def in_repo(repo: Layout, monkeypatch: pytest.MonkeyPatch) -> Layout:
+    """`repo`, with the current folder set to its root (as a user at a shell would be)."""
+    monkeypatch.chdir(repo.root)
+    assert Path(os.getcwd()) == repo.root
+    return repo

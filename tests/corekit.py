@@ -1,0 +1,131 @@
+"""Helpers the core tests share: repositories, tree snapshots, workers, the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.cli import main
+from core.layout import Layout
+from core.mint import build_job
+from core.models import V2, Job
+from core.queue import Claimer, enqueue
+from core.receipts import Committed, commit_receipt, make_receipt
+from core.repo import init_repo
+
+FILES: dict[str, bytes] = {
+    "src/app.py": b"def main():\n    return 1\n",
+    "src/util.py": b"def helper(x):\n    return x * 2\n",
+    "README.md": b"# demo\n",
+    "docs/guide.md": b"Read me.\n",
+}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)
+    return proc.stdout
+
+
+def make_repo(root: Path, files: Mapping[str, bytes] = FILES, commit: bool = True) -> Layout:
+    """A git repository holding `files` (committed), with `.gen/` initialised."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "tests@genjob.invalid")
+    git(root, "config", "user.name", "genjob tests")
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    if commit and files:
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "initial")
+    layout, _ = init_repo(root)
+    return layout
+
+
+def tree_state(root: Path) -> dict[str, str]:
+    """Every entry under `root`: files by hash and mode, folders, links by target."""
+    state: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                state[rel] = f"link:{os.readlink(full)}"
+            elif stat.S_ISDIR(st.st_mode):
+                state[rel] = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                with open(full, "rb") as fh:
+                    state[rel] = f"file:{oct(st.st_mode & 0o777)}:{sha(fh.read())}"
+            else:
+                state[rel] = f"other:{st.st_mode}"
+    return state
+
+
+def tree_files(root: Path) -> dict[str, bytes]:
+    """The bytes of every file in the working tree (outside `.gen/` and `.git/`)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not (dirpath == str(root) and d in (".gen", ".git"))]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            out[os.path.relpath(full, root)] = Path(full).read_bytes()
+    return out
+
+
+def mint(
+    layout: Layout,
+    instruction: str = "Make it better.",
+    paths: Sequence[str] = ("src/app.py",),
+    new: Sequence[str] = (),
+    schema: str = V2,
+) -> Job:
+    """Mint a job with the core (no CLI) and enqueue it."""
+    job = build_job(layout, instruction, list(paths), list(new), schema)
+    enqueue(layout, job)
+    return job
+
+
+def stage_outputs(layout: Layout, outputs: Mapping[str, bytes]) -> Path:
+    """A staging folder inside `.gen/out/` holding `outputs`, as a worker leaves it."""
+    stage = layout.out / f".stage-{secrets.token_hex(4)}"
+    for rel, data in outputs.items():
+        path = stage / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    stage.mkdir(parents=True, exist_ok=True)
+    return stage
+
+
+def receive(
+    layout: Layout,
+    key: str,
+    outputs: Mapping[str, bytes],
+    signer: Ed25519PrivateKey | None = None,
+    status: str = "ok",
+    worker: str = "w1",
+) -> Committed:
+    """Claim `key` (held by this process) and commit a receipt for `outputs`."""
+    claim = Claimer(layout, worker).claim(key)
+    receipt = make_receipt(claim.job, status, {rel: sha(data) for rel, data in outputs.items()}, worker)
+    staged = stage_outputs(layout, outputs) if outputs else None
+    return commit_receipt(layout, claim.job, receipt, claim.lease.token, worker, staged, signer)
+
+
+def cli(*args: str, root: Path | None = None, input: str | None = None) -> Result:
+    """Run `genjob ARGS` in this process; stdout and stderr are kept apart."""
+    argv = (["--root", str(root)] if root is not None else []) + list(args)
+    return CliRunner().invoke(main, argv, input=input, catch_exceptions=False)
