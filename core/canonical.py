@@ -9,9 +9,11 @@ without bound and converts integers of any length; `loads_strict` refuses each o
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +34,22 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _open_regular(path: Path) -> int:
+    """Open a regular file for reading: no link at the last component, and never block.
+
+    Without ``O_NONBLOCK`` opening a FIFO waits for a writer forever; a FIFO or device is
+    refused with an OSError instead of being read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
 def sha256_file(path: Path) -> str:
-    """Hash a file without following a symlink at its last component."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    """Hash a regular file without following a symlink at its last component."""
+    fd = _open_regular(path)
     try:
         h = hashlib.sha256()
         while chunk := os.read(fd, _HASH_CHUNK):
@@ -110,9 +125,9 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
 
 
 def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
-    """Read a small file, refusing links and anything over `max_bytes`."""
+    """Read a small regular file, refusing links, FIFOs, devices and anything over `max_bytes`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = _open_regular(path)
     except OSError as exc:
         raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
     try:
