@@ -41,9 +41,7 @@ __all__ = [
 ]
 
 MAX_RESULT_JSON_BYTES = 4 << 20
-RESULT_KEYS = frozenset(
-    {"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"}
-)
+RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})
 
 
 class BundleError(Exception):

@@ -33,10 +33,7 @@ import tarfile
 import tempfile
 import time
 
-BOOTSTRAP = (
-    "import sys;b=sys.stdin.buffer;"
-    'exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
-)
+BOOTSTRAP = 'import sys;b=sys.stdin.buffer;exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
 PROTOCOL_VERSION = 1
 KILL_GRACE = 2.0
 MAX_HEADER_BYTES = 1 << 20
@@ -51,8 +48,8 @@ def check_relpath(path: str) -> str:
 
     Refuses, with a ValueError naming the path and the fault: non-strings, empty or
     over-long paths, text that is not valid UTF-8, control characters, backslashes,
-    absolute paths, empty, ``.`` or ``..`` components, any ``.git`` component and a
-    leading ``.gen`` component (the repository's own machinery is never a job's output).
+    absolute paths, empty, ``.`` or ``..`` components, and paths under a top-level
+    ``.gen`` or ``.git`` (the repository's own machinery is never a job's output).
     """
     if not isinstance(path, str):
         raise ValueError(f"path must be a string, not {type(path).__name__}")
@@ -78,10 +75,8 @@ def check_relpath(path: str) -> str:
             raise ValueError(f"{path!r}: {part!r} component")
         if len(part.encode("utf-8")) > 255:
             raise ValueError(f"{path!r}: component longer than 255 bytes")
-        if part == ".git":
-            raise ValueError(f"{path!r}: inside a .git folder")
-    if parts[0] == ".gen":
-        raise ValueError(f"{path!r}: inside the .gen folder")
+    if parts[0] in (".gen", ".git"):
+        raise ValueError(f"{path!r}: under {parts[0]}/")
     return path
 
 
@@ -177,14 +172,10 @@ def read_tar(
                     raise ValueError(f"{name!r}: duplicate member")
                 seen.add(name)
                 if info.size > max_member_bytes:
-                    raise ValueError(
-                        f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}"
-                    )
+                    raise ValueError(f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}")
                 total += info.size
                 if total > max_total_bytes:
-                    raise ValueError(
-                        f"{name!r}: archive content over the limit of {max_total_bytes} bytes"
-                    )
+                    raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
                 handle = archive.extractfile(info)
                 content = handle.read() if handle is not None else b""
                 if len(content) != info.size:
@@ -468,9 +459,7 @@ def write_new_file(root: str, rel: str, content: bytes) -> None:
     try:
         if parent:
             os.makedirs(os.path.join(root, parent), mode=0o755, exist_ok=True)
-        fd = os.open(
-            os.path.join(root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644
-        )
+        fd = os.open(os.path.join(root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         raise ProtocolError(f"bundle: cannot create {rel!r}: {exc.strerror}") from None
     with os.fdopen(fd, "wb") as handle:
@@ -494,9 +483,7 @@ def _read_allowed(work: str, rel: str, max_bytes: int) -> bytes | None:
     try:
         for i, part in enumerate(parts[:-1]):
             try:
-                next_fd = os.open(
-                    part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd
-                )
+                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd)
             except FileNotFoundError:
                 return None
             except OSError:

@@ -94,9 +94,7 @@ class LocalTransport:
             python=self.python,
         )
         try:
-            return await drive(
-                session, payload, header, on_output, cancel, header["timeout"] + self.slack
-            )
+            return await drive(session, payload, header, on_output, cancel, header["timeout"] + self.slack)
         finally:
             proc.stdin.close()
 

@@ -71,8 +71,8 @@ class SSHTransport:
         self.address = address
         self.user, self.host = _split_address(address)
         self.port = port
-        self.identity = Path(identity)
-        self.known_hosts = Path(known_hosts)
+        self.identity = Path(identity).expanduser()
+        self.known_hosts = Path(known_hosts).expanduser()
         self.connect_timeout = connect_timeout
         self.python = python
         self.slack = slack
@@ -138,9 +138,7 @@ class SSHTransport:
         except (OSError, asyncssh.Error, TimeoutError):
             key = None
         fingerprint = key.get_fingerprint("sha256") if key is not None else None
-        presented = (
-            f"{key.get_algorithm()} {fingerprint}" if key is not None else "a key (unreadable)"
-        )
+        presented = f"{key.get_algorithm()} {fingerprint}" if key is not None else "a key (unreadable)"
         path = shlex.quote(str(self.known_hosts))
         keyscan = f"ssh-keyscan -p {self.port} {shlex.quote(self.host)} >> {path}"
         if self._known_keys(trusted):
@@ -220,9 +218,7 @@ class SSHTransport:
             python=self.python,
         )
         try:
-            return await drive(
-                session, payload, header, on_output, cancel, header["timeout"] + self.slack
-            )
+            return await drive(session, payload, header, on_output, cancel, header["timeout"] + self.slack)
         finally:
             proc.close()
 

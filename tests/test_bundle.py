@@ -1,0 +1,342 @@
+"""Bundles out, results back: the local validator refuses anything but allowed regular files."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from core.bundle import (
+    BundleError,
+    Limits,
+    check_relpath,
+    extract_result,
+    make_bundle,
+    make_header,
+)
+
+SMALL = Limits(max_file_bytes=1000, max_total_bytes=2500, max_files=3, max_tail_bytes=100)
+
+
+def job_doc(paths: list[str], instruction: str = "do it") -> bytes:
+    return json.dumps({"instruction": instruction, "allowed_paths": paths}).encode()
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def result_json(outputs: dict[str, bytes], **overrides: object) -> bytes:
+    body: dict[str, object] = {
+        "exit_code": 0,
+        "timed_out": False,
+        "cancelled": False,
+        "violations": [],
+        "tail": "done\n",
+        "error": None,
+        "outputs": {rel: sha(data) for rel, data in outputs.items()},
+    }
+    body.update(overrides)
+    return json.dumps(body).encode()
+
+
+def member(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.size = len(data) if kind in (tarfile.REGTYPE, tarfile.AREGTYPE) else 0
+    if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+        info.linkname = "/etc/passwd"
+    return info
+
+
+def tar_of(*members: tuple[tarfile.TarInfo, bytes], fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for info, data in members:
+            tf.addfile(info, io.BytesIO(data) if info.size else None)
+    return buf.getvalue()
+
+
+def result_tar(outputs: dict[str, bytes], **overrides: object) -> bytes:
+    raw = result_json(outputs, **overrides)
+    items = [(member("result.json", raw), raw)]
+    items += [(member("outputs/" + rel, data), data) for rel, data in outputs.items()]
+    return tar_of(*items)
+
+
+# --- check_relpath ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["a.py", "src/pkg/mod.py", ".github/workflows/ci.yml", "a b/c d.txt", "ünï/çødé.md"]
+)
+def test_check_relpath_accepts(path: str) -> None:
+    assert check_relpath(path) == path
+
+
+@pytest.mark.parametrize(
+    ("path", "fault"),
+    [
+        ("", "empty"),
+        ("/etc/passwd", "absolute"),
+        ("../x", "'..'"),
+        ("a/../../x", "'..'"),
+        ("a/./b", "'.'"),
+        ("a//b", "empty component"),
+        ("a/", "empty component"),
+        ("a\\b", "backslash"),
+        ("a\nb", "control character"),
+        ("a\x00b", "control character"),
+        (".git/hooks/pre-commit", "under .git/"),
+        (".gen/queue/x.json", "under .gen/"),
+        ("x" * 256, "255 bytes"),
+        ("\udcff", "UTF-8"),
+    ],
+)
+def test_check_relpath_refuses(path: str, fault: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(fault)):
+        check_relpath(path)
+
+
+@given(st.text(max_size=80))
+def test_check_relpath_result_stays_inside(path: str) -> None:
+    try:
+        rel = check_relpath(path)
+    except ValueError:
+        return
+    root = Path("/repo")
+    assert rel == path
+    assert os.path.normpath(rel) == rel
+    assert not os.path.isabs(rel)
+    assert Path(os.path.normpath(root / rel)).is_relative_to(root)
+    assert ".." not in rel.split("/")
+
+
+# --- make_bundle -----------------------------------------------------------------
+
+
+def test_make_bundle_is_deterministic_and_normalised(tmp_path: Path) -> None:
+    (tmp_path / "b.py").write_bytes(b"b = 2\n")
+    paths = ["b.py", "a.py", "new/c.py"]
+    files: dict[str, bytes | Path] = {"a.py": b"a = 1\n", "b.py": tmp_path / "b.py"}
+    first = make_bundle(job_doc(paths), "do it", paths, files)
+    second = make_bundle(job_doc(paths), "do it", paths, dict(reversed(files.items())))
+    assert first == second
+    with tarfile.open(fileobj=io.BytesIO(first)) as tf:
+        infos = tf.getmembers()
+        assert [i.name for i in infos] == ["files/a.py", "files/b.py", "instruction.txt", "job.json"]
+        for info in infos:
+            assert (info.mtime, info.uid, info.gid, info.mode) == (0, 0, 0, 0o644)
+            assert info.isreg()
+        assert tf.extractfile("files/b.py").read() == b"b = 2\n"  # type: ignore[union-attr]
+        assert tf.extractfile("job.json").read() == job_doc(paths)  # type: ignore[union-attr]
+
+
+def test_make_header_matches_bundle() -> None:
+    bundle = make_bundle(job_doc(["a"]), "do it", ["a"], {})
+    header = make_header("gen {paths}", 5, SMALL, bundle)
+    assert header == {
+        "v": 1,
+        "generator": "gen {paths}",
+        "timeout": 5.0,
+        "limits": SMALL.as_dict(),
+        "bundle_bytes": len(bundle),
+    }
+
+
+def test_make_bundle_never_ships_outside_the_job() -> None:
+    with pytest.raises(BundleError, match=r"files/secret\.env: not an allowed path"):
+        make_bundle(job_doc(["a.py"]), "do it", ["a.py"], {"secret.env": b"KEY=1"})
+
+
+def test_make_bundle_refuses_disagreeing_job() -> None:
+    with pytest.raises(BundleError, match="allowed_paths differs"):
+        make_bundle(job_doc(["a.py"]), "do it", ["a.py", "b.py"], {})
+    with pytest.raises(BundleError, match="instruction"):
+        make_bundle(job_doc(["a.py"], "one thing"), "another", ["a.py"], {})
+    with pytest.raises(BundleError, match="absolute"):
+        make_bundle(job_doc(["/etc/x"]), "do it", ["/etc/x"], {})
+    with pytest.raises(BundleError, match="duplicate key"):
+        make_bundle(b'{"allowed_paths": [], "allowed_paths": []}', "do it", [], {})
+
+
+def test_make_bundle_refuses_symlink_and_oversize(tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to("/etc/passwd")
+    with pytest.raises(BundleError, match=r"files/a\.py: cannot read"):
+        make_bundle(job_doc(["a.py"]), "do it", ["a.py"], {"a.py": tmp_path / "link"})
+    with pytest.raises(BundleError, match="over max_file_bytes"):
+        make_bundle(job_doc(["a.py"]), "do it", ["a.py"], {"a.py": b"x" * 1001}, limits=SMALL)
+
+
+# --- extract_result: the happy path ----------------------------------------------
+
+
+def test_extract_result_writes_and_hashes(tmp_path: Path) -> None:
+    outputs = {"a.py": b"a = 1\n", "pkg/deep/b.py": b"b = 2\n"}
+    dest = tmp_path / "out"
+    info = extract_result(result_tar(outputs), ["a.py", "pkg/deep/b.py"], SMALL, dest)
+    assert info.ok
+    assert info.outputs == {rel: sha(data) for rel, data in outputs.items()}
+    assert (dest / "pkg/deep/b.py").read_bytes() == b"b = 2\n"
+    assert info.tail == "done\n"
+
+
+def test_extract_result_reports_hash_mismatch_and_unclaimed(tmp_path: Path) -> None:
+    raw = result_json({"a.py": b"what the runner claims"})
+    tar = tar_of(
+        (member("result.json", raw), raw),
+        (member("outputs/a.py", b"what arrived"), b"what arrived"),
+        (member("outputs/b.py", b"unclaimed"), b"unclaimed"),
+    )
+    info = extract_result(tar, ["a.py", "b.py"], SMALL, tmp_path / "out")
+    assert not info.ok
+    assert info.outputs["a.py"] == sha(b"what arrived")
+    assert any(v.startswith("a.py: runner claimed") for v in info.violations)
+    assert any(v.startswith("b.py: runner claimed sha256 None") for v in info.violations)
+
+
+def test_extract_result_passes_runner_findings_on(tmp_path: Path) -> None:
+    tar = result_tar({}, exit_code=None, timed_out=True, violations=["x: symlink"])
+    info = extract_result(tar, ["x"], SMALL, tmp_path / "out")
+    assert (info.exit_code, info.timed_out, info.violations) == (None, True, ("x: symlink",))
+    assert not info.ok
+
+
+# --- extract_result: refusals ----------------------------------------------------
+
+RAW = result_json({})
+
+
+@pytest.mark.parametrize(
+    ("tar", "fault"),
+    [
+        (tar_of((member("outputs/a.py", kind=tarfile.SYMTYPE), b"")), "symlink"),
+        (tar_of((member("outputs/a.py", kind=tarfile.LNKTYPE), b"")), "hard link"),
+        (tar_of((member("outputs/a.py", kind=tarfile.DIRTYPE), b"")), "directory"),
+        (tar_of((member("outputs/a.py", kind=tarfile.FIFOTYPE), b"")), "fifo"),
+        (tar_of((member("outputs/a.py", kind=tarfile.CHRTYPE), b"")), "character device"),
+        (tar_of((member("outputs/a.py", kind=tarfile.BLKTYPE), b"")), "block device"),
+        (tar_of((member("outputs/a.py", kind=tarfile.CONTTYPE), b"")), "contiguous"),
+        (tar_of((member("/outputs/a.py", b"x"), b"x")), "'/outputs/a.py'"),
+        (tar_of((member("outputs//etc/passwd", b"x"), b"x")), "absolute|empty component"),
+        (tar_of((member("outputs/../a.py", b"x"), b"x")), "'..'"),
+        (tar_of((member("outputs/a/../../a.py", b"x"), b"x")), "'..'"),
+        (tar_of((member("outputs/b.py", b"x"), b"x")), "not an allowed path"),
+        (tar_of((member("elsewhere/a.py", b"x"), b"x")), "'elsewhere/a.py'"),
+        (tar_of((member("outputs/" + "d/" * 60 + "a.py", b"x"), b"x")), "not an allowed"),
+        (
+            tar_of((member("outputs/a.py", b"1"), b"1"), (member("outputs/a.py", b"2"), b"2")),
+            "duplicate member",
+        ),
+        (
+            tar_of(*[(member(f"outputs/{i}", b""), b"") for i in range(5)]),
+            "more than 4 members",
+        ),
+        (tar_of((member("outputs/a.py", b"x" * 1001), b"x" * 1001)), "over max_file_bytes"),
+        (tar_of((member("outputs/a.py", b"x"), b"x")), "result.json is missing"),
+        (b"not a tar at all" * 64, "damaged tar"),
+        (gzip.compress(result_tar({})), "damaged tar"),
+        (result_tar({})[:700], "damaged tar|truncated"),
+        (tar_of((member("result.json", b'{"a":1,"a":2}'), b'{"a":1,"a":2}')), "duplicate key"),
+        (tar_of((member("result.json", b"[NaN]"), b"[NaN]")), "NaN"),
+        (tar_of((member("result.json", b"[]"), b"[]")), "exactly the keys"),
+        (result_tar({}, exit_code="0"), "exit_code has the wrong type"),
+        (result_tar({}, violations="none"), "violations has the wrong type"),
+    ],
+)
+def test_extract_result_refuses(tmp_path: Path, tar: bytes, fault: str) -> None:
+    dest = tmp_path / "out"
+    with pytest.raises(BundleError, match=fault):
+        extract_result(tar, ["a.py", "0", "1", "2", "3", "4"], SMALL, dest)
+    assert not dest.exists()
+
+
+def test_extract_result_refuses_total_over_limit(tmp_path: Path) -> None:
+    outputs = {"a": b"x" * 1000, "b": b"x" * 1000, "c": b"x" * 1000}
+    with pytest.raises(BundleError, match=r"outputs/c.: outputs over max_total_bytes"):
+        extract_result(result_tar(outputs), ["a", "b", "c"], SMALL, tmp_path / "out")
+
+
+def test_extract_result_refuses_pax_path_override(tmp_path: Path) -> None:
+    """A pax header may rename a member after the fact; the final name is what is checked."""
+    info = member("outputs/a.py", b"x")
+    info.pax_headers = {"path": "outputs/../../../etc/cron.d/x"}
+    tar = tar_of((member("result.json", RAW), RAW), (info, b"x"))
+    with pytest.raises(BundleError, match=r"'\.\.'"):
+        extract_result(tar, ["a.py"], SMALL, tmp_path / "out")
+
+
+def test_extract_result_refuses_gnu_longname_escape(tmp_path: Path) -> None:
+    name = "outputs/" + "a/" * 60 + "../" * 70 + "x"
+    tar = tar_of((member(name, b"x"), b"x"), fmt=tarfile.GNU_FORMAT)
+    with pytest.raises(BundleError, match=r"'\.\.'"):
+        extract_result(tar, ["x"], SMALL, tmp_path / "out")
+
+
+def test_extract_result_needs_a_fresh_folder(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "keep").write_text("mine")
+    with pytest.raises(BundleError, match="already exists"):
+        extract_result(result_tar({"a.py": b"x"}), ["a.py"], SMALL, dest)
+    assert (dest / "keep").read_text() == "mine"
+
+
+def test_extract_result_removes_folder_when_writing_fails(tmp_path: Path) -> None:
+    """``a`` and ``a/b`` cannot both be files: the second write fails after the first."""
+    dest = tmp_path / "out"
+    with pytest.raises(BundleError, match="outputs/a/b: cannot be written"):
+        extract_result(result_tar({"a": b"1", "a/b": b"2"}), ["a", "a/b"], SMALL, dest)
+    assert not dest.exists()
+
+
+KINDS = [*[tarfile.REGTYPE] * 6, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.DIRTYPE, tarfile.FIFOTYPE]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    names=st.lists(
+        st.one_of(
+            st.text(st.sampled_from("ab./\\-\x00\n é"), max_size=12),
+            st.sampled_from(["..", "../a", "/a", "a/../b", ".git/x", "a//b", "./a", "a"]),
+        ),
+        max_size=3,
+    ),
+    kinds=st.lists(st.sampled_from(KINDS), min_size=3, max_size=3),
+)
+def test_extract_result_arbitrary_names(
+    tmp_path_factory: pytest.TempPathFactory, names: list[str], kinds: list[bytes]
+) -> None:
+    """Whatever the names and types, either everything is refused or every file written
+    is a regular file at an allowed path inside the destination."""
+    allowed = ["a", "b", "a/b", "é", "-"]
+    items = [(member("result.json", RAW), RAW)]
+    for name, kind in zip(names, kinds, strict=False):
+        items.append((member("outputs/" + name, b"data", kind), b"data"))
+    try:
+        tar = tar_of(*items)
+    except (ValueError, UnicodeError):
+        return
+    dest = tmp_path_factory.mktemp("hyp") / "out"
+    try:
+        info = extract_result(tar, allowed, SMALL, dest)
+    except BundleError as exc:
+        assert not dest.exists()
+        event(f"refused: {str(exc).split(':')[-1][:30]}")
+        return
+    event("accepted")
+    written = [p for p in dest.rglob("*") if not p.is_dir()]
+    for path in written:
+        assert not path.is_symlink() and path.is_file()
+        rel = path.relative_to(dest).as_posix()
+        assert rel in allowed and check_relpath(rel) == rel
+        assert info.outputs[rel] == sha(path.read_bytes())

@@ -1,0 +1,370 @@
+"""The runner, run locally as ``python -c BOOTSTRAP`` exactly as a transport starts it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from core import runner
+from core.bundle import Limits, make_bundle, make_header
+from core.runner import BOOTSTRAP, check_relpath, read_tar, render_command, write_tar
+from core.transport.base import stdin_payload
+
+pytestmark = pytest.mark.timeout(120)
+
+PY = shlex.quote(sys.executable)
+LIMITS = Limits(max_file_bytes=4096, max_total_bytes=10_000, max_files=10, max_tail_bytes=64)
+
+
+class Run:
+    """A runner subprocess whose stdin stays open until the test says otherwise."""
+
+    def __init__(self, payload: bytes, tmp: Path) -> None:
+        self.tmpdir = tmp / "runner-tmp"
+        self.tmpdir.mkdir()
+        env = {"PATH": os.environ["PATH"], "TMPDIR": str(self.tmpdir), "SECRET": "s3cret"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", BOOTSTRAP],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        self.out = bytearray()
+        self.err = bytearray()
+        self._threads = [
+            threading.Thread(target=self._copy, args=(self.proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._copy, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(payload)
+        self.proc.stdin.flush()
+
+    @staticmethod
+    def _copy(src: io.BufferedReader, dst: bytearray) -> None:
+        while chunk := src.read1(65536):
+            dst += chunk
+
+    def wait_for_output(self, text: bytes) -> None:
+        deadline = time.monotonic() + 30
+        while text not in self.err:
+            assert time.monotonic() < deadline, f"no {text!r} in {bytes(self.err)!r}"
+            time.sleep(0.02)
+
+    def close_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def finish(self) -> tuple[dict, dict[str, bytes]]:
+        code = self.proc.wait(timeout=60)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        assert code == 0, bytes(self.err).decode(errors="replace")
+        members = dict(read_tar(bytes(self.out), 100, 1 << 20, 1 << 22))
+        result = json.loads(members.pop("result.json"))
+        outputs = {name.removeprefix("outputs/"): data for name, data in members.items()}
+        assert sorted(result["outputs"]) == sorted(outputs)
+        assert list(self.tmpdir.iterdir()) == [], "workspace left behind"
+        return result, outputs
+
+
+def start(
+    tmp: Path,
+    generator: str,
+    paths: list[str],
+    files: dict[str, bytes] | None = None,
+    *,
+    instruction: str = "Make it better.",
+    timeout: float = 30,
+    limits: Limits = LIMITS,
+) -> Run:
+    doc = json.dumps({"instruction": instruction, "allowed_paths": paths}).encode()
+    bundle = make_bundle(doc, instruction, paths, files or {}, limits=limits)
+    header = make_header(generator, timeout, limits, bundle)
+    return Run(stdin_payload(header, bundle), tmp)
+
+
+def run(
+    tmp: Path, generator: str, paths: list[str], files: dict[str, bytes] | None = None, **kw: object
+) -> tuple[dict, dict[str, bytes]]:
+    return start(tmp, generator, paths, files, **kw).finish()  # type: ignore[arg-type]
+
+
+def script(tmp: Path, code: str) -> str:
+    path = tmp / f"gen_{abs(hash(code))}.py"
+    path.write_text(code)
+    return f"{PY} {shlex.quote(str(path))}"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_dead(pids: list[int]) -> list[int]:
+    deadline = time.monotonic() + 30
+    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return living
+
+
+def test_demo_generator_round_trip(tmp_path: Path) -> None:
+    gen = f"PYTHONPATH={shlex.quote(str(Path(__file__).parents[1]))} {PY} -m core.demo_generator"
+    result, outputs = run(tmp_path, gen, ["a.py", "new/b.py"], {"a.py": b"x = 1\n"})
+    assert result["exit_code"] == 0 and result["violations"] == [] and result["error"] is None
+    assert outputs["a.py"] == b"x = 1\n# genjob demo edit\n# instruction: Make it better.\n"
+    assert outputs["new/b.py"].startswith(b"# genjob demo edit\n")
+    assert "edited a.py" in result["tail"]
+
+
+def test_generator_sees_clean_env_and_private_workspace(tmp_path: Path) -> None:
+    code = """
+import json, os
+print("argv-ok", flush=True)
+json.dump({"env": dict(os.environ), "cwd": os.getcwd(), "ls": sorted(os.listdir("."))},
+          open("report.json", "w"))
+"""
+    result, outputs = run(tmp_path, script(tmp_path, code), ["report.json", "a.txt"], {"a.txt": b"a"})
+    report = json.loads(outputs["report.json"])
+    env = report["env"]
+    shell_made = {"PWD", "SHLVL", "_"}
+    assert set(env) - shell_made == {
+        "PATH",
+        "HOME",
+        "LANG",
+        "GENJOB_INSTRUCTION_FILE",
+        "GENJOB_JOB_FILE",
+        "GENJOB_WORKDIR",
+    }
+    assert env["LANG"] == "C.UTF-8"
+    assert env["GENJOB_WORKDIR"] == report["cwd"]
+    assert report["ls"] == ["a.txt"]
+    for key in ("HOME", "GENJOB_INSTRUCTION_FILE", "GENJOB_JOB_FILE"):
+        assert not env[key].startswith(report["cwd"] + os.sep)
+    assert result["violations"] == []
+
+
+def test_placeholders_are_quoted_values(tmp_path: Path) -> None:
+    paths = ["a b.txt", "it's.txt", "-rf", "$(x).txt"]
+    code = """
+import json, os, sys
+args = sys.argv[1:]
+inst = open(args[0], "rb").read().decode()
+job = json.load(open(args[1]))
+open("argv.json", "w").write(json.dumps({"args": args, "inst": inst, "paths": job["allowed_paths"]}))
+"""
+    gen = script(tmp_path, code) + " {instruction_file} {job_file} {workdir} {paths}"
+    result, outputs = run(tmp_path, gen, [*paths, "argv.json"], instruction="hi {paths}")
+    got = json.loads(outputs["argv.json"])
+    assert got["args"][3:] == ["a b.txt", "it's.txt", "./-rf", "$(x).txt", "argv.json"]
+    assert got["inst"] == "hi {paths}"
+    assert got["paths"] == [*paths, "argv.json"]
+    assert result["violations"] == []
+
+
+def test_render_command_is_one_pass() -> None:
+    values = {"instruction_file": "'/x/{paths}'", "job_file": "j", "paths": "p", "workdir": "w"}
+    assert render_command("{instruction_file} {paths} {other} ${HOME}", values) == (
+        "'/x/{paths}' p {other} ${HOME}"
+    )
+
+
+def test_nonzero_exit_and_tail_limit(tmp_path: Path) -> None:
+    code = "import sys\nprint('x' * 500)\nprint('last words', flush=True)\nsys.exit(7)\n"
+    run_ = start(tmp_path, script(tmp_path, code), ["a.py"])
+    result, outputs = run_.finish()
+    assert result["exit_code"] == 7 and not result["timed_out"]
+    assert result["tail"].endswith("last words\n") and len(result["tail"]) == 64
+    assert b"x" * 500 in run_.err, "live output is streamed whole to stderr"
+    assert outputs == {}
+
+
+def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    code = f"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+print("started", flush=True)
+time.sleep(600)
+"""
+    result, _ = run(tmp_path, script(tmp_path, code), ["a.py"], timeout=1)
+    assert result["timed_out"] and result["exit_code"] is None
+    assert wait_dead([int(p) for p in pids.read_text().split()]) == []
+
+
+def test_generator_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    code = f"""
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open({str(pids)!r}, "w").write(str(os.getpid()))
+time.sleep(600)
+"""
+    result, _ = run(tmp_path, script(tmp_path, code), ["a.py"], timeout=0.5)
+    assert result["timed_out"]
+    assert wait_dead([int(pids.read_text())]) == []
+
+
+@pytest.mark.parametrize("how", ["eof", "sigterm", "sighup"])
+def test_client_gone_cancels(tmp_path: Path, how: str) -> None:
+    pids = tmp_path / "pids"
+    code = f"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+print("started", flush=True)
+time.sleep(600)
+"""
+    run_ = start(tmp_path, script(tmp_path, code), ["a.py"], {"a.py": b"a"})
+    run_.wait_for_output(b"started")
+    if how == "eof":
+        run_.close_stdin()
+    else:
+        run_.proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGHUP)
+    result, outputs = run_.finish()
+    assert result["cancelled"] and outputs == {}
+    assert wait_dead([int(p) for p in pids.read_text().split()]) == []
+
+
+def test_eof_before_bundle_is_complete(tmp_path: Path) -> None:
+    doc = json.dumps({"allowed_paths": []}).encode()
+    bundle = make_bundle(doc, "x", [], {})
+    payload = stdin_payload(make_header("true", 5, LIMITS, bundle), bundle)
+    run_ = Run(payload[:-100], tmp_path)
+    run_.close_stdin()
+    result, _ = run_.finish()
+    assert result["cancelled"] and "bundle" in result["error"]
+
+
+def test_violations_are_named(tmp_path: Path) -> None:
+    code = """
+import os
+open("ok.py", "w").write("fine")
+open("stray.txt", "w").write("no")
+os.makedirs("deep/er", exist_ok=True)
+os.symlink("/etc/passwd", "link.py")
+os.mkdir("dir.py")
+os.mkfifo("fifo.py")
+open("big.py", "w").write("x" * 5000)
+os.rename("pkg", "elsewhere")
+os.symlink("/etc", "pkg")
+"""
+    paths = ["ok.py", "link.py", "dir.py", "fifo.py", "big.py", "pkg/mod.py"]
+    result, outputs = run(tmp_path, script(tmp_path, code), paths, {"pkg/mod.py": b"m"})
+    assert sorted(outputs) == ["ok.py"]
+    found = "\n".join(result["violations"])
+    for expected in (
+        "link.py: symlink at an allowed path",
+        "dir.py: directory at an allowed path",
+        "fifo.py: fifo at an allowed path",
+        "big.py: 5000 bytes, over max_file_bytes",
+        "pkg/mod.py: parent pkg is not a directory",
+        "stray.txt: file created outside the allowed paths",
+        "deep: directory created outside the allowed paths",
+        "elsewhere: directory created outside the allowed paths",
+        "pkg: symlink where a folder of allowed paths belongs",
+    ):
+        assert expected in found
+
+
+def test_total_output_limit(tmp_path: Path) -> None:
+    code = "for name in 'abc':\n    open(name, 'w').write('x' * 4000)\n"
+    result, outputs = run(tmp_path, script(tmp_path, code), ["a", "b", "c"])
+    assert sorted(outputs) == ["a", "b"]
+    assert result["violations"] == ["c: outputs over max_total_bytes (10000)"]
+
+
+def test_escaped_daemon_does_not_hang_the_runner(tmp_path: Path) -> None:
+    """A grandchild in its own session keeps the output pipe open; the runner still ends."""
+    pidfile = tmp_path / "daemon"
+    code = f"""
+import subprocess, sys
+p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+open({str(pidfile)!r}, "w").write(str(p.pid))
+"""
+    try:
+        result, _ = run(tmp_path, script(tmp_path, code), ["a.py"])
+        assert result["exit_code"] == 0
+    finally:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("members", "fault"),
+    [
+        (
+            [("job.json", b'{"allowed_paths": ["a"]}'), ("instruction.txt", b"x"), ("files/b", b"")],
+            "'files/b': not files/<an allowed path>",
+        ),
+        ([("job.json", b'{"allowed_paths": ["../a"]}'), ("instruction.txt", b"x")], "'..'"),
+        ([("job.json", b'{"allowed_paths": []}')], "instruction.txt is missing"),
+        (
+            [("job.json", b'{"allowed_paths": [], "allowed_paths": []}'), ("instruction.txt", b"")],
+            "duplicate key",
+        ),
+    ],
+)
+def test_runner_refuses_bad_bundles(tmp_path: Path, members: list[tuple[str, bytes]], fault: str) -> None:
+    bundle = write_tar(members)
+    run_ = Run(stdin_payload(make_header("true", 5, LIMITS, bundle), bundle), tmp_path)
+    result, _ = run_.finish()
+    assert fault in result["error"] and result["exit_code"] is None
+
+
+def test_runner_refuses_link_members(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("files/a")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "/etc/shadow"
+        tf.addfile(info)
+    bundle = buf.getvalue()
+    result, _ = Run(stdin_payload(make_header("true", 5, LIMITS, bundle), bundle), tmp_path).finish()
+    assert "'files/a': symlink, not a regular file" in result["error"]
+
+
+@pytest.mark.parametrize(
+    ("header", "fault"),
+    [
+        ({"v": 2}, "protocol version 2"),
+        ({"timeout": -1}, "timeout must be a positive number"),
+        ({"generator": ""}, "generator must be a non-empty string"),
+        ({"limits": {"max_files": 1}}, "limits must have exactly"),
+    ],
+)
+def test_runner_refuses_bad_headers(tmp_path: Path, header: dict, fault: str) -> None:
+    bundle = make_bundle(b'{"allowed_paths": []}', "x", [], {})
+    full = {**make_header("true", 5, LIMITS, bundle), **header}
+    result, _ = Run(stdin_payload(full, bundle), tmp_path).finish()
+    assert fault in result["error"]
+
+
+def test_shipped_source_is_self_contained() -> None:
+    """The runner imports nothing outside the standard library."""
+    source = Path(runner.__file__).read_text()
+    imports = {
+        line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))
+    }
+    assert imports <= set(sys.stdlib_module_names) | {"__future__"}
+    assert "'" not in BOOTSTRAP
+    assert check_relpath("a/b") == "a/b"
