@@ -8,7 +8,7 @@ v1 (byte-compatible with the seed):
   digest = sha256(canonical(every field but `digest`)), so it covers job_id, created_at
   and attempt; key = sha256(canonical({"instruction", "inputs"}))[:32].
 v2 (the default):
-  digest = sha256(canonical({"schema", "instruction", "allowed_paths", "inputs"}
+  digest = sha256(canonical({"schema", "instruction", "allowed_paths" (sorted), "inputs"}
   [+ "replay_of" when the job replays another])); key = digest[:32]. The same work minted
   twice is the same document, so a duplicate submit collapses; attempts live in
   `.gen/attempts/`; an input may be ``null``: a new path that must not exist at apply.
@@ -131,7 +131,7 @@ class JobV2(_Job):
         body: dict[str, Any] = {
             "schema": V2,
             "instruction": self.instruction,
-            "allowed_paths": self.allowed_paths,
+            "allowed_paths": sorted(self.allowed_paths),
             "inputs": self.inputs,
         }
         if self.replay_of is not None:
