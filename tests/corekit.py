@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import stat
@@ -16,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.cli import main
 from core.layout import Layout
 from core.mint import build_job
-from core.models import V2, Job
+from core.models import V2, Job, job_bytes, job_from_obj
 from core.queue import Claimer, enqueue
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.repo import init_repo
@@ -129,3 +130,26 @@ def cli(*args: str, root: Path | None = None, input: str | None = None) -> Resul
     """Run `genjob ARGS` in this process; stdout and stderr are kept apart."""
     argv = (["--root", str(root)] if root is not None else []) + list(args)
     return CliRunner().invoke(main, argv, input=input, catch_exceptions=False)
+
+
+def v2_job(instruction: str, inputs: Mapping[str, str | None], created_at: int = 1_767_225_600) -> Job:
+    """A v2 job document built from its meaning, without touching a repository."""
+    meaning = {
+        "schema": V2,
+        "instruction": instruction,
+        "allowed_paths": sorted(inputs),
+        "inputs": dict(inputs),
+    }
+    digest = sha(json.dumps(meaning, sort_keys=True, separators=(",", ":")).encode())
+    doc = {**meaning, "idempotency_key": digest[:32], "created_at": created_at, "digest": digest}
+    return job_from_obj(doc, "test job")
+
+
+def write_jobs(layout: Layout, count: int, folder: str = "queue", prefix: str = "job") -> list[str]:
+    """`count` distinct v2 jobs written straight into `folder` (fast: no fsync); their keys."""
+    keys = []
+    for i in range(count):
+        job = v2_job(f"{prefix} {i}", {"src/app.py": None})
+        (layout.gen / folder / f"{job.key}.json").write_bytes(job_bytes(job))
+        keys.append(job.key)
+    return keys
