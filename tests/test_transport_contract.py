@@ -1,0 +1,304 @@
+"""One contract, three transports: local subprocess, asyncssh server, OpenSSH sshd.
+
+The SSH servers run on this machine, so a generator's absolute paths (interpreter, pid
+files) mean the same on both sides. Processes are checked through /proc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import asyncssh
+import pytest
+from ssh_servers import SSHServer, known_hosts_line
+
+from core.bundle import Limits
+from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
+
+pytestmark = pytest.mark.timeout(120)
+
+KINDS = ["local", "asyncssh", "openssh"]
+ROOT = Path(__file__).resolve().parents[1]
+PY = shlex.quote(sys.executable)
+LIMITS = Limits(max_file_bytes=1 << 16, max_total_bytes=1 << 18, max_files=20, max_tail_bytes=4096)
+
+
+@pytest.fixture(params=KINDS)
+def server(request: pytest.FixtureRequest) -> SSHServer | None:
+    """None for the local transport, else a live SSH server of the given kind."""
+    if request.param == "local":
+        return None
+    return request.getfixturevalue(f"{request.param}_server")
+
+
+def make_transport(server: SSHServer | None, **kwargs: object) -> Transport:
+    if server is None:
+        return LocalTransport(**kwargs)  # type: ignore[arg-type]
+    return SSHTransport(
+        server.address,
+        server.port,
+        server.identity,
+        kwargs.pop("known_hosts", server.known_hosts),  # type: ignore[arg-type]
+        connect_timeout=10,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+async def transport(server: SSHServer | None):  # type: ignore[no-untyped-def]
+    t = make_transport(server)
+    yield t
+    await t.close()
+
+
+def script(tmp: Path, name: str, code: str) -> str:
+    path = tmp / f"{name}.py"
+    path.write_text(code)
+    return f"{PY} {shlex.quote(str(path))}"
+
+
+async def job(
+    transport: Transport,
+    tmp: Path,
+    generator: str,
+    paths: list[str],
+    files: dict[str, bytes] | None = None,
+    *,
+    instruction: str = "Tidy up.",
+    timeout: float = 30,
+    limits: Limits = LIMITS,
+    on_output=None,  # type: ignore[no-untyped-def]
+    cancel: asyncio.Event | None = None,
+    dest: str = "out",
+):  # type: ignore[no-untyped-def]
+    doc = json.dumps({"instruction": instruction, "allowed_paths": paths}).encode()
+    return await run_job(
+        transport,
+        job_doc=doc,
+        instruction=instruction,
+        allowed_paths=paths,
+        files=files or {},
+        generator=generator,
+        timeout=timeout,
+        dest_dir=tmp / dest,
+        limits=limits,
+        on_output=on_output,
+        cancel=cancel,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+async def wait_dead(pids: list[int]) -> list[int]:
+    deadline = time.monotonic() + 30
+    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return living
+
+
+async def wait_for_file(path: Path) -> str:
+    deadline = time.monotonic() + 30
+    while not (path.exists() and path.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, f"{path} never written"
+        await asyncio.sleep(0.02)
+    return path.read_text()
+
+
+def sleeper(tmp: Path) -> tuple[str, Path]:
+    """A generator that records its pid, a child's pid and its workspace, then hangs."""
+    report = tmp / "sleeper.txt"
+    code = f"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open({str(report)!r}, "w").write(f"{{os.getpid()}} {{child.pid}} {{os.getcwd()}}\\n")
+print("started", flush=True)
+time.sleep(600)
+"""
+    return script(tmp, "sleeper", code), report
+
+
+async def check_stopped(report: Path) -> None:
+    pid, child, workdir = (await wait_for_file(report)).split()
+    assert await wait_dead([int(pid), int(child)]) == []
+    deadline = time.monotonic() + 30
+    while Path(workdir).exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not Path(workdir).exists(), "workspace left behind"
+
+
+async def test_round_trip(transport: Transport, tmp_path: Path) -> None:
+    seen: list[bytes] = []
+    gen = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.demo_generator"
+    outcome, info = await job(
+        transport,
+        tmp_path,
+        gen,
+        ["src/app.py", "docs/new.md"],
+        {"src/app.py": b"x = 1\n"},
+        on_output=seen.append,
+    )
+    assert outcome.error is None and outcome.exit_status == 0
+    assert info is not None and info.ok, info
+    assert (tmp_path / "out/src/app.py").read_bytes() == (
+        b"x = 1\n# genjob demo edit\n# instruction: Tidy up.\n"
+    )
+    assert (tmp_path / "out/docs/new.md").exists()
+    assert b"edited src/app.py" in b"".join(seen)
+
+
+async def test_concurrent_jobs_share_the_transport(transport: Transport, tmp_path: Path) -> None:
+    gen = script(tmp_path, "upper", "t = open('a.txt').read()\nopen('a.txt', 'w').write(t.upper())\n")
+    runs = [
+        job(transport, tmp_path, gen, ["a.txt"], {"a.txt": f"job {i}".encode()}, dest=f"out{i}")
+        for i in range(4)
+    ]
+    for i, (outcome, info) in enumerate(await asyncio.gather(*runs)):
+        assert outcome.error is None and info is not None and info.ok
+        assert (tmp_path / f"out{i}/a.txt").read_bytes() == f"JOB {i}".encode()
+
+
+async def test_nonzero_exit(transport: Transport, tmp_path: Path) -> None:
+    gen = script(tmp_path, "fail", "import sys\nprint('it broke', flush=True)\nsys.exit(3)\n")
+    outcome, info = await job(transport, tmp_path, gen, ["a.py"], {"a.py": b"a"})
+    assert outcome.error is None
+    assert info is not None and info.exit_code == 3 and not info.ok
+    assert "it broke" in info.tail
+    assert info.outputs == {"a.py": info.outputs["a.py"]}
+
+
+async def test_timeout_stops_every_process(transport: Transport, tmp_path: Path) -> None:
+    gen, report = sleeper(tmp_path)
+    _outcome, info = await job(transport, tmp_path, gen, ["a.py"], timeout=1)
+    assert info is not None and info.timed_out and info.exit_code is None and not info.ok
+    await check_stopped(report)
+
+
+async def test_writes_outside_allowed_paths(transport: Transport, tmp_path: Path) -> None:
+    code = "import os\nopen('a.py','w').write('ok')\nos.makedirs('sub/x')\nopen('stray.txt','w')\n"
+    _outcome, info = await job(transport, tmp_path, script(tmp_path, "stray", code), ["a.py"])
+    assert info is not None and not info.ok
+    assert "stray.txt: file created outside the allowed paths" in info.violations
+    assert "sub: directory created outside the allowed paths" in info.violations
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.py"]
+
+
+async def test_symlink_at_allowed_path(transport: Transport, tmp_path: Path) -> None:
+    code = "import os\nos.remove('a.py')\nos.symlink('/etc/passwd', 'a.py')\n"
+    _outcome, info = await job(transport, tmp_path, script(tmp_path, "link", code), ["a.py"], {"a.py": b"a"})
+    assert info is not None and not info.ok
+    assert info.violations == ("a.py: symlink at an allowed path",)
+    assert info.outputs == {} and not (tmp_path / "out/a.py").exists()
+
+
+async def test_huge_file_is_refused(transport: Transport, tmp_path: Path) -> None:
+    code = "open('a.bin', 'wb').write(b'x' * 100000)\nopen('b.txt', 'w').write('small')\n"
+    _outcome, info = await job(transport, tmp_path, script(tmp_path, "huge", code), ["a.bin", "b.txt"])
+    assert info is not None and not info.ok
+    assert info.violations == (f"a.bin: 100000 bytes, over max_file_bytes ({LIMITS.max_file_bytes})",)
+    assert sorted(info.outputs) == ["b.txt"]
+
+
+async def test_cancel_mid_run(transport: Transport, tmp_path: Path) -> None:
+    gen, report = sleeper(tmp_path)
+    cancel = asyncio.Event()
+
+    def on_output(chunk: bytes) -> None:
+        if b"started" in chunk:
+            cancel.set()
+
+    outcome, info = await job(transport, tmp_path, gen, ["a.py"], on_output=on_output, cancel=cancel)
+    assert outcome.error == "cancelled" and info is None
+    await check_stopped(report)
+
+
+async def test_connection_dropped_then_reused(
+    server: SSHServer | None, transport: Transport, tmp_path: Path
+) -> None:
+    if server is None:
+        pytest.skip("the local transport has no connection to drop")
+    gen, report = sleeper(tmp_path)
+    running = asyncio.ensure_future(job(transport, tmp_path, gen, ["a.py"]))
+    await wait_for_file(report)
+    server.drop()
+    outcome, info = await running
+    assert info is None and outcome.error is not None and "connection lost" in outcome.error
+    await check_stopped(report)
+
+    again = script(tmp_path, "again", "open('a.py', 'w').write('second')\n")
+    outcome, info = await job(transport, tmp_path, again, ["a.py"], dest="out2")
+    assert outcome.error is None and info is not None and info.ok
+    assert (tmp_path / "out2/a.py").read_text() == "second"
+
+
+HOSTILE = (
+    "$(touch {marker}) `touch {marker}` ${{HOME}} '; touch {marker}; '\" \\\n"
+    "line two | cat /etc/passwd & rm -rf / ; {{paths}} {{instruction_file}} %s %n\n"
+    "\t\r\x1b[31m ünïcødé 🙂 \u202e \ufeff \udcff-free? \x00 end"
+)
+
+
+async def test_instruction_arrives_byte_for_byte(transport: Transport, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    instruction = HOSTILE.replace("\udcff", "").format(marker=marker)
+    code = (
+        "import os, shutil\n"
+        "shutil.copyfile(os.environ['GENJOB_INSTRUCTION_FILE'], 'got.txt')\n"
+        "shutil.copyfile(os.environ['GENJOB_JOB_FILE'], 'job.json')\n"
+    )
+    gen = script(tmp_path, "copy", code) + " {instruction_file} {paths}"
+    _outcome, info = await job(transport, tmp_path, gen, ["got.txt", "job.json"], instruction=instruction)
+    assert info is not None and info.ok, info
+    assert (tmp_path / "out/got.txt").read_bytes() == instruction.encode("utf-8")
+    assert json.loads((tmp_path / "out/job.json").read_bytes())["instruction"] == instruction
+    assert not marker.exists()
+
+
+async def test_missing_python(server: SSHServer | None, tmp_path: Path) -> None:
+    transport = make_transport(server, python="/nonexistent/python3")
+    try:
+        outcome, info = await job(transport, tmp_path, "true", ["a.py"])
+    finally:
+        await transport.close()
+    assert info is None and outcome.error is not None
+    assert "/nonexistent/python3 not found" in outcome.error
+
+
+async def test_unknown_host_key_is_refused(server: SSHServer | None, tmp_path: Path) -> None:
+    if server is None:
+        pytest.skip("no host key on the local transport")
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    transport = make_transport(server, known_hosts=empty)
+    with pytest.raises(HostKeyError) as caught:
+        await job(transport, tmp_path, "true", ["a.py"])
+    message = str(caught.value)
+    assert caught.value.fingerprint == server.fingerprint
+    assert server.fingerprint in message and "not in" in message
+    assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {empty}" in message
+    assert empty.read_text() == "", "nothing is learned silently"
+
+
+async def test_changed_host_key_is_refused(server: SSHServer | None, tmp_path: Path) -> None:
+    if server is None:
+        pytest.skip("no host key on the local transport")
+    other = asyncssh.generate_private_key("ssh-ed25519")
+    stale = tmp_path / "known_hosts"
+    stale.write_text(known_hosts_line(server.port, other))
+    transport = make_transport(server, known_hosts=stale)
+    with pytest.raises(HostKeyError) as caught:
+        await job(transport, tmp_path, "true", ["a.py"])
+    message = str(caught.value)
+    assert "CHANGED" in message and server.fingerprint in message
+    assert other.get_fingerprint("sha256") not in message
+    assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {stale}" in message
