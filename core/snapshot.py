@@ -15,7 +15,7 @@ import marshal
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,19 +219,32 @@ class Scanner:
 
     def scan(self) -> Snapshot:
         """A full snapshot; the index makes unchanged files cost one stat each."""
+        now = time.time()
+        for _ in self.scan_batches(now=now):
+            pass
+        return Snapshot(dict(self.rows), now, self.signature_required, self.config_error)
+
+    def scan_batches(self, size: int = 4096, now: float | None = None) -> Iterator[dict[str, JobRow]]:
+        """A full scan delivered `size` rows at a time, the jobs that need an operator first.
+
+        Keys with a receipt or in `running/` come first, then the queue, then finished
+        jobs, so a board can show what matters before all of a large `.gen/` is read.
+        `self.rows` holds the whole result once the iterator is exhausted.
+        """
         self._read_config()
         listing = {f: self._list(f) for f in (*JOB_FOLDERS, "receipts", "attempts")}
-        keys: set[str] = set()
-        for folder in (*JOB_FOLDERS, "receipts"):
-            keys.update(n[:-5] for n in listing[folder] if n.endswith(".json"))
-        now = time.time()
-        rows = {}
-        for key in keys:
-            row = self._row(key, listing, now)
-            rows[row.key] = row
+        keys: dict[str, None] = {}
+        for folder in ("receipts", "running", "queue", "applied", "rejected"):
+            keys.update((n[:-5], None) for n in listing[folder] if n.endswith(".json"))
+        now = time.time() if now is None else now
+        ordered = list(keys)
+        rows: dict[str, JobRow] = {}
+        for start in range(0, len(ordered), size):
+            batch = {key: self._row(key, listing, now) for key in ordered[start : start + size]}
+            rows.update(batch)
+            yield batch
         self.rows = rows
         self._forget_missing(listing)
-        return Snapshot(dict(rows), now, self.signature_required, self.config_error)
 
     def refresh(self, keys: Iterable[str]) -> dict[str, JobRow | None]:
         """Re-derive just `keys` (after file events); None for a key that is gone."""
