@@ -140,7 +140,7 @@ class Claimer:
         entries = []
         with os.scandir(self.layout.queue) as it:
             for e in it:
-                if e.name.endswith(".json") and not e.name.startswith("."):
+                if e.name.endswith(".json") and KEY_RE.fullmatch(e.name[:-5]):
                     try:
                         entries.append((e.stat(follow_symlinks=False).st_mtime_ns, e.name[:-5]))
                     except FileNotFoundError:
@@ -154,21 +154,34 @@ class Claimer:
         return keys[::-1]
 
     def claim(self, key: str | None = None) -> Claim:
-        """Claim `key`, or the oldest queued job; NothingToClaim when none is left."""
+        """Claim `key`, or the oldest queued job; NothingToClaim when none is left.
+
+        Without a key, a job file that cannot be claimed (INVALID, or a key already
+        running) is left where it is and skipped, so one bad file never blocks the queue.
+        """
         if key is not None:
             claimed = self._try(check_key(key))
             if claimed is None:
                 loc = locate(self.layout, key)
                 raise WrongState(f"{key}: is {loc.folder}, not queued; nothing claimed")
             return claimed
+        skipped: dict[str, str] = {}
         for relisted in (False, True):
             if relisted or not self._candidates:
-                self._candidates = self._list()
+                self._candidates = [k for k in self._list() if k not in skipped]
             while self._candidates:
-                claimed = self._try(self._candidates.pop())
+                candidate = self._candidates.pop()
+                try:
+                    claimed = self._try(candidate)
+                except (BadInput, WrongState) as exc:
+                    skipped[candidate] = str(exc)
+                    continue
                 if claimed is not None:
                     return claimed
-        raise NothingToClaim(f"{self.layout.queue}: nothing left to claim")
+        why = ""
+        if skipped:
+            why = f"; skipped {len(skipped)} that cannot be claimed: {next(iter(skipped.values()))}"
+        raise NothingToClaim(f"{self.layout.queue}: nothing left to claim{why}")
 
     def _try(self, key: str) -> Claim | None:
         src = self.layout.job_file("queue", key)
@@ -178,9 +191,11 @@ class Claimer:
         except FileNotFoundError:
             return None
         except FileExistsError:
+            if not os.path.lexists(src):
+                return None  # another claimer renamed it first
             raise WrongState(f"{dst}: already running; {src} left in the queue") from None
         try:
-            job = job_from_bytes(read_bytes(dst), str(dst))
+            job, _ = read_job_file(dst, "running")
         except BadInput:
             # Not ours to run: put it back so it shows as INVALID in the queue.
             os.rename(dst, src)
