@@ -21,6 +21,7 @@ from core.models import V2, Job, job_bytes, job_from_obj
 from core.queue import Claimer, enqueue
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.repo import init_repo
+from core.signing import sign
 
 FILES: dict[str, bytes] = {
     "src/app.py": b"def main():\n    return 1\n",
@@ -153,3 +154,18 @@ def write_jobs(layout: Layout, count: int, folder: str = "queue", prefix: str = 
         (layout.gen / folder / f"{job.key}.json").write_bytes(job_bytes(job))
         keys.append(job.key)
     return keys
+
+
+def write_receipt(
+    layout: Layout,
+    key: str,
+    doc: Mapping[str, object],
+    signer: Ed25519PrivateKey | None = None,
+) -> Path:
+    """Store a receipt document as given (valid or not), signed over its canonical bytes."""
+    path = layout.receipt(key)
+    body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    path.write_bytes(body)
+    if signer is not None:
+        layout.signature(key).write_bytes(sign(signer, body))
+    return path
