@@ -263,10 +263,15 @@ class Watch:
                     pass
             except BlockingIOError:
                 pass
-        elif fd == 0 and not os.read(0, 65536):
-            self.stdin_open = False
-            if self.reason is None:
-                self.reason = "client closed the connection"
+        elif fd == 0:
+            try:
+                data = os.read(0, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                self.stdin_open = False
+                if self.reason is None:
+                    self.reason = "client closed the connection"
 
 
 class Tail:

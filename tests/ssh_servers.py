@@ -325,6 +325,9 @@ def openssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServ
         drop=drop,
     )
     drop()
+    deadline = time.monotonic() + 5
+    while sshd_connection_pids(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.terminate()
     try:
         proc.wait(timeout=10)

@@ -340,3 +340,24 @@ def test_extract_result_arbitrary_names(
         rel = path.relative_to(dest).as_posix()
         assert rel in allowed and check_relpath(rel) == rel
         assert info.outputs[rel] == sha(path.read_bytes())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damaged_archives_raise_only_bundle_error(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Flip, cut or splice bytes of a valid result: the only failure is a BundleError."""
+    info = member("outputs/a", b"x" * 40)
+    info.pax_headers = {"path": "outputs/a", "comment": "é" * 10}
+    original = bytearray(tar_of((member("result.json", RAW), RAW), (info, b"x" * 40)))
+    for _ in range(data.draw(st.integers(1, 8))):
+        at = data.draw(st.integers(0, len(original) - 1))
+        original[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(original)))
+    damaged = bytes(original[:cut])
+    dest = tmp_path_factory.mktemp("dmg") / "out"
+    try:
+        extract_result(damaged, ["a"], SMALL, dest)
+    except BundleError:
+        assert not dest.exists()

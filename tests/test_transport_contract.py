@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import socket
 import sys
 import time
 from pathlib import Path
 
 import asyncssh
 import pytest
-from ssh_servers import SSHServer, known_hosts_line
+from ssh_servers import SSHServer, known_hosts_line, write_key
 
 from core.bundle import Limits
 from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
@@ -302,3 +303,41 @@ async def test_changed_host_key_is_refused(server: SSHServer | None, tmp_path: P
     assert "CHANGED" in message and server.fingerprint in message
     assert other.get_fingerprint("sha256") not in message
     assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {stale}" in message
+
+
+async def test_failing_output_callback_stops_the_run(transport: Transport, tmp_path: Path) -> None:
+    gen, report = sleeper(tmp_path)
+
+    def on_output(chunk: bytes) -> None:
+        raise RuntimeError("display broke")
+
+    with pytest.raises(RuntimeError, match="display broke"):
+        await job(transport, tmp_path, gen, ["a.py"], on_output=on_output)
+    await check_stopped(report)
+
+
+async def test_unreachable_or_refused(server: SSHServer | None, tmp_path: Path) -> None:
+    if server is None:
+        pytest.skip("nothing to reach on the local transport")
+    stranger = tmp_path / "id_stranger"
+    write_key(stranger)
+    refused = SSHTransport(server.address, server.port, stranger, server.known_hosts)
+    outcome, info = await job(refused, tmp_path, "true", ["a.py"])
+    assert info is None and outcome.error is not None
+    assert outcome.error.startswith(f"ssh {server.address} port {server.port}: ")
+    assert "ermission denied" in outcome.error
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    nowhere = SSHTransport(server.address, closed_port, server.identity, server.known_hosts)
+    outcome, info = await job(nowhere, tmp_path, "true", ["a.py"], dest="out2")
+    assert info is None and outcome.error is not None and "refused" in outcome.error.lower()
+
+
+async def test_local_runs_the_default_generator_command(tmp_path: Path) -> None:
+    """``python3`` resolves to this interpreter and ``core`` imports, as config.toml assumes."""
+    transport = LocalTransport()
+    outcome, info = await job(transport, tmp_path, "python3 -m core.demo_generator {paths}", ["a.py"])
+    assert outcome.error is None and info is not None and info.ok, (outcome, info)
+    assert (tmp_path / "out/a.py").read_bytes().startswith(b"# genjob demo edit\n")

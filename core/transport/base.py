@@ -196,6 +196,9 @@ async def drive(
     except (*session.lost, OSError) as exc:
         await session.stop()
         return RunOutcome(None, bytes(tail.data), None, f"connection lost: {exc}")
+    except BaseException:
+        await session.stop()
+        raise
     return _outcome(stdout, status, bytes(tail.data), session.python)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -192,8 +193,11 @@ class SSHTransport:
         payload = stdin_payload(header, bundle)
         try:
             proc = await self._start()
-        except (OSError, asyncssh.Error) as exc:
-            return RunOutcome(None, b"", None, f"cannot reach {self.address}:{self.port}: {exc}")
+        except (OSError, asyncssh.Error, asyncssh.KeyImportError) as exc:
+            reason = str(exc)
+            if isinstance(exc, OSError) and exc.errno:
+                reason = os.strerror(exc.errno) + (f": {exc.filename}" if exc.filename else "")
+            return RunOutcome(None, b"", None, f"ssh {self.address} port {self.port}: {reason}")
 
         async def wait() -> int | None:
             await proc.wait()
