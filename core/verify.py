@@ -229,7 +229,7 @@ def _check_outputs(v: Verification, layout: Layout, job: Job, rec: Receipt, conf
 
 
 def _check_signature(v: Verification, layout: Layout, rec: Receipt, config: Config) -> None:
-    sig_path = layout.signature(rec.idempotency_key)
+    sig_path = layout.signature(v.key)  # beside the receipt file, whatever key it names
     required = config.policy.require_signature
     if not sig_path.exists():
         if required:
