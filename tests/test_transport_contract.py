@@ -341,3 +341,15 @@ async def test_local_runs_the_default_generator_command(tmp_path: Path) -> None:
     outcome, info = await job(transport, tmp_path, "python3 -m core.demo_generator {paths}", ["a.py"])
     assert outcome.error is None and info is not None and info.ok, (outcome, info)
     assert (tmp_path / "out/a.py").read_bytes().startswith(b"# genjob demo edit\n")
+
+
+async def test_idle_connection_dropped_between_jobs(
+    server: SSHServer | None, transport: Transport, tmp_path: Path
+) -> None:
+    if server is None:
+        pytest.skip("the local transport has no connection to drop")
+    gen = script(tmp_path, "write", "open('a.py', 'w').write('ok')\n")
+    for round_ in range(3):
+        outcome, info = await job(transport, tmp_path, gen, ["a.py"], dest=f"out{round_}")
+        assert outcome.error is None and info is not None and info.ok, outcome
+        server.drop()

@@ -58,17 +58,15 @@ class SSHTransport:
     def __init__(
         self,
         address: str,
-        port: int = 22,
-        identity: Path | str = "",
-        known_hosts: Path | str = "",
+        port: int,
+        identity: Path | str,
+        known_hosts: Path | str,
         connect_timeout: float = 15.0,
         *,
         python: str = "python3",
         slack: float = 60.0,
         keepalive_interval: float = 15.0,
     ) -> None:
-        if not identity or not known_hosts:
-            raise ValueError("SSHTransport needs an identity file and a known_hosts file")
         self.address = address
         self.user, self.host = _split_address(address)
         self.port = port
@@ -157,31 +155,29 @@ class SSHTransport:
             fingerprint,
         )
 
-    async def _connection(
-        self, stale: asyncssh.SSHClientConnection | None = None
-    ) -> asyncssh.SSHClientConnection:
-        """The shared connection, opened or reopened under a lock.
-
-        ``stale`` is a connection the caller saw fail: replaced only if it is still the
-        current one, so concurrent jobs that saw the same failure reconnect once.
-        """
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        """The shared connection, opened on first use and reopened once closed."""
         async with self._lock:
-            conn = self._conn
-            if conn is None or conn is stale or conn.is_closed():
-                if conn is not None:
-                    conn.close()
+            if self._conn is None or self._conn.is_closed():
                 self._conn = None
-                self._conn = conn = await self._connect()
-            return conn
+                self._conn = await self._connect()
+            return self._conn
 
     async def _start(self) -> asyncssh.SSHClientProcess[bytes]:
+        """Open a session; if the shared connection turns out to be gone, reopen it once.
+
+        A refused session on a live connection (the server's session limit, say) is an
+        error for this job only: the connection other jobs use is left alone.
+        """
         command = remote_command(self.python)
         conn = await self._connection()
         try:
             return await conn.create_process(command, encoding=None)
         except (asyncssh.ChannelOpenError, asyncssh.DisconnectError, OSError):
-            conn = await self._connection(stale=conn)
-            return await conn.create_process(command, encoding=None)
+            if not conn.is_closed():
+                raise
+        conn = await self._connection()
+        return await conn.create_process(command, encoding=None)
 
     async def run(
         self,
