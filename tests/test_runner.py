@@ -198,44 +198,30 @@ def test_nonzero_exit_and_tail_limit(tmp_path: Path) -> None:
     assert outputs == {}
 
 
+def hanging(pids: Path, prefix: str = "") -> str:
+    """A shell that starts a child, records both pids at once, then waits for good."""
+    child = f"{PY} -c 'import time; time.sleep(600)'"
+    return f'{prefix}{child} & echo "$$ $!" > {shlex.quote(str(pids))}; echo started; wait'
+
+
 def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    code = f"""
-import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
-print("started", flush=True)
-time.sleep(600)
-"""
-    result, _ = run(tmp_path, script(tmp_path, code), ["a.py"], timeout=1)
+    result, _ = run(tmp_path, hanging(pids), ["a.py"], timeout=1)
     assert result["timed_out"] and result["exit_code"] is None
     assert wait_dead([int(p) for p in pids.read_text().split()]) == []
 
 
 def test_generator_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    code = f"""
-import os, signal, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-open({str(pids)!r}, "w").write(str(os.getpid()))
-time.sleep(600)
-"""
-    result, _ = run(tmp_path, script(tmp_path, code), ["a.py"], timeout=0.5)
+    result, _ = run(tmp_path, hanging(pids, prefix="trap '' TERM; "), ["a.py"], timeout=0.5)
     assert result["timed_out"]
-    assert wait_dead([int(pids.read_text())]) == []
+    assert wait_dead([int(p) for p in pids.read_text().split()]) == []
 
 
 @pytest.mark.parametrize("how", ["eof", "sigterm", "sighup"])
 def test_client_gone_cancels(tmp_path: Path, how: str) -> None:
     pids = tmp_path / "pids"
-    code = f"""
-import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
-print("started", flush=True)
-time.sleep(600)
-"""
-    run_ = start(tmp_path, script(tmp_path, code), ["a.py"], {"a.py": b"a"})
+    run_ = start(tmp_path, hanging(pids), ["a.py"], {"a.py": b"a"})
     run_.wait_for_output(b"started")
     if how == "eof":
         run_.close_stdin()

@@ -117,16 +117,14 @@ async def wait_for_file(path: Path) -> str:
 
 
 def sleeper(tmp: Path) -> tuple[str, Path]:
-    """A generator that records its pid, a child's pid and its workspace, then hangs."""
+    """A generator shell that starts a child, records both pids and its workspace, then
+    waits; being a shell, it gets that far in milliseconds, well inside any timeout."""
     report = tmp / "sleeper.txt"
-    code = f"""
-import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-open({str(report)!r}, "w").write(f"{{os.getpid()}} {{child.pid}} {{os.getcwd()}}\\n")
-print("started", flush=True)
-time.sleep(600)
-"""
-    return script(tmp, "sleeper", code), report
+    gen = (
+        f"{PY} -c 'import time; time.sleep(600)' & "
+        f'echo "$$ $! $(pwd)" > {shlex.quote(str(report))}; echo started; wait'
+    )
+    return gen, report
 
 
 async def check_stopped(report: Path) -> None:
