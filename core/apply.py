@@ -58,6 +58,9 @@ def apply_job(layout: Layout, key: str, commit: bool = False) -> Applied:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder == "applied":
+            if layout.journal_file(key).exists():
+                # Killed after the apply record was made: only the cleanup was left to do.
+                _close(layout, key)
             return Applied(key, [], True, loc.path, None)
         if layout.journal_file(key).exists():
             changed = _finish(layout, loc.job, config, _read_journal(layout, key))
@@ -150,17 +153,22 @@ def _finish(layout: Layout, job: Job, config: Config, journal: dict[str, Any]) -
     }
     applied = layout.job_file("applied", job.key)
     create_exclusive(applied, canonical(record))
+    _close(layout, job.key)
+    record_event(layout, "applied", job.key, changed=changed, signer=journal.get("signer"))
+    return changed
+
+
+def _close(layout: Layout, key: str) -> None:
+    """With the apply record made: remove the job's other copies, its lease and the journal."""
     for path in (
-        layout.job_file("running", job.key),
-        layout.lease(job.key),
-        layout.job_file("queue", job.key),
+        layout.job_file("running", key),
+        layout.lease(key),
+        layout.job_file("queue", key),
     ):
         path.unlink(missing_ok=True)
     fsync_dir(layout.running)
-    layout.journal_file(job.key).unlink()
+    layout.journal_file(key).unlink()
     fsync_dir(layout.journal)
-    record_event(layout, "applied", job.key, changed=changed, signer=journal.get("signer"))
-    return changed
 
 
 def _stage(root: Path, src: Path, rel: str, after: str, key: str) -> tuple[str, Path]:

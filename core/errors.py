@@ -37,9 +37,7 @@ class NothingToClaim(GenjobError):
 
 
 class VerificationFailed(GenjobError):
-    """A receipt did not pass every check that apply requires."""
-
-    exit_code = 1
+    """A receipt did not pass every check that apply requires: a bad input to apply."""
 
 
 class DurabilityError(GenjobError):

@@ -289,6 +289,8 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
         loc = locate(layout, key)
         if loc.folder in ("applied", "rejected"):
             raise WrongState(f"{key}: is {loc.folder} already")
+        if layout.journal_file(key).exists():
+            raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
         live = lease_state(layout, key) in ("fresh", "claiming")
         if loc.folder == "running" and not layout.receipt(key).exists() and live:
             raise WrongState(f"{key}: is running; cancel it first")
