@@ -1,0 +1,45 @@
+"""`genjob tui` and `genjob demo`: the board, for this repository or a sandbox made for it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+
+@click.command("tui")
+@click.option("--readonly", is_flag=True, help="Show everything, refuse every change.")
+@click.pass_context
+def tui(ctx: click.Context, readonly: bool) -> None:
+    """Open the board for the repository: live jobs, receipts, diffs, and keys to act on them."""
+    from core.cli import layout_of
+    from tui.app import make_app
+
+    layout = layout_of(ctx)
+    make_app(layout.root, readonly=readonly).run()
+
+
+@click.command("demo")
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--no-tui", is_flag=True, help="Only build the sandbox; do not open the board.")
+def demo(directory: Path | None, no_tui: bool) -> None:
+    """Build a sandbox repository with jobs in every state in DIRECTORY (default: a new temp
+    folder) and open the board on it."""
+    from core.demo import build_demo
+
+    made = build_demo(directory)
+    click.echo(f"demo repository: {made.root}")
+    click.echo(f"worker key: {made.config_home} (XDG_CONFIG_HOME for this demo)")
+    for line in made.summary:
+        click.echo(f"  {line}")
+    if no_tui:
+        click.echo(f"open it with: XDG_CONFIG_HOME={made.config_home} genjob --root {made.root} tui")
+        return
+    from tui.app import make_app
+
+    os.environ["XDG_CONFIG_HOME"] = str(made.config_home)
+    try:
+        make_app(made.root).run()
+    finally:
+        made.stop()

@@ -1,0 +1,342 @@
+"""`genjob demo`: a sandbox repository holding jobs in every state, made with core's own operations.
+
+The sandbox is a git repository with a small Python project, an initialised `.gen/`, a
+worker key in a demo-local config folder (`<DIR>/.demo-config`, used as
+XDG_CONFIG_HOME) that is trusted, and jobs that are queued, running (a small holder
+process keeps its lease fresh), orphaned, received (verified, with drifted output, with
+an untrusted signature), stale, failed, applied, rejected and invalid. Outputs are made
+by the demo generator's own edit (`core.demo_generator.comment_block`).
+
+    python -m core.demo hold ROOT KEY WORKER TTL   # the lease holder, started by build_demo
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.apply import apply_job
+from core.canonical import sha256_bytes
+from core.demo_generator import comment_block
+from core.durable import atomic_write
+from core.errors import GenjobError
+from core.events import record_attempt
+from core.layout import Layout
+from core.mint import build_job
+from core.models import Job
+from core.queue import claim, enqueue, heartbeat, reject, requeue
+from core.receipts import commit_receipt, make_receipt
+from core.repo import init_repo
+from core.signing import keygen, load_private_key, trust
+
+CONFIG_DIR = ".demo-config"
+MARKER = "demo-built"
+WORKER = "demo-worker@sandbox"
+HOLD_SECONDS = 3600.0
+
+PROJECT: dict[str, str] = {
+    "README.md": "# calc\n\nA tiny calculator: `python -m calc '2 * (3 + 4)'`.\n",
+    "pyproject.toml": '[project]\nname = "calc"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n',
+    "calc/__init__.py": '"""A tiny calculator."""\n\nfrom calc.ops import add, div, mul, sub\n\n'
+    '__all__ = ["add", "div", "mul", "sub"]\n',
+    "calc/ops.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+    "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n    return a / b\n",
+    "calc/parse.py": 'import re\n\nTOKEN = re.compile(r"\\s*(\\d+\\.?\\d*|[-+*/()])")\n\n\n'
+    "def tokens(text):\n    pos, out = 0, []\n    while pos < len(text):\n"
+    "        m = TOKEN.match(text, pos)\n        if not m:\n"
+    '            raise ValueError(f"bad input at {pos}")\n'
+    "        out.append(m.group(1))\n        pos = m.end()\n    return out\n",
+    "calc/cli.py": "import sys\n\nfrom calc.parse import tokens\n\n\ndef main(argv=None):\n"
+    "    argv = sys.argv[1:] if argv is None else argv\n    print(tokens(' '.join(argv)))\n"
+    "    return 0\n",
+    "tests/test_ops.py": "from calc.ops import add, div, mul, sub\n\n\ndef test_ops():\n"
+    "    assert add(2, 3) == 5\n    assert sub(2, 3) == -1\n    assert mul(2, 3) == 6\n"
+    "    assert div(6, 3) == 2\n",
+    "tests/test_parse.py": "from calc.parse import tokens\n\n\ndef test_tokens():\n"
+    '    assert tokens("2*(3+4)") == ["2", "*", "(", "3", "+", "4", ")"]\n',
+}
+
+HOSTS = """
+# A second local host whose generator takes its time, to watch a live tail.
+[hosts.slow-local]
+transport = "local"
+generator = "GENJOB_DEMO_DELAY=0.7 python3 -m core.demo_generator"
+timeout = 120
+concurrency = 1
+"""
+
+SPOOF = (
+    "Rename [bold red]x[/] to y in the parser; see [link=http://evil.example]the docs[/link]\n"
+    "and keep \x1b[31mthis red\x1b[0m text and \u202eright-to-left\u202c text literal."
+)
+
+
+@dataclass
+class Demo:
+    """A built sandbox; `stop()` ends the process that keeps the running job's lease fresh."""
+
+    root: Path
+    config_home: Path
+    summary: list[str] = field(default_factory=list)
+    holder: subprocess.Popen[bytes] | None = None
+
+    def stop(self) -> None:
+        if self.holder is not None and self.holder.poll() is None:
+            self.holder.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.holder.wait(5)
+
+
+@contextlib.contextmanager
+def _config_home(path: Path) -> Iterator[None]:
+    old = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("XDG_CONFIG_HOME", None)
+        else:
+            os.environ["XDG_CONFIG_HOME"] = old
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=genjob demo",
+            "-c",
+            "user.email=demo@genjob.invalid",
+            "-C",
+            str(root),
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _write_project(root: Path) -> None:
+    for rel, text in PROJECT.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "calc: a tiny calculator")
+
+
+def _exclude(root: Path, name: str) -> None:
+    exclude = root / ".git" / "info" / "exclude"
+    lines = exclude.read_text().splitlines() if exclude.exists() else []
+    if f"/{name}/" not in lines:
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        exclude.write_text("\n".join([*lines, f"/{name}/"]) + "\n")
+
+
+def _mint(layout: Layout, instruction: str, paths: list[str], new: list[str] | None = None) -> Job:
+    job = build_job(layout, instruction, paths, new or [])
+    enqueue(layout, job)
+    return job
+
+
+def _generated(layout: Layout, job: Job) -> dict[str, bytes]:
+    """What the demo generator writes for `job`: a comment block appended to each path."""
+    first = job.instruction.strip().splitlines()[0]
+    out = {}
+    for rel in job.allowed_paths:
+        path = layout.root / rel
+        old = path.read_text() if path.exists() else ""
+        sep = "" if not old or old.endswith("\n") else "\n"
+        out[rel] = (old + sep + comment_block(rel, first)).encode()
+    return out
+
+
+def _receive(
+    layout: Layout,
+    job: Job,
+    key: Ed25519PrivateKey | None,
+    status: str = "ok",
+    reason: str | None = None,
+) -> dict[str, bytes]:
+    """Claim `job`, stage the generator's outputs and commit a signed receipt for them."""
+    c = claim(layout, WORKER, job.key, ttl=300.0)
+    outputs = _generated(layout, job) if status == "ok" else {}
+    staged = layout.out / f".staging-{secrets.token_hex(6)}"
+    staged.mkdir()
+    for rel, data in outputs.items():
+        target = staged / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    log = layout.log_dir(job.key)
+    log.mkdir(parents=True, exist_ok=True)
+    lines = [f"edited {rel}" for rel in outputs] or ["[genjob-runner] cancelled: operator asked to stop"]
+    (log / f"attempt-{c.lease.token}.log").write_text("\n".join(lines) + "\n")
+    receipt = make_receipt(job, status, {rel: sha256_bytes(d) for rel, d in outputs.items()}, WORKER)
+    commit_receipt(layout, job, receipt, c.lease.token, WORKER, staged, key, reason)
+    return outputs
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _start_holder(layout: Layout, key: str, config_home: Path) -> subprocess.Popen[bytes]:
+    """A detached process that claims `key` with its own pid and heartbeats until stopped."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
+    project = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core.demo", "hold", str(layout.root), key, WORKER, "30"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 20
+    while not layout.lease(key).exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise GenjobError(f"{layout.root}: the demo's lease holder did not start")
+        time.sleep(0.05)
+    return proc
+
+
+def build_demo(directory: Path | None = None) -> Demo:
+    """Build the sandbox in `directory` (default: a new temp folder) or reopen one built there."""
+    root = Path(directory or tempfile.mkdtemp(prefix="genjob-demo-")).resolve()
+    config_home = root / CONFIG_DIR
+    layout = Layout(root)
+    if (config_home / MARKER).exists():
+        return _reopen(layout, config_home)
+    if root.exists() and any(root.iterdir()):
+        raise GenjobError(f"{root}: not empty and not a genjob demo; give a new folder")
+    root.mkdir(parents=True, exist_ok=True)
+    _write_project(root)
+    layout, _ = init_repo(root)
+    _exclude(root, CONFIG_DIR)
+    atomic_write(layout.config, layout.config.read_bytes() + HOSTS.encode())
+    with _config_home(config_home):
+        trust(layout.trusted_keys, keygen())
+        signer = load_private_key()
+    demo = Demo(root, config_home)
+    say = demo.summary.append
+
+    for text, paths in (
+        ("Add type hints to every function in calc/ops.py", ["calc/ops.py"]),
+        ("Raise ZeroDivisionError with a clear message in div", ["calc/ops.py", "tests/test_ops.py"]),
+        ("Document the tokenizer's grammar in a docstring", ["calc/parse.py"]),
+        (SPOOF, ["calc/parse.py"]),
+    ):
+        _mint(layout, text, paths)
+    say("queued: 4 jobs (one instruction holds markup and escape sequences, shown literally)")
+    _mint(layout, "Add a CHANGELOG for the first release", ["README.md"], ["CHANGELOG.md"])
+    say("queued: 1 job that creates a new file")
+
+    verified = _mint(layout, "Add a module docstring to calc/__init__.py", ["calc/__init__.py"])
+    _receive(layout, verified, signer)
+    say(f"received, verified: {verified.key}")
+
+    drifted = _mint(layout, "Support unary minus in the tokenizer", ["calc/parse.py", "tests/test_parse.py"])
+    _receive(layout, drifted, signer)
+    out = layout.out_dir(drifted.digest) / "calc/parse.py"
+    out.write_bytes(out.read_bytes() + b"import os  # not what the worker signed\n")
+    say(f"received, output drifted after signing (hashes check fails): {drifted.key}")
+
+    untrusted = _mint(layout, "Explain the calculator's usage in README.md", ["README.md"])
+    _receive(layout, untrusted, Ed25519PrivateKey.generate())
+    say(f"received, signed by an untrusted key (signature check fails): {untrusted.key}")
+
+    stale = _mint(layout, "Print the result, not the tokens, in calc/cli.py", ["calc/cli.py"])
+    _receive(layout, stale, signer)
+    cli = root / "calc/cli.py"
+    cli.write_text(
+        cli.read_text().replace("def main(argv=None):", "def main(argv: list[str] | None = None):")
+    )
+    _git(root, "commit", "-q", "-am", "cli: type the argument")
+    say(f"stale (calc/cli.py changed after mint): {stale.key}")
+
+    failed = _mint(layout, "Rewrite the parser as a Pratt parser", ["calc/parse.py", "calc/cli.py"])
+    _receive(layout, failed, signer, status="aborted", reason="cancelled by the operator")
+    say(f"failed (aborted receipt): {failed.key}")
+
+    applied = _mint(layout, "Add a test for subtraction of negatives", ["tests/test_ops.py"])
+    _receive(layout, applied, signer)
+    apply_job(layout, applied.key)
+    say(f"applied: {applied.key}")
+
+    rejected = _mint(layout, "Delete the tests, they are slow", ["tests/test_ops.py", "tests/test_parse.py"])
+    reject(layout, rejected.key, "tests are never deleted to save time")
+    say(f"rejected: {rejected.key}")
+
+    orphan = _mint(
+        layout, "Add a __main__ module so `python -m calc` works", ["calc/cli.py"], ["calc/__main__.py"]
+    )
+    claim(layout, "demo-worker@crashed-host", orphan.key, ttl=3600.0, pid=_dead_pid())
+    record_attempt(layout, orphan.key, "note", detail="the worker process was killed")
+    say(f"orphaned (its worker's pid is dead): {orphan.key}")
+
+    bad = "0" * 31 + "f"
+    atomic_write(layout.job_file("queue", bad), b'{"schema": "genjob.v2", "instruction": ')
+    say(f"invalid (a truncated job file): {bad}")
+
+    running = _mint(layout, "Add property tests for add and mul", ["tests/test_ops.py"])
+    demo.holder = _start_holder(layout, running.key, config_home)
+    say(f"running (lease kept fresh by pid {demo.holder.pid}): {running.key}")
+
+    (config_home / MARKER).write_text(running.key + "\n")
+    return demo
+
+
+def _reopen(layout: Layout, config_home: Path) -> Demo:
+    """A demo built before: restart the lease holder of its running job if it is still running."""
+    demo = Demo(layout.root, config_home, ["reopened the demo built here before"])
+    key = (config_home / MARKER).read_text().strip()
+    if layout.job_file("running", key).exists() and not layout.receipt(key).exists():
+        with contextlib.suppress(GenjobError):
+            requeue(layout, key, force=True)
+            demo.holder = _start_holder(layout, key, config_home)
+            demo.summary.append(f"running again: {key}")
+    return demo
+
+
+def hold(root: Path, key: str, worker: str, ttl: float) -> int:
+    """Claim `key` with this process as the lease holder; heartbeat until stopped or lost."""
+    layout = Layout(root)
+    c = claim(layout, worker, key, ttl=ttl)
+    stop = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.monotonic()
+    while not stop and time.monotonic() - started < HOLD_SECONDS:
+        if not heartbeat(layout, key, c.lease.token, worker):
+            return 0
+        for _ in range(int(ttl / 3 / 0.2)):
+            if stop:
+                break
+            time.sleep(0.2)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "hold":
+        raise SystemExit(hold(Path(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])))
+    raise SystemExit("usage: python -m core.demo hold ROOT KEY WORKER TTL")

@@ -1,0 +1,44 @@
+"""Which host to ship to, when `.gen/config.toml` names more than one."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from core.board import visible
+from core.config import Host
+
+
+class HostPicker(ModalScreen[str | None]):
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel", id="hosts.cancel")]
+
+    def __init__(self, hosts: dict[str, Host]) -> None:
+        super().__init__()
+        self.hosts = hosts
+
+    def compose(self) -> ComposeResult:
+        options = []
+        for name, host in self.hosts.items():
+            label = Text(visible(name), style="bold")
+            label.append(f"  {host.transport}", style="cyan")
+            if host.address:
+                label.append(f"  {visible(host.address)}", style="dim")
+            label.append(f"  {visible(host.generator)[:60]}", style="dim")
+            options.append(Option(label, id=name))
+        with Vertical(classes="dialog"):
+            yield Static("Ship to which host?", classes="dialog-title")
+            yield OptionList(*options, id="hosts")
+            yield Static(Text("enter ships, escape cancels", style="dim"))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,107 @@
+"""A new job: the instruction in an editor and the files it may touch, picked from the tree."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, SelectionList, Static, TextArea
+
+from core.board import repo_files, submit_job, visible
+from core.errors import GenjobError
+from core.layout import Layout
+from core.queue import Enqueued
+
+MAX_SHOWN = 500
+
+
+class NewJobDialog(ModalScreen[Enqueued | None]):
+    """Returns what was queued, or None. Faults (a secret, a bad path) stay in the dialog."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("ctrl+s", "submit", "Queue the job", id="newjob.submit"),
+        Binding("escape", "cancel", "Cancel", id="newjob.cancel"),
+    ]
+
+    def __init__(self, layout: Layout) -> None:
+        super().__init__()
+        self.repo = layout
+        self.files: list[str] = []
+        self.chosen: set[str] = set()
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide tall"):
+            yield Static("New job", classes="dialog-title")
+            yield Label("Instruction (the generator gets it as a file, never as shell text)")
+            yield TextArea(id="instruction", soft_wrap=True, show_line_numbers=False)
+            yield Label("Files the job may change (space picks; type to filter)")
+            yield Input(placeholder="filter files", id="file-filter")
+            yield SelectionList[str](id="files")
+            yield Input(placeholder="new files the job creates, comma separated (optional)", id="new-paths")
+            yield Static("", id="newjob-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Queue (ctrl+s)", id="submit", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#instruction", TextArea).focus()
+        self._load_files()
+
+    @work(thread=True, exclusive=True, group="newjob-files")
+    def _load_files(self) -> None:
+        files = repo_files(self.repo.root)
+        self.app.call_from_thread(self._files_loaded, files)
+
+    def _files_loaded(self, files: list[str]) -> None:
+        self.files = files
+        self._show_files("")
+
+    def _show_files(self, needle: str) -> None:
+        pick = self.query_one("#files", SelectionList)
+        needle = needle.strip().casefold()
+        shown = [f for f in self.files if needle in f.casefold()][:MAX_SHOWN]
+        pick.clear_options()
+        pick.add_options([(visible(f), f, f in self.chosen) for f in shown])
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "file-filter":
+            self._show_files(event.value)
+
+    def on_selection_list_selection_toggled(self, event: SelectionList.SelectionToggled[str]) -> None:
+        value = event.selection.value
+        self.chosen.symmetric_difference_update({value})
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "submit":
+            self.action_submit()
+        else:
+            self.action_cancel()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def action_submit(self) -> None:
+        instruction = self.query_one("#instruction", TextArea).text
+        new = [p.strip() for p in self.query_one("#new-paths", Input).value.split(",") if p.strip()]
+        self._error(Text("checking for secrets and queueing…", style="dim"))
+        self._submit(instruction, sorted(self.chosen), new)
+
+    def _error(self, text: Text) -> None:
+        self.query_one("#newjob-error", Static).update(text)
+
+    @work(thread=True, exclusive=True, group="newjob-submit")
+    def _submit(self, instruction: str, paths: list[str], new: list[str]) -> None:
+        try:
+            res = submit_job(self.repo, instruction, paths, new)
+        except GenjobError as exc:
+            self.app.call_from_thread(self._error, Text(visible(str(exc)), style="bold red"))
+            return
+        except OSError as exc:
+            self.app.call_from_thread(self._error, Text(visible(f"{exc}"), style="bold red"))
+            return
+        self.app.call_from_thread(self.dismiss, res)

@@ -1,0 +1,123 @@
+"""Shipping one job: progress and a live tail of the generator's output."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Log, Static
+
+from core.board import visible
+from core.errors import GenjobError
+from core.layout import Layout
+
+MAX_LOG_LINES = 5000
+
+
+class ShipDialog(ModalScreen[bool]):
+    """Runs `core.ship.ship` for one job; returns True when a receipt was committed."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("escape", "close", "Close / cancel", id="ship.close"),
+    ]
+
+    class Output(Message):
+        def __init__(self, data: bytes) -> None:
+            super().__init__()
+            self.data = data
+
+    def __init__(self, layout: Layout, key: str, host: str | None) -> None:
+        super().__init__()
+        self.repo = layout
+        self.key = key
+        self.host = host
+        self.cancel = asyncio.Event()
+        self.done = False
+        self.succeeded = False
+        self._partial = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide tall"):
+            yield Static(f"Shipping {self.key} to {self.host or 'the default host'}", classes="dialog-title")
+            yield Static(Text("starting…", style="dim"), id="ship-status")
+            yield Log(id="ship-log", max_lines=MAX_LOG_LINES, auto_scroll=True)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel ship", id="ship-cancel", variant="error")
+                yield Button("Close", id="ship-close", disabled=True)
+
+    def on_mount(self) -> None:
+        self._ship()
+
+    def _status(self, text: Text) -> None:
+        self.query_one("#ship-status", Static).update(text)
+
+    @work(exclusive=True, group="ship")
+    async def _ship(self) -> None:
+        from core.ship import ship
+
+        self._status(Text(f"claiming and shipping to {self.host or 'the default host'}…", style="bold"))
+        try:
+            result = await ship(
+                self.repo,
+                self.key,
+                self.host,
+                on_output=lambda data: self.post_message(self.Output(data)),
+                cancel=self.cancel,
+            )
+        except GenjobError as exc:
+            self._finish(Text(visible(str(exc)), style="bold red"), False)
+            return
+        except Exception as exc:
+            self._finish(Text(visible(f"ship failed: {exc}"), style="bold red"), False)
+            return
+        self._finish(Text(visible(_describe(result)), style="bold green"), True)
+
+    def _finish(self, text: Text, ok: bool) -> None:
+        self.done = True
+        self.succeeded = ok
+        self._status(text)
+        self.query_one("#ship-cancel", Button).disabled = True
+        close = self.query_one("#ship-close", Button)
+        close.disabled = False
+        close.focus()
+
+    def on_ship_dialog_output(self, message: Output) -> None:
+        text = self._partial + message.data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        log = self.query_one("#ship-log", Log)
+        log.write_lines([visible(line) for line in lines])
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "ship-cancel":
+            self.cancel.set()
+            self._status(Text("cancelling: the runner stops the generator…", style="bold yellow"))
+        else:
+            self.dismiss(self.succeeded)
+
+    def action_close(self) -> None:
+        if self.done:
+            self.dismiss(self.succeeded)
+        else:
+            self.cancel.set()
+            self._status(Text("cancelling: the runner stops the generator…", style="bold yellow"))
+
+
+def _describe(result: object) -> str:
+    """A line about a ShipResult, from whichever of its fields it has."""
+    status = getattr(result, "status", None)
+    key = getattr(result, "key", "")
+    message = getattr(result, "message", None) or getattr(result, "detail", None)
+    parts = [f"shipped {key}".strip()]
+    if status:
+        parts.append(f"receipt {status}")
+    if message:
+        parts.append(str(message))
+    return ": ".join(parts)

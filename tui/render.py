@@ -1,0 +1,273 @@
+"""Rich `Text` for each section of a job's detail; every value from disk goes in literally."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rich.console import Group
+from rich.style import Style
+from rich.syntax import Syntax
+from rich.text import Text
+
+from core.board import Preflight, age, visible
+from core.inspect_job import FileDiff, JobDetail
+from core.verify import FAILED, PASSED, Verification
+from tui.text import STATE_STYLES, literal, state_text
+
+LABEL = Style(color="bright_black")
+OK = Style(color="green", bold=True)
+BAD = Style(color="red", bold=True)
+SKIP = Style(color="yellow")
+ADDED_BG = Style(bgcolor="#12361f")
+REMOVED_BG = Style(bgcolor="#3c1618")
+THEME = "monokai"
+
+
+def _stamp(at: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(at)))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+def _field(text: Text, label: str, value: str | Text, width: int = 11) -> None:
+    text.append(f"{label:<{width}}", LABEL)
+    text.append(value if isinstance(value, Text) else literal(value))
+    text.append("\n")
+
+
+def policy_text(signature_required: bool) -> Text:
+    if signature_required:
+        return Text("signatures REQUIRED by policy", style=Style(color="green", bold=True))
+    return Text(
+        "signatures NOT required by policy (require_signature = false)",
+        style=Style(color="black", bgcolor="yellow", bold=True),
+    )
+
+
+def title_text(detail: JobDetail) -> Text:
+    row = detail.row
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(row.key, Style(bold=True))
+    text.append("  ")
+    text.append_text(state_text(row.state))
+    text.append(f"  {row.schema}" if row.schema else "", LABEL)
+    return text
+
+
+def job_text(detail: JobDetail) -> Text:
+    """The job document: key, digest, instruction and inputs, and every fault found."""
+    row = detail.row
+    text = Text()
+    _field(text, "key", row.key)
+    _field(text, "state", state_text(row.state))
+    if detail.located is not None:
+        extra = f" (also in {', '.join(detail.located.also_in)})" if detail.located.also_in else ""
+        _field(text, "file", f".gen/{detail.located.folder}/{row.key}.json{extra}")
+    if row.schema:
+        _field(text, "schema", row.schema)
+        _field(text, "digest", row.digest)
+    if row.created_at:
+        _field(text, "created", f"{_stamp(row.created_at)} ({age(time.time() - row.created_at)} ago)")
+    for problem in (*row.problems, *detail.errors):
+        text.append("! ", BAD)
+        text.append(literal(problem, BAD))
+        text.append("\n")
+    if row.instruction:
+        text.append("\ninstruction\n", Style(bold=True))
+        text.append(literal(row.instruction))
+        if not row.instruction.endswith("\n"):
+            text.append("\n")
+    doc = detail.document or {}
+    inputs = doc.get("inputs") or {}
+    if inputs:
+        text.append("\ninputs\n", Style(bold=True))
+        for path in sorted(inputs):
+            text.append("  ")
+            text.append(literal(path, Style(color="cyan")))
+            digest = inputs[path]
+            text.append(f"  {digest}" if digest else "  (new file: must not exist at apply)", LABEL)
+            text.append("\n")
+    if doc.get("replay_of"):
+        _field(text, "replay of", str(doc["replay_of"]))
+    return text
+
+
+def lease_text(detail: JobDetail) -> Text:
+    """The lease (who holds the job, how fresh) and every attempt."""
+    text = Text()
+    lease = detail.lease
+    if lease is not None:
+        now = time.time()
+        fresh = lease.fresh(now)
+        text.append("lease ", Style(bold=True))
+        text.append("fresh\n" if fresh else "STALE\n", OK if fresh else BAD)
+        _field(text, "worker", lease.worker)
+        _field(text, "host", f"{lease.host}, pid {lease.pid}" + (" (dead)" if lease.holder_dead() else ""))
+        _field(text, "attempt", str(lease.token))
+        _field(text, "claimed", f"{_stamp(lease.claimed_at)} ({age(now - lease.claimed_at)} ago)")
+        _field(
+            text,
+            "heartbeat",
+            f"{age(now - lease.heartbeat)} ago, ttl {lease.ttl:g}s"
+            + ("" if not lease.expired(now) else " (expired)"),
+        )
+    elif detail.lease_error:
+        text.append("lease does not parse: ", BAD)
+        text.append(literal(detail.lease_error, BAD))
+        text.append("\n")
+    else:
+        text.append("no lease (the job is not running)\n", LABEL)
+    text.append(f"\nattempts ({len(detail.attempts)} records)\n", Style(bold=True))
+    for rec in detail.attempts:
+        text.append(f"  {_stamp(rec.get('at'))}  ", LABEL)
+        text.append(literal(str(rec.get("event", "?")), Style(bold=True)))
+        extra = {k: v for k, v in rec.items() if k not in ("at", "event")}
+        if extra:
+            text.append("  ")
+            text.append(literal(json.dumps(extra, sort_keys=True, default=str), keep_newlines=False))
+        text.append("\n")
+    return text
+
+
+def verification_text(v: Verification | None, signature_required: bool) -> Text:
+    """The receipt's checks as a checklist, with the signature policy stated first."""
+    text = Text()
+    text.append_text(policy_text(v.signature_required if v else signature_required))
+    text.append("\n\n")
+    if v is None:
+        text.append("no receipt yet: nothing to verify\n", LABEL)
+        return text
+    marks = {PASSED: ("✔", OK), FAILED: ("✘", BAD)}
+    for check in v.checks:
+        mark, style = marks.get(check.status, ("–", SKIP))
+        text.append(f" {mark} ", style)
+        text.append(f"{check.name:<10}", Style(bold=True))
+        text.append(f"{check.status:<8}", style)
+        text.append(literal(check.detail, keep_newlines=False))
+        text.append("\n")
+    text.append("\n")
+    if v.ok:
+        text.append("=> every check passed: apply may run", OK)
+    elif v.only_base_failed():
+        text.append("=> STALE: the tree moved on since the job was minted; replay it (R)", SKIP)
+    else:
+        text.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
+    if v.signer:
+        text.append(f"\nsigner {v.signer}", LABEL)
+    return text
+
+
+def _lexer(path: str, code: str) -> str:
+    try:
+        return Syntax.guess_lexer(path, code)
+    except Exception:
+        return "text"
+
+
+def file_diff_text(diff: FileDiff) -> Text:
+    """One file's diff, its code syntax-highlighted, added and removed lines tinted."""
+    text = Text()
+    text.append(literal(diff.path, Style(bold=True, color="cyan"), keep_newlines=False))
+    text.append(f"  {diff.status}", LABEL)
+    text.append(f"  +{diff.added}", Style(color="green"))
+    text.append(f" -{diff.removed}\n", Style(color="red"))
+    if not diff.text:
+        return text
+    lines = diff.text.splitlines()
+    body = [ln for ln in lines if not ln.startswith(("--- ", "+++ "))]
+    code = "\n".join(visible(ln[1:]) if ln[:1] in "+- " else "" for ln in body)
+    highlighted = Syntax("", _lexer(diff.path, code), theme=THEME).highlight(code)
+    highlighted.rstrip()
+    code_lines = highlighted.split("\n", allow_blank=True)
+    if len(code_lines) != len(body):
+        code_lines = [Text(visible(ln[1:])) for ln in body]
+    for raw, line in zip(body, code_lines, strict=True):
+        head = raw[:1]
+        if raw.startswith("@@"):
+            text.append(literal(raw, Style(color="magenta"), keep_newlines=False))
+        elif head == "\\":
+            text.append(literal(raw, LABEL, keep_newlines=False))
+        else:
+            line.stylize(ADDED_BG if head == "+" else REMOVED_BG if head == "-" else Style())
+            prefix = Style(color="green", bold=True) if head == "+" else Style(color="red", bold=True)
+            text.append(f"{head} ", prefix if head in "+-" else Style())
+            text.append_text(line)
+        text.append("\n")
+    return text
+
+
+def diffs_text(diffs: list[FileDiff], applied: bool = False) -> Group | Text:
+    if not diffs:
+        if applied:
+            return Text("applied: the outputs are in the tree (see the apply record in the timeline)", LABEL)
+        return Text("no outputs to diff (no receipt, or it names no files)", LABEL)
+    added = sum(d.added for d in diffs)
+    removed = sum(d.removed for d in diffs)
+    head = Text(f"{len(diffs)} file(s)  ", Style(bold=True))
+    head.append(f"+{added}", Style(color="green"))
+    head.append(f" -{removed}\n", Style(color="red"))
+    return Group(head, *(file_diff_text(d) for d in diffs))
+
+
+def timeline_text(detail: JobDetail) -> Text:
+    text = Text()
+    if not detail.timeline:
+        return Text("no events for this job in .gen/events.jsonl", LABEL)
+    for event in detail.timeline:
+        text.append(f"{_stamp(event.get('at'))}  ", LABEL)
+        text.append(literal(f"{event.get('event', '?'):<12}", Style(bold=True), keep_newlines=False))
+        text.append(literal(f" by {event.get('by', '?')}", LABEL, keep_newlines=False))
+        extra = {k: v for k, v in event.items() if k not in ("at", "event", "key", "by")}
+        if extra:
+            text.append("  ")
+            text.append(literal(json.dumps(extra, sort_keys=True, default=str), keep_newlines=False))
+        text.append("\n")
+    return text
+
+
+def output_text(detail: JobDetail) -> Text:
+    if not detail.log_tail:
+        return Text("no generator output kept for this job", LABEL)
+    return literal(detail.log_tail)
+
+
+def preflight_text(p: Preflight) -> Text:
+    """The approve preflight: what apply would write, and whether it may."""
+    text = Text()
+    text.append(f"apply {p.key}\n\n", Style(bold=True))
+    for c in p.changes:
+        text.append("  ")
+        text.append(literal(c.path, Style(color="cyan"), keep_newlines=False))
+        text.append(f"  {c.status}  ", LABEL)
+        text.append(f"+{c.added}", Style(color="green"))
+        text.append(f" -{c.removed}\n", Style(color="red"))
+    if not p.changes:
+        text.append("  (no output files)\n", LABEL)
+    text.append(f"\n  {len(p.changes)} file(s), ", Style(bold=True))
+    text.append(f"+{p.added}", Style(color="green", bold=True))
+    text.append(f" -{p.removed}", Style(color="red", bold=True))
+    text.append(" lines\n\n")
+    text.append("  policy     ")
+    text.append_text(policy_text(p.signature_required))
+    text.append("\n  signature  ")
+    text.append(literal(p.signature, OK if p.signature_ok else BAD, keep_newlines=False))
+    text.append("\n  base       ")
+    text.append("fresh" if p.base_fresh else "STALE", OK if p.base_fresh else BAD)
+    text.append("  ")
+    text.append(literal(p.base_detail, LABEL, keep_newlines=False))
+    text.append("\n\n")
+    if p.verified:
+        text.append("  every check passed. y applies, n cancels.", OK)
+    else:
+        text.append("  apply would be refused:\n", BAD)
+        for f in p.failures:
+            text.append("   ✘ ", BAD)
+            text.append(literal(f, keep_newlines=False))
+            text.append("\n")
+    return text
+
+
+__all__ = ["STATE_STYLES"]

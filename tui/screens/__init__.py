@@ -1,0 +1,1 @@
+"""The board and the full-screen views it opens."""

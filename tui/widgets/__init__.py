@@ -1,0 +1,1 @@
+"""Widgets of the board; each one only shows what it is given."""

@@ -1,0 +1,66 @@
+"""The detail pane: one job's document, lease, verification, diff, timeline and output."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static, TabbedContent, TabPane
+
+from core.inspect_job import JobDetail
+from tui import render
+
+TABS = (
+    ("job", "Job"),
+    ("lease", "Lease"),
+    ("verify", "Verify"),
+    ("diff", "Diff"),
+    ("timeline", "Timeline"),
+    ("output", "Output"),
+)
+
+
+class DetailPane(Vertical):
+    """Shows the `JobDetail` it is given; it reads nothing itself."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.detail: JobDetail | None = None
+        self.signature_required = True
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("no job selected"), id="detail-title")
+        with TabbedContent(id="detail-tabs"):
+            for tab_id, title in TABS:
+                with TabPane(title, id=f"tab-{tab_id}"), VerticalScroll(classes="detail-scroll"):
+                    yield Static(id=f"detail-{tab_id}", classes="detail-body")
+
+    def _body(self, tab_id: str) -> Static:
+        return self.query_one(f"#detail-{tab_id}", Static)
+
+    def show_message(self, message: Text) -> None:
+        self.detail = None
+        self.query_one("#detail-title", Static).update(message)
+        for tab_id, _ in TABS:
+            self._body(tab_id).update("")
+
+    def show(self, detail: JobDetail) -> None:
+        self.detail = detail
+        self.query_one("#detail-title", Static).update(render.title_text(detail))
+        applied = detail.located is not None and detail.located.folder == "applied"
+        self._body("job").update(render.job_text(detail))
+        self._body("lease").update(render.lease_text(detail))
+        self._body("verify").update(render.verification_text(detail.verification, self.signature_required))
+        self._body("diff").update(render.diffs_text(detail.diffs, applied))
+        self._body("timeline").update(render.timeline_text(detail))
+        self._body("output").update(render.output_text(detail))
+        tabs = self.query_one(TabbedContent)
+        for tab_id, title in TABS:
+            label = title
+            if tab_id == "verify" and detail.verification is not None:
+                label = f"Verify {'✔' if detail.verification.ok else '✘'}"
+            elif tab_id == "diff" and detail.diffs:
+                label = f"Diff ({len(detail.diffs)})"
+            elif tab_id == "timeline" and detail.timeline:
+                label = f"Timeline ({len(detail.timeline)})"
+            tabs.get_tab(f"tab-{tab_id}").label = label

@@ -1,0 +1,235 @@
+"""The job list: a Line API `ScrollView` that renders only the rows in view.
+
+The rows live in a `core.board.BoardView`; this widget keeps a cursor and a set of
+marks keyed by job key, so neither moves to another job when rows arrive, leave or
+change state around them.
+
+| Key | Action |
+| :- | :- |
+| up/down, k/j | Move the cursor. |
+| pageup/pagedown | Move a page. |
+| home/end | First or last job. |
+| space | Mark or unmark the job under the cursor. |
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import ClassVar
+
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from core.board import BoardView, age, summary_line, visible
+from core.snapshot import JobRow
+from tui.text import STATE_STYLES
+
+
+class JobTable(ScrollView, can_focus=True):
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "jobtable--header",
+        "jobtable--cursor",
+        "jobtable--marked",
+        "jobtable--dim",
+    }
+    DEFAULT_CSS = """
+    JobTable { background: $surface; }
+    JobTable > .jobtable--header { text-style: bold; background: $panel; color: $text; }
+    JobTable > .jobtable--cursor { background: $accent 45%; }
+    JobTable:focus > .jobtable--cursor { background: $accent 80%; }
+    JobTable > .jobtable--marked { color: $warning; text-style: bold; }
+    JobTable > .jobtable--dim { color: $text-muted; }
+    """
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("up,k", "cursor(-1)", "Up", show=False),
+        Binding("down,j", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home,g", "edge(0)", "First job", show=False),
+        Binding("end,G", "edge(1)", "Last job", show=False),
+        Binding("space", "mark", "Mark", tooltip="Mark or unmark this job for a bulk action", id="mark"),
+    ]
+
+    class CursorMoved(Message):
+        """The cursor is on another job (or on none)."""
+
+        def __init__(self, key: str | None) -> None:
+            super().__init__()
+            self.key = key
+
+    class MarksChanged(Message):
+        def __init__(self, count: int) -> None:
+            super().__init__()
+            self.count = count
+
+    def __init__(self, view: BoardView, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view = view
+        self.cursor_key: str | None = None
+        self.marks: set[str] = set()
+        self.wide_keys = False
+
+    # -- geometry ------------------------------------------------------------------------
+    @property
+    def page(self) -> int:
+        return max(1, self.scrollable_content_region.height - 1)
+
+    @property
+    def cursor_index(self) -> int | None:
+        return None if self.cursor_key is None else self.view.index_of(self.cursor_key)
+
+    def _sync_size(self) -> None:
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.view) + 1)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.wide_keys = event.size.width >= 150
+        self._sync_size()
+        self._show_cursor()
+
+    # -- data ----------------------------------------------------------------------------
+    def apply(self, changed: Mapping[str, JobRow | None] | None = None) -> None:
+        """Apply changed rows (or a new filter when None), keeping cursor and scroll.
+
+        The job under the cursor stays under the cursor at the same line on screen; if it
+        left the view, the cursor takes the job now at its old position.
+        """
+        old_index = self.cursor_index
+        offset = None if old_index is None else old_index - int(self.scroll_y)
+        if changed is None:
+            self.view.set_filter()
+        else:
+            self.view.update(changed)
+            self.marks.difference_update(k for k, r in changed.items() if r is None)
+        self._sync_size()
+        count = len(self.view)
+        new_index = self.cursor_index
+        if new_index is None and count:
+            new_index = min(old_index or 0, count - 1)
+            self._move_to(new_index)
+        elif not count:
+            self._set_cursor(None)
+        if new_index is not None and offset is not None:
+            top = max(0, min(new_index - offset, count + 1 - self.scrollable_content_region.height))
+            self.scroll_to(y=top, animate=False, immediate=True)
+            self._show_cursor()
+        self.refresh()
+
+    def _set_cursor(self, key: str | None) -> None:
+        if key != self.cursor_key:
+            self.cursor_key = key
+            self.post_message(self.CursorMoved(key))
+
+    def _move_to(self, index: int) -> None:
+        if not len(self.view):
+            self._set_cursor(None)
+            return
+        index = max(0, min(index, len(self.view) - 1))
+        self._set_cursor(self.view.key_at(index))
+        self._show_cursor()
+        self.refresh()
+
+    def _show_cursor(self) -> None:
+        index = self.cursor_index
+        if index is None:
+            return
+        top, height = int(self.scroll_y), self.page
+        if index < top:
+            self.scroll_to(y=index, animate=False, immediate=True)
+        elif index >= top + height:
+            self.scroll_to(y=index - height + 1, animate=False, immediate=True)
+
+    def select(self, key: str) -> bool:
+        """Put the cursor on `key` if it is in view."""
+        index = self.view.index_of(key)
+        if index is None:
+            return False
+        self._move_to(index)
+        return True
+
+    # -- actions -------------------------------------------------------------------------
+    def action_cursor(self, delta: int) -> None:
+        index = self.cursor_index
+        self._move_to(0 if index is None else index + delta)
+
+    def action_page(self, direction: int) -> None:
+        index = self.cursor_index or 0
+        self.scroll_to(y=self.scroll_y + direction * self.page, animate=False, immediate=True)
+        self._move_to(index + direction * self.page)
+
+    def action_edge(self, end: int) -> None:
+        self._move_to(len(self.view) - 1 if end else 0)
+
+    def action_mark(self) -> None:
+        key = self.cursor_key
+        if key is None:
+            return
+        self.marks.symmetric_difference_update({key})
+        self.post_message(self.MarksChanged(len(self.marks)))
+        self.action_cursor(1)
+
+    def clear_marks(self) -> None:
+        if self.marks:
+            self.marks.clear()
+            self.post_message(self.MarksChanged(0))
+            self.refresh()
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y >= 1:
+            self._move_to(int(self.scroll_y) + event.y - 1)
+
+    # -- rendering -----------------------------------------------------------------------
+    def _columns(self, width: int) -> list[int]:
+        """Widths of mark, key, state, age, attempts, worker; the instruction takes the rest."""
+        key = 32 if self.wide_keys else 12
+        worker = 18 if width >= 110 else 10
+        return [2, key, 9, 5, 4, worker]
+
+    def _cells(self, cells: list[tuple[str, Style]], width: int) -> Strip:
+        widths = self._columns(width)
+        segments: list[Segment] = []
+        used = 0
+        for i, (text, style) in enumerate(cells):
+            w = widths[i] if i < len(widths) else max(0, width - used)
+            if w <= 0:
+                break
+            cell = set_cell_size(text, w - 1) + " " if i < len(widths) else set_cell_size(text, w)
+            segments.append(Segment(cell, style))
+            used += w
+        return Strip(segments, cell_len("".join(s.text for s in segments)))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if y == 0:
+            head = base + self.get_component_rich_style("jobtable--header")
+            names = ["", "KEY", "STATE", "AGE", "ATT", "WORKER", "INSTRUCTION"]
+            return self._cells([(n, head) for n in names], width).extend_cell_length(width, head)
+        index = int(self.scroll_y) + y - 1
+        if index >= len(self.view):
+            return Strip.blank(width, base)
+        row = self.view.row_at(index)
+        style = base
+        if row.key == self.cursor_key:
+            style = base + self.get_component_rich_style("jobtable--cursor")
+        dim = style + self.get_component_rich_style("jobtable--dim")
+        marked = row.key in self.marks
+        mark_style = style + self.get_component_rich_style("jobtable--marked") if marked else style
+        created = row.created_at
+        cells = [
+            ("●" if marked else " ", mark_style),
+            (row.key, mark_style if marked else style),
+            (row.state.value, style + STATE_STYLES[row.state]),
+            (age(time.time() - created) if created else "-", dim),
+            (str(row.attempts) if row.attempts else "-", dim),
+            (visible(row.worker, tab=" ") or "-", dim),
+            (summary_line(row), style + STATE_STYLES[row.state] if not row.instruction else style),
+        ]
+        return self._cells(cells, width).extend_cell_length(width, style)
