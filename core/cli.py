@@ -235,7 +235,7 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"heartbeat {_age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
     if d.verification:
-        _print_checks(d.verification)
+        print_checks(d.verification)
     for diff in d.diffs:
         click.echo(f"--- {diff.path}: {diff.status} +{diff.added} -{diff.removed}")
         if diff.text:
@@ -252,7 +252,7 @@ def _printable_block(text: str) -> str:
     return "".join(_printable(line) + "\n" for line in text.splitlines())
 
 
-def _print_checks(v: Any) -> None:
+def print_checks(v: Any) -> None:
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
     click.echo(f"verification of {v.key} (signature {policy}):")
@@ -302,7 +302,7 @@ def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
     if as_json:
         _print_json(v.to_dict())
     else:
-        _print_checks(v)
+        print_checks(v)
     sys.exit(0 if v.ok else 1)
 
 
@@ -401,3 +401,8 @@ from core.cli_tui import demo, tui  # noqa: E402
 
 main.add_command(tui)
 main.add_command(demo)
+
+from core.cli_worker import ship_cmd, worker_cmd  # noqa: E402
+
+main.add_command(ship_cmd)
+main.add_command(worker_cmd)

@@ -1,0 +1,88 @@
+"""`genjob ship` and `genjob worker`: the worker plane on the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import click
+
+from core.config import load_config
+from core.layout import Layout
+from core.queue import locate
+from core.verify import verify
+
+T = TypeVar("T")
+
+
+def run_until_signal(make: Callable[[asyncio.Event], Awaitable[T]]) -> T:
+    """Run a coroutine; SIGINT and SIGTERM set its stop event instead of killing it."""
+
+    async def main() -> T:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await make(stop)
+
+    return asyncio.run(main())
+
+
+def _stream(chunk: bytes) -> None:
+    sys.stderr.buffer.write(chunk)
+    sys.stderr.flush()
+
+
+@click.command("ship")
+@click.argument("key")
+@click.option("--host", help="The host from config.toml (default: local, or the only one).")
+@click.option("--worker", "worker_id", help="Worker id for the lease and receipt (default: user@host).")
+@click.option("--quiet", "-q", is_flag=True, help="Do not stream the generator's output.")
+@click.pass_context
+def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | None, quiet: bool) -> None:
+    """Claim a queued job, ship it to a generator host, and print the receipt's verdict.
+
+    Ctrl-C or SIGTERM stops the remote generator; the job ends in an aborted receipt.
+    Exit 0 when the receipt verifies and apply may run, 1 otherwise.
+    """
+    from core.cli import layout_of, print_checks, resolve_key
+    from core.ship import ship
+
+    layout: Layout = layout_of(ctx)
+    full = resolve_key(layout, key)
+    res = run_until_signal(
+        lambda stop: ship(layout, full, host, None if quiet else _stream, stop, worker_id=worker_id)
+    )
+    click.echo(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
+    if not res.won:
+        click.echo(f"the lease was lost; this receipt was kept aside at {res.receipt}")
+        sys.exit(1)
+    v = verify(layout, locate(layout, full).job, load_config(layout.config))
+    print_checks(v)
+    sys.exit(0 if v.ok else 1)
+
+
+@click.command("worker")
+@click.option("--host", "hosts", multiple=True, help="Only these hosts. Repeatable (default: all).")
+@click.option("--once", is_flag=True, help="Stop when the queue is empty.")
+@click.option("--worker", "worker_id", help="Worker id for leases and receipts (default: user@host).")
+@click.pass_context
+def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
+    """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
+    from core.cli import layout_of
+    from core.worker import run_worker
+
+    layout: Layout = layout_of(ctx)
+    results = run_until_signal(
+        lambda stop: run_worker(
+            layout, list(hosts) or None, once=once, stop=stop, report=click.echo, worker_id=worker_id
+        )
+    )
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
+    click.echo(f"worker done: {summary}")

@@ -1,0 +1,328 @@
+"""The worker plane: claim a job, ship it to a generator host, commit a signed receipt.
+
+Everything after a claim ends in a receipt: `ok` when the generator exited 0 in time and
+everything it sent back passed the local validator; `rejected` when it failed or broke
+the contract (wrote outside its paths, left a link, sent too much); `aborted` when it was
+stopped (timeout, cancel, Ctrl-C, SIGTERM, a dropped connection, a lost lease). Only an
+`ok` receipt carries outputs, so nothing half-received is ever applyable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.bundle import BundleError, Limits, ResultInfo
+from core.canonical import canonical, read_bytes, sha256_bytes
+from core.config import Config, Host, load_config
+from core.durable import atomic_write
+from core.errors import BadInput, GenjobError
+from core.events import actor
+from core.layout import Layout
+from core.paths import regular_file_inside
+from core.queue import Claim, Claimer, cancel_requested, heartbeat
+from core.receipts import Committed, commit_receipt, make_receipt
+from core.signing import load_private_key, private_key_path
+from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
+
+OutputCallback = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class ShipResult:
+    key: str
+    host: str
+    attempt: int
+    status: str  # "ok", "rejected" or "aborted"
+    reason: str | None
+    won: bool  # False when the lease was lost and the receipt was kept aside
+    receipt: Path
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+def make_transport(name: str, host: Host) -> Transport:
+    if host.transport == "local":
+        return LocalTransport()
+    if not host.address or not host.identity:
+        raise BadInput(f"config.toml: hosts.{name}: an ssh host needs address and identity")
+    return SSHTransport(host.address, host.port, host.identity, host.known_hosts)
+
+
+class Hosts:
+    """The configured generator hosts, each with one transport reused across jobs."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._transports: dict[str, Transport] = {}
+
+    def pick(self, name: str | None) -> str:
+        if name is None:
+            if not self.config.hosts:
+                raise BadInput("config.toml: no [hosts.*] configured (genjob init writes `local`)")
+            return "local" if "local" in self.config.hosts else next(iter(self.config.hosts))
+        if name not in self.config.hosts:
+            known = ", ".join(sorted(self.config.hosts)) or "none"
+            raise BadInput(f"config.toml: no host named {name!r} (configured: {known})")
+        return name
+
+    def transport(self, name: str) -> Transport:
+        if name not in self._transports:
+            self._transports[name] = make_transport(name, self.config.hosts[name])
+        return self._transports[name]
+
+    async def close(self) -> None:
+        for t in self._transports.values():
+            with contextlib.suppress(Exception):
+                await t.close()
+        self._transports.clear()
+
+
+def signing_key(config: Config) -> Ed25519PrivateKey | None:
+    """The worker key; without one, only a policy without signatures may ship."""
+    try:
+        return load_private_key()
+    except GenjobError:
+        if config.policy.require_signature:
+            raise GenjobError(
+                f"{private_key_path()}: no worker key; run `genjob keygen` and `genjob trust` "
+                "(policy requires signed receipts)"
+            ) from None
+        return None
+
+
+def read_inputs(layout: Layout, claim: Claim) -> dict[str, bytes]:
+    """The job's existing inputs, each checked against the hash it was minted with."""
+    files = {}
+    for rel in claim.job.allowed_paths:
+        want = claim.job.input_digest(rel)
+        st = regular_file_inside(layout.root, rel)
+        if want is None:
+            if st is not None:
+                raise BadInput(f"{rel}: exists now, but the job creates it; replay the job")
+            continue
+        if st is None:
+            raise BadInput(f"{rel}: deleted since the job was minted; replay the job")
+        data = read_bytes(layout.root / rel, max(st.st_size, 1))
+        if sha256_bytes(data) != want:
+            raise BadInput(f"{rel}: changed since the job was minted; replay the job")
+        files[rel] = data
+    return files
+
+
+def _verdict(
+    outcome_error: str | None, info: ResultInfo | None, stopped: str | None, refused: str | None
+) -> tuple[str, str | None]:
+    """The receipt status and its reason, most decisive cause first."""
+    if stopped:
+        return "aborted", stopped
+    if refused:
+        return "rejected", refused
+    if outcome_error is not None or info is None:
+        return "aborted", outcome_error or "no result from the generator host"
+    if info.timed_out:
+        return "aborted", "the generator ran past its timeout and was killed"
+    if info.cancelled:
+        return "aborted", "the generator was cancelled"
+    if info.error:
+        return "aborted", info.error
+    if info.violations:
+        return "rejected", "; ".join(info.violations)
+    if info.exit_code != 0:
+        return "rejected", f"the generator exited with status {info.exit_code}"
+    return "ok", None
+
+
+async def ship(
+    layout: Layout,
+    key: str | None = None,
+    host: str | None = None,
+    on_output: OutputCallback | None = None,
+    cancel: asyncio.Event | None = None,
+    *,
+    worker_id: str | None = None,
+    hosts: Hosts | None = None,
+    claimed: Claim | None = None,
+) -> ShipResult:
+    """Claim `key` (or take `claimed`), run it on `host`, and commit the receipt.
+
+    Raises before the claim for what an operator must fix first (no worker key, unknown
+    host); after the claim every outcome is a receipt, including cancellation of this
+    coroutine, which commits an `aborted` receipt and then re-raises.
+    """
+    config = hosts.config if hosts else load_config(layout.config)
+    pool = hosts or Hosts(config)
+    name = pool.pick(host)
+    host_cfg = config.hosts[name]
+    key_pair = signing_key(config)
+    worker = worker_id or actor()
+    try:
+        claim = claimed or await asyncio.to_thread(
+            Claimer(layout, worker, config.policy.lease_ttl).claim, key
+        )
+        return await run_claimed(layout, claim, name, host_cfg, pool, key_pair, worker, on_output, cancel)
+    finally:
+        if hosts is None:
+            await pool.close()
+
+
+async def run_claimed(
+    layout: Layout,
+    claim: Claim,
+    name: str,
+    host_cfg: Host,
+    pool: Hosts,
+    key_pair: Ed25519PrivateKey | None,
+    worker: str,
+    on_output: OutputCallback | None,
+    cancel: asyncio.Event | None,
+) -> ShipResult:
+    config = pool.config
+    stop = asyncio.Event()
+    why: list[str] = []
+    tail: deque[bytes] = deque()
+    tail_size = [0]
+
+    def output(chunk: bytes) -> None:
+        tail.append(chunk)
+        tail_size[0] += len(chunk)
+        while tail_size[0] > config.limits.max_tail_bytes and len(tail) > 1:
+            tail_size[0] -= len(tail.popleft())
+        if on_output is not None:
+            on_output(chunk)
+
+    async def watch() -> None:
+        """Heartbeat the lease; stop the run on a lost lease or a cancel request."""
+        every = max(0.2, min(5.0, claim.lease.ttl / 3))
+        while not stop.is_set():
+            if cancel is not None and cancel.is_set():
+                why.append("cancelled by the operator")
+            elif await asyncio.to_thread(cancel_requested, layout, claim.key):
+                why.append("cancelled by the operator (genjob cancel)")
+            elif not await asyncio.to_thread(heartbeat, layout, claim.key, claim.lease.token, worker):
+                why.append("lease lost: the job was requeued or claimed by another worker")
+            if why:
+                stop.set()
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_either(stop, cancel), every)
+
+    staged = layout.out / f".tmp-{claim.key}-{claim.lease.token}"
+    shutil.rmtree(staged, ignore_errors=True)
+    watcher = asyncio.create_task(watch())
+    info: ResultInfo | None = None
+    error: str | None = None
+    refused: str | None = None
+    interrupted: BaseException | None = None
+    try:
+        files = await asyncio.to_thread(read_inputs, layout, claim)
+        outcome, info = await run_job(
+            pool.transport(name),
+            job_doc=await asyncio.to_thread(read_bytes, claim.path),
+            instruction=claim.job.instruction,
+            allowed_paths=list(claim.job.allowed_paths),
+            files=files,
+            generator=host_cfg.generator,
+            timeout=host_cfg.timeout,
+            dest_dir=staged,
+            limits=Limits(**config.limits.model_dump()),
+            on_output=output,
+            cancel=stop,
+        )
+        error = outcome.error
+        if outcome.stderr_tail and not tail:
+            output(outcome.stderr_tail)
+    except BundleError as exc:
+        refused = f"refused what the generator sent back: {exc}"
+    except (BadInput, HostKeyError) as exc:
+        error = str(exc)
+    except Exception as exc:  # after a claim, every outcome must still end in a receipt
+        error = f"worker error: {type(exc).__name__}: {exc}"
+    except asyncio.CancelledError as exc:
+        why.append("interrupted (the worker was stopped)")
+        interrupted = exc
+    finally:
+        stop.set()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    status, reason = _verdict(error, info, why[0] if why else None, refused)
+    if why and why[0].startswith("refused"):
+        status = "rejected"
+    committed = await asyncio.shield(
+        asyncio.to_thread(
+            _commit, layout, claim, status, reason, info, staged, key_pair, worker, name, b"".join(tail)
+        )
+    )
+    if interrupted is not None:
+        raise interrupted
+    return ShipResult(
+        claim.key,
+        name,
+        claim.lease.token,
+        status,
+        reason,
+        committed.won,
+        committed.path,
+        dict(info.outputs) if info is not None and status == "ok" else {},
+    )
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event | None) -> None:
+    waits = [asyncio.ensure_future(a.wait())]
+    if b is not None:
+        waits.append(asyncio.ensure_future(b.wait()))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _commit(
+    layout: Layout,
+    claim: Claim,
+    status: str,
+    reason: str | None,
+    info: ResultInfo | None,
+    staged: Path,
+    key_pair: Ed25519PrivateKey | None,
+    worker: str,
+    host: str,
+    output: bytes,
+) -> Committed:
+    """Keep the evidence, then publish the receipt (outputs only for `ok`)."""
+    logs = layout.log_dir(claim.key)
+    logs.mkdir(parents=True, exist_ok=True)
+    stem = logs / f"attempt-{claim.lease.token}"
+    atomic_write(stem.with_suffix(".log"), output, durable=False)
+    summary = {
+        "attempt": claim.lease.token,
+        "host": host,
+        "worker": worker,
+        "status": status,
+        "reason": reason,
+        "exit_code": info.exit_code if info else None,
+        "violations": list(info.violations) if info else [],
+    }
+    atomic_write(stem.with_suffix(".json"), canonical(summary), durable=False)
+    outputs = dict(info.outputs) if info is not None and status == "ok" else {}
+    if status != "ok":
+        shutil.rmtree(staged, ignore_errors=True)
+    receipt = make_receipt(claim.job, status, outputs, worker)
+    return commit_receipt(
+        layout,
+        claim.job,
+        receipt,
+        claim.lease.token,
+        worker,
+        staged if status == "ok" and staged.exists() else None,
+        key_pair,
+        reason,
+    )

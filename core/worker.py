@@ -1,0 +1,95 @@
+"""`genjob worker`: a loop that claims queued jobs and ships them across hosts.
+
+Each host runs at most its `concurrency` jobs at once over its one reused transport.
+A stop (SIGTERM, Ctrl-C) ends the loop cleanly: nothing more is claimed, and jobs in
+flight are stopped and end in `aborted` receipts, ready to replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from core.config import load_config
+from core.errors import GenjobError, NothingToClaim
+from core.events import actor
+from core.layout import Layout
+from core.queue import Claim, Claimer
+from core.ship import Hosts, ShipResult, run_claimed, signing_key
+
+Report = Callable[[str], None]
+
+
+async def run_worker(
+    layout: Layout,
+    host_names: list[str] | None = None,
+    *,
+    once: bool = False,
+    stop: asyncio.Event | None = None,
+    report: Report = print,
+    worker_id: str | None = None,
+    poll: float = 0.5,
+) -> list[ShipResult]:
+    """Claim and ship until `stop` is set (or, with `once`, until the queue is empty)."""
+    config = load_config(layout.config)
+    pool = Hosts(config)
+    names = [pool.pick(n) for n in host_names] if host_names else sorted(config.hosts)
+    if not names:
+        raise GenjobError(f"{layout.config}: no hosts configured")
+    key_pair = signing_key(config)
+    worker = worker_id or actor()
+    claimer = Claimer(layout, worker, config.policy.lease_ttl)
+    stop = stop or asyncio.Event()
+    busy: dict[str, set[asyncio.Task[ShipResult]]] = {n: set() for n in names}
+    results: list[ShipResult] = []
+    report(f"worker {worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
+
+    async def one(name: str, claim: Claim) -> ShipResult:
+        res = await run_claimed(layout, claim, name, config.hosts[name], pool, key_pair, worker, None, None)
+        verdict = res.status + (f": {res.reason}" if res.reason else "")
+        if not res.won:
+            verdict += " (lease lost; receipt kept aside)"
+        report(f"{res.key} {name} attempt {res.attempt}: {verdict}")
+        return res
+
+    def full() -> bool:
+        return all(len(busy[n]) >= config.hosts[n].concurrency for n in names)
+
+    try:
+        while not stop.is_set():
+            empty = False
+            for name in names:
+                while len(busy[name]) < config.hosts[name].concurrency and not stop.is_set():
+                    try:
+                        claim = await asyncio.to_thread(claimer.claim)
+                    except NothingToClaim:
+                        empty = True
+                        break
+                    report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
+                    busy[name].add(asyncio.create_task(one(name, claim)))
+            running = set().union(*busy.values())
+            if once and empty and not running:
+                break
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait(
+                [stopping, *running], timeout=None if full() else poll, return_when=asyncio.FIRST_COMPLETED
+            )
+            stopping.cancel()
+            for name in names:
+                for task in [t for t in busy[name] if t.done()]:
+                    busy[name].discard(task)
+                    if task.exception() is None:
+                        results.append(task.result())
+                    else:
+                        report(f"{name}: {task.exception()}")
+    finally:
+        running = set().union(*busy.values())
+        if running:
+            report(f"stopping: {len(running)} job(s) in flight end as aborted")
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await pool.close()
+    return results
