@@ -16,7 +16,7 @@ import os
 import shutil
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ class ResultInfo:
     tail: str
     error: str | None
     outputs: dict[str, str]
-    violations: tuple[str, ...] = field(default_factory=tuple)
+    violations: tuple[str, ...]
 
     @property
     def ok(self) -> bool:

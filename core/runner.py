@@ -188,23 +188,19 @@ def read_tar(
     return members
 
 
-def add_tar_member(archive: tarfile.TarFile, name: str, content: bytes) -> None:
-    """Add a regular file with fixed metadata, so equal content gives equal archives."""
-    info = tarfile.TarInfo(name)
-    info.size = len(content)
-    info.mode = 0o644
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    archive.addfile(info, io.BytesIO(content))
-
-
 def write_tar(members: list[tuple[str, bytes]]) -> bytes:
-    """Build an uncompressed pax tar from ``(name, content)`` pairs, in the given order."""
+    """Build an uncompressed pax tar of regular files, in the given order, with fixed
+    metadata (mode 0644, mtime 0, uid/gid 0), so equal content gives equal bytes."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tf:
         for name, content in members:
-            add_tar_member(tf, name, content)
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = 0o644
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tf.addfile(info, io.BytesIO(content))
     return buf.getvalue()
 
 

@@ -41,9 +41,13 @@ class RunOutcome:
 
 
 class Transport(Protocol):
-    """Runs the runner on some host. ``run`` never raises for a failed attempt (the
-    outcome's ``error`` says what failed); SSH raises ``HostKeyError`` for an untrusted
-    host key, since that needs an operator, not a retry."""
+    """Runs the runner on some host.
+
+    ``run`` reports a failed attempt in the outcome's ``error`` instead of raising. It
+    raises only for an untrusted host key (SSH's ``HostKeyError``: that needs an
+    operator, not a retry), for an exception from ``on_output``, and when its task is
+    cancelled; in the last two cases the remote side is stopped first.
+    """
 
     async def run(
         self,
