@@ -351,3 +351,13 @@ async def test_idle_connection_dropped_between_jobs(
         outcome, info = await job(transport, tmp_path, gen, ["a.py"], dest=f"out{round_}")
         assert outcome.error is None and info is not None and info.ok, outcome
         server.drop()
+
+
+async def test_cancelling_the_task_stops_the_remote(transport: Transport, tmp_path: Path) -> None:
+    gen, report = sleeper(tmp_path)
+    task = asyncio.ensure_future(job(transport, tmp_path, gen, ["a.py"]))
+    await wait_for_file(report)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await check_stopped(report)
