@@ -36,6 +36,7 @@ from core.lifecycle import (
     inconsistency_rule,
 )
 from core.models import KEY_RE, receipt_from_bytes
+from core.paths import lstat_inside
 from core.queue import JOB_FOLDERS, read_job_file
 
 _CACHE_VERSION = 1
@@ -98,6 +99,16 @@ def _ident(st: os.stat_result) -> Ident:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+# A file changed this recently may change again within its mtime's granularity (one clock
+# tick, or two seconds on coarse filesystems) without its identity changing: what was
+# read from it is used but not kept, as git does with "racily clean" index entries.
+_RACY_NS = 2_000_000_000
+
+
+def _settled(st: os.stat_result) -> bool:
+    return time.time_ns() - st.st_mtime_ns >= _RACY_NS
+
+
 class Scanner:
     """Builds snapshots, re-reading only files whose identity changed."""
 
@@ -144,8 +155,9 @@ class Scanner:
         if hit is not None and hit[0] == ident:
             return hit[1]
         value = parse(self.layout.gen / rel)  # type: ignore[operator]
-        self._files[rel] = (ident, value)
-        self._dirty = True
+        if _settled(st):
+            self._files[rel] = (ident, value)
+            self._dirty = True
         return value
 
     # -- parsing one file ----------------------------------------------------------------
@@ -191,10 +203,13 @@ class Scanner:
         return (claimed, worker)
 
     def _tree_hash(self, rel: str) -> str | None:
+        """The hash of a tree file; None when it is absent, "" when it is not a safe regular file."""
         path = self.layout.root / rel
         try:
-            st = os.lstat(path)
-        except OSError:
+            st = lstat_inside(self.layout.root, rel)
+        except (BadInput, OSError):
+            return ""
+        if st is None:
             return None
         ident = _ident(st)
         hit = self._tree.get(rel)
@@ -203,9 +218,10 @@ class Scanner:
         try:
             digest = sha256_file(path)
         except OSError:
-            return None
-        self._tree[rel] = (ident, digest)
-        self._dirty = True
+            return ""
+        if _settled(st):
+            self._tree[rel] = (ident, digest)
+            self._dirty = True
         return digest
 
     # -- scanning --------------------------------------------------------------------------
