@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from core.errors import BadInput
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 DEFAULT_CONFIG = """\
 # genjob configuration. Everything here is local policy; nothing in it is shipped.
