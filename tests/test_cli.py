@@ -1,0 +1,322 @@
+"""The `genjob` command, one subcommand at a time (in process, and a few as real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from corekit import cli, git, make_repo, mint, receive, tree_state, write_jobs
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.layout import Layout
+from core.queue import claim, locate
+from core.signing import public_key_path
+
+GENJOB = Path(sys.executable).parent / "genjob"
+
+
+def keys_of(layout: Layout, state: str | None = None) -> list[str]:
+    args = ["ls", "--json"] + (["--state", state] if state else [])
+    return [row["key"] for row in json.loads(cli(*args, root=layout.root).stdout)]
+
+
+def test_help_lists_the_core_commands() -> None:
+    out = cli("--help").stdout
+    for command in (
+        "init",
+        "mint",
+        "ls",
+        "show",
+        "claim",
+        "requeue",
+        "verify",
+        "apply",
+        "reject",
+        "replay",
+        "recover",
+        "cancel",
+        "keygen",
+        "trust",
+        "schema",
+    ):
+        assert f"  {command} " in out
+
+
+def test_init_is_idempotent_and_ignores_gen_in_git(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    root.mkdir()
+    git(root, "init", "-q")
+    first = cli("init", str(root))
+    assert first.exit_code == 0
+    assert "created .gen/config.toml" in first.stdout
+    assert "/.gen/" in (root / ".git/info/exclude").read_text().splitlines()
+    again = cli("init", str(root))
+    assert again.exit_code == 0 and "created" not in again.stdout
+    (root / "f.txt").write_text("x")
+    cli("--root", str(root), "mint", "-m", "x", str(root / "f.txt"))
+    assert git(root, "status", "--porcelain").split() == ["??", "f.txt"]
+
+
+def test_commands_outside_a_repository_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    res = cli("ls")
+    assert res.exit_code == 2
+    assert res.stderr.startswith(f"genjob: {tmp_path}: not inside a genjob repository")
+
+
+def test_mint_prints_the_key_and_collapses_duplicates(in_repo: Layout) -> None:
+    res = cli("mint", "-m", "Add a timeout.", "src/app.py", "--new", "src/timeout.py")
+    assert res.exit_code == 0
+    key = res.stdout.strip()
+    assert locate(in_repo, key).folder == "queue"
+    again = cli("mint", "-m", "Add a timeout.", "src/app.py", "--new", "src/timeout.py")
+    assert again.exit_code == 0 and again.stdout.strip() == key
+    assert f"the same job exists already: .gen/queue/{key}.json (queue)" in again.stderr
+
+
+def test_mint_from_a_file_or_stdin_and_as_v1(in_repo: Layout) -> None:
+    (in_repo.root / "ask.md").write_text("Rename helper to double.\n")
+    from_file = cli("mint", "-f", "ask.md", "src/util.py").stdout.strip()
+    from_stdin = cli("mint", "-f", "-", "src/util.py", input="Rename helper to double.\n").stdout.strip()
+    assert from_file == from_stdin
+    v1 = cli("mint", "--schema", "v1", "-m", "x", "src/util.py").stdout.strip()
+    assert locate(in_repo, v1).job.schema_name == "genjob.v1"
+    res = cli("mint", "-m", "x", "-f", "ask.md", "src/util.py")
+    assert res.exit_code == 2 and "exactly one of -m TEXT or -f FILE" in res.stderr
+
+
+def test_mint_paths_are_relative_to_the_current_folder(
+    in_repo: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(in_repo.root / "src")
+    key = cli("mint", "-m", "x", "app.py", "../README.md").stdout.strip()
+    assert locate(in_repo, key).job.allowed_paths == ["README.md", "src/app.py"]
+
+
+def test_ls_filters_by_state_and_speaks_json(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    queued, running = write_jobs(repo, 2)
+    claim(repo, "w1", running)
+    job = mint(repo)
+    receive(repo, job.key, {"src/app.py": b"x"}, signer)
+    assert keys_of(repo, "QUEUED") == [queued]
+    assert keys_of(repo, "running") == [running]
+    assert keys_of(repo, "RECEIVED") == [job.key]
+    assert keys_of(repo, "APPLIED") == []
+    both = cli("ls", "--json", "--state", "queued", "--state", "RECEIVED", root=repo.root)
+    assert {r["key"] for r in json.loads(both.stdout)} == {queued, job.key}
+    [row] = [r for r in json.loads(cli("ls", "--json", root=repo.root).stdout) if r["key"] == job.key]
+    for field in (
+        "key",
+        "state",
+        "schema",
+        "digest",
+        "instruction",
+        "allowed_paths",
+        "attempts",
+        "worker",
+        "problems",
+    ):
+        assert field in row
+    assert row["state"] == "RECEIVED" and row["worker"] == "w1" and row["digest"] == job.digest
+    assert row["allowed_paths"] == ["src/app.py"] and row["attempts"] == 1
+    text = cli("ls", root=repo.root).stdout
+    assert text.splitlines()[0].split()[:2] == ["KEY", "STATE"]
+    assert "QUEUED=1" in text and "RECEIVED=1" in text
+    assert cli("ls", "--state", "bogus", root=repo.root).exit_code == 2
+
+
+def test_ls_on_a_repository_with_invalid_files_never_crashes(repo: Layout) -> None:
+    write_jobs(repo, 1)
+    (repo.queue / ("0" * 32 + ".json")).write_bytes(b"\x00\xff not json")
+    (repo.running / ("1" * 32 + ".json")).write_bytes(b"[" * 10_000)
+    (repo.running / ("1" * 32 + ".lease")).write_bytes(b"{")
+    (repo.receipts / ("2" * 32 + ".json")).write_bytes(b'{"a": NaN}')
+    (repo.applied / "garbage.json").write_bytes(b"{}")
+    os.mkfifo(repo.rejected / ("3" * 32 + ".json"))
+    for args in (["ls"], ["ls", "--json"], ["ls", "--state", "INVALID"], ["ls", "--state", "queued"]):
+        res = cli(*args, root=repo.root)
+        assert res.exit_code == 0, res.stderr
+    invalid = keys_of(repo, "INVALID")
+    assert set(invalid) >= {"0" * 32, "1" * 32, "3" * 32, "garbage"}
+    assert len(keys_of(repo, "QUEUED")) == 1
+    res = cli("ls", root=repo.root)
+    assert "INVALID" in res.stdout
+
+
+def test_ls_says_when_signatures_are_not_required_or_config_is_bad(repo: Layout) -> None:
+    text = repo.config.read_text()
+    repo.config.write_text(text.replace("require_signature = true", "require_signature = false"))
+    assert "signatures NOT required" in cli("ls", root=repo.root).stderr
+    repo.config.write_text("[policy\n")
+    res = cli("ls", root=repo.root)
+    assert res.exit_code == 0 and f"warning: {repo.config}: not valid TOML" in res.stderr
+
+
+def test_show_text_json_and_key_prefixes(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo, "Line one.\nLine two.")
+    receive(repo, job.key, {"src/app.py": b"def main():\n    return 3\n"}, signer)
+    res = cli("show", job.key[:8], root=repo.root)
+    assert res.exit_code == 0
+    assert res.stdout.startswith(f"job {job.key}  RECEIVED  (genjob.v2)")
+    assert "=> apply may run" in res.stdout
+    assert "+    return 3" in res.stdout
+    data = json.loads(cli("show", "--json", job.key, root=repo.root).stdout)
+    assert data["key"] == job.key and data["verification"]["ok"] is True
+    assert data["document"]["digest"] == job.digest
+    assert cli("show", "f" * 32, root=repo.root).exit_code == 2
+    assert "not a job key" in cli("show", "xyz", root=repo.root).stderr
+
+
+def test_an_ambiguous_prefix_is_refused(repo: Layout) -> None:
+    keys = write_jobs(repo, 17)
+    shared = Counter(k[0] for k in keys).most_common(1)[0][0]
+    res = cli("show", shared, root=repo.root)
+    assert res.exit_code == 2 and "ambiguous" in res.stderr
+
+
+def test_claim_and_exit_1_when_the_queue_is_empty(repo: Layout) -> None:
+    [key] = write_jobs(repo, 1)
+    res = cli("claim", "--worker", "w1", root=repo.root)
+    assert res.exit_code == 0 and res.stdout.strip() == key
+    assert "claimed by w1, attempt 1" in res.stderr
+    empty = cli("claim", "--worker", "w1", root=repo.root)
+    assert empty.exit_code == 1
+    assert "nothing left to claim" in empty.stderr
+
+
+def test_claim_a_given_key(repo: Layout) -> None:
+    _, b = write_jobs(repo, 2)
+    assert cli("claim", b, "--worker", "w1", "--ttl", "5", root=repo.root).stdout.strip() == b
+    res = cli("claim", b, "--worker", "w2", root=repo.root)
+    assert res.exit_code == 2 and "is running, not queued" in res.stderr
+
+
+def test_requeue_needs_force_for_a_live_lease(repo: Layout) -> None:
+    [key] = write_jobs(repo, 1)
+    claim(repo, "w1")
+    res = cli("requeue", key, root=repo.root)
+    assert res.exit_code == 2 and "use --force" in res.stderr
+    res = cli("requeue", "--force", key, root=repo.root)
+    assert res.exit_code == 0 and res.stdout.strip() == f"requeued: .gen/queue/{key}.json"
+
+
+def test_verify_exit_status_says_whether_apply_may_run(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo)
+    receive(repo, job.key, {"src/app.py": b"new\n"}, signer)
+    ok = cli("verify", job.key, root=repo.root)
+    assert ok.exit_code == 0 and "=> apply may run" in ok.stdout
+    data = json.loads(cli("verify", "--json", job.key, root=repo.root).stdout)
+    assert data["ok"] is True and [c["status"] for c in data["checks"]] == ["passed"] * 12
+    (repo.root / "src/app.py").write_text("moved on\n")
+    stale = cli("verify", job.key, root=repo.root)
+    assert stale.exit_code == 1 and "[FAIL] base" in stale.stdout and "=> apply refused" in stale.stdout
+    queued = mint(repo, "other")
+    assert cli("verify", queued.key, root=repo.root).exit_code == 1
+
+
+def test_apply_commit_and_apply_again(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo, "Return three.")
+    receive(repo, job.key, {"src/app.py": b"def main():\n    return 3\n"}, signer)
+    res = cli("apply", job.key, "--commit", root=repo.root)
+    assert res.exit_code == 0, res.stderr
+    assert f"applied {job.key}: 1 file(s) changed" in res.stdout
+    assert "committed " in res.stdout
+    assert f"Genjob-Key: {job.key}" in git(repo.root, "log", "-1", "--format=%B")
+    again = cli("apply", job.key, root=repo.root)
+    assert again.exit_code == 0 and "applied already; nothing to do" in again.stdout
+
+
+def test_apply_under_a_policy_without_signatures_says_so(repo: Layout) -> None:
+    text = repo.config.read_text()
+    repo.config.write_text(text.replace("require_signature = true", "require_signature = false"))
+    job = mint(repo)
+    receive(repo, job.key, {"src/app.py": b"new\n"})
+    res = cli("apply", job.key, root=repo.root)
+    assert res.exit_code == 0 and "applied under require_signature = false" in res.stderr
+
+
+def test_reject_and_replay(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo, "Try this.")
+    receive(repo, job.key, {"src/app.py": b"new\n"}, signer)
+    assert cli("reject", job.key, root=repo.root).exit_code == 2
+    res = cli("reject", job.key, "--reason", "not like that", root=repo.root)
+    assert res.exit_code == 0 and res.stdout.strip() == f"rejected: .gen/rejected/{job.key}.json"
+    replayed = cli("replay", job.key, root=repo.root)
+    assert replayed.exit_code == 0
+    new_key = replayed.stdout.strip()
+    assert new_key != job.key
+    new = locate(repo, new_key).job
+    assert new.instruction == "Try this." and getattr(new, "replay_of", None) == job.key
+    again = cli("replay", job.key, root=repo.root)
+    assert again.stdout.strip() == new_key and "the same replay exists already" in again.stderr
+    res = cli("replay", new_key, root=repo.root)
+    assert res.exit_code == 2 and "is QUEUED; replay is for" in res.stderr
+
+
+def test_cancel(repo: Layout) -> None:
+    [key] = write_jobs(repo, 1)
+    assert cli("cancel", key, root=repo.root).exit_code == 2
+    claim(repo, "w1")
+    res = cli("cancel", key, root=repo.root)
+    assert res.exit_code == 0 and (repo.running / f"{key}.cancel").exists()
+
+
+def test_recover(repo: Layout) -> None:
+    assert cli("recover", root=repo.root).stdout.strip() == "nothing to recover"
+    [key] = write_jobs(repo, 1)
+    data = (repo.queue / f"{key}.json").read_bytes()
+    claim(repo, "w1")
+    (repo.queue / f"{key}.json").write_bytes(data)
+    res = cli("recover", root=repo.root)
+    assert res.exit_code == 0 and res.stdout.strip() == f"R4 {key}: running wins; removed the copy in queue/"
+
+
+def test_keygen_honours_xdg_config_home_and_trust_pins_it(repo: Layout, private_config: Path) -> None:
+    before = tree_state(repo.root)
+    res = cli("keygen")
+    assert res.exit_code == 0
+    assert Path(res.stdout.strip()) == private_config / "genjob" / "worker_ed25519.pub" == public_key_path()
+    assert tree_state(repo.root) == before, "keygen writes nothing into the repository"
+    again = cli("keygen")
+    assert again.exit_code == 2 and "a worker key exists already" in again.stderr
+    assert cli("keygen", "--force").exit_code == 0
+    trusted = cli("trust", str(public_key_path()), root=repo.root)
+    assert trusted.exit_code == 0 and trusted.stdout.startswith("trusted SHA256:")
+    assert len(list(repo.trusted_keys.glob("*.pub"))) == 1
+
+
+def test_schema_prints_json_schemas() -> None:
+    job = json.loads(cli("schema", "job").stdout)
+    assert {"JobV1", "JobV2"} <= set(job["$defs"])
+    receipt = json.loads(cli("schema", "receipt").stdout)
+    assert set(receipt["properties"]) == {
+        "schema",
+        "job_digest",
+        "idempotency_key",
+        "status",
+        "outputs",
+        "worker_id",
+    }
+    assert cli("schema", "lease").exit_code == 2
+
+
+def test_the_installed_command_exit_codes(tmp_path: Path, private_config: Path) -> None:
+    layout = make_repo(tmp_path / "r")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(private_config)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(GENJOB), *args], cwd=layout.root, env=env, capture_output=True, text=True)
+
+    minted = run("mint", "-m", "Real process.", "src/app.py")
+    assert minted.returncode == 0
+    assert run("claim", "--worker", "w").returncode == 0
+    empty = run("claim", "--worker", "w")
+    assert empty.returncode == 1 and empty.stderr.startswith("genjob: ")
+    bad = run("mint", "-m", "x", "../outside")
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "../outside: outside the repository" in bad.stderr
