@@ -124,12 +124,16 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
     return loads_strict(read_bytes(path, max_bytes), str(path), max_bytes)
 
 
-def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
-    """Read a small regular file, refusing links, FIFOs, devices and anything over `max_bytes`."""
+def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES, source: str | None = None) -> bytes:
+    """Read a small regular file, refusing links, FIFOs, devices and anything over `max_bytes`.
+
+    Faults are reported as `BadInput` naming `source` (default: `path`).
+    """
+    source = source or str(path)
     try:
         fd = _open_regular(path)
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
+        raise BadInput(f"{source}: cannot read ({exc.strerror})") from None
     try:
         data = os.read(fd, max_bytes + 1)
         while len(data) <= max_bytes and (more := os.read(fd, max_bytes + 1 - len(data))):
@@ -137,5 +141,5 @@ def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise BadInput(f"{path}: over the {max_bytes}-byte limit")
+        raise BadInput(f"{source}: over the {max_bytes}-byte limit")
     return data

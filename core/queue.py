@@ -195,7 +195,10 @@ class Claimer:
                 return None  # another claimer renamed it first
             raise WrongState(f"{dst}: already running; {src} left in the queue") from None
         try:
-            job, _ = read_job_file(dst, "running")
+            # Faults name the queued file: that is where the job stays when it is refused.
+            job = job_from_bytes(read_bytes(dst, source=str(src)), str(src))
+            if job.key != key:
+                raise BadInput(f"{src}: file name does not match its key {job.key}")
         except BadInput:
             # Not ours to run: put it back so it shows as INVALID in the queue.
             os.rename(dst, src)

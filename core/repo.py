@@ -21,6 +21,8 @@ def init_repo(root: Path) -> tuple[Layout, list[str]]:
     if not layout.config.exists():
         atomic_write(layout.config, DEFAULT_CONFIG.encode())
         made.append(f"{GEN}/config.toml")
+    # Made here so that no later command, even a refused one, adds a file to `.gen/`.
+    layout.lock.touch(exist_ok=True)
     if _ignore_in_git(layout.root):
         made.append(".git/info/exclude: .gen/")
     return layout, made
