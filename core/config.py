@@ -79,8 +79,8 @@ class Host(BaseModel):
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> Host:
-        if self.transport == "ssh" and not self.address:
-            raise ValueError('an ssh host needs address = "user@host"')
+        if self.transport == "ssh" and not (self.address and self.identity):
+            raise ValueError('an ssh host needs address = "user@host" and identity = "<key file>"')
         return self
 
 

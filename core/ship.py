@@ -50,8 +50,7 @@ class ShipResult:
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
         return LocalTransport()
-    if not host.address or not host.identity:
-        raise BadInput(f"config.toml: hosts.{name}: an ssh host needs address and identity")
+    assert host.address and host.identity, "config validation requires both for ssh"
     return SSHTransport(host.address, host.port, host.identity, host.known_hosts)
 
 
