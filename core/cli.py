@@ -14,6 +14,7 @@ import click
 from pydantic import TypeAdapter
 
 from core.apply import apply_job
+from core.board import age, summary_line, visible
 from core.config import load_config
 from core.errors import GenjobError, NotFound
 from core.events import record_event
@@ -85,12 +86,6 @@ def resolve_key(layout: Layout, given: str) -> str:
     return found.pop()
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _print_json(obj: Any) -> None:
@@ -184,18 +179,14 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     now = time.time()
     click.echo(f"{'KEY':32}  {'STATE':12} {'AGE':>5} {'ATT':>3}  {'WORKER':16} INSTRUCTION")
     for r in rows:
-        first = r.instruction.splitlines()[0] if r.instruction else (r.problems[0] if r.problems else "")
-        age = _age(now - r.created_at) if r.created_at else "-"
+        first = summary_line(r)
+        when = age(now - r.created_at) if r.created_at else "-"
         click.echo(
-            f"{r.key:32}  {r.state.value:12} {age:>5} {r.attempts:>3}  "
-            f"{(r.worker or '-')[:16]:16} {_printable(first)[:80]}"
+            f"{r.key:32}  {r.state.value:12} {when:>5} {r.attempts:>3}  "
+            f"{(r.worker or '-')[:16]:16} {first[:80]}"
         )
     click.echo("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
 
-
-def _printable(text: str) -> str:
-    """Untrusted text shown literally: control characters become visible escapes."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _print_policy(snap: Snapshot) -> None:
@@ -221,18 +212,18 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
     click.echo(f"digest  {r.digest}")
     click.echo("instruction:")
     for line in r.instruction.splitlines():
-        click.echo(f"  {_printable(line)}")
+        click.echo(f"  {visible(line)}")
     if d.document:
         click.echo("inputs:")
         for p, h in sorted(d.document["inputs"].items()):
-            click.echo(f"  {_printable(p)}  {h or '(new file)'}")
+            click.echo(f"  {visible(p)}  {h or '(new file)'}")
     for p in r.problems + tuple(d.errors):
-        click.echo(f"! {_printable(p)}")
+        click.echo(f"! {visible(p)}")
     if d.lease:
         ls = d.lease
         click.echo(
             f"lease   {ls.worker} pid {ls.pid} on {ls.host}, attempt {ls.token}, "
-            f"heartbeat {_age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
+            f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
     if d.verification:
         print_checks(d.verification)
@@ -245,11 +236,11 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         for e in d.timeline:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("at", 0)))
             extra = {k: v for k, v in e.items() if k not in ("at", "event", "key", "by")}
-            click.echo(f"  {stamp}  {e.get('event')}  by {e.get('by')}  {_printable(json.dumps(extra))}")
+            click.echo(f"  {stamp}  {e.get('event')}  by {e.get('by')}  {visible(json.dumps(extra))}")
 
 
 def _printable_block(text: str) -> str:
-    return "".join(_printable(line) + "\n" for line in text.splitlines())
+    return "".join(visible(line) + "\n" for line in text.splitlines())
 
 
 def print_checks(v: Any) -> None:
@@ -257,7 +248,7 @@ def print_checks(v: Any) -> None:
     policy = "required" if v.signature_required else "NOT required by policy"
     click.echo(f"verification of {v.key} (signature {policy}):")
     for c in v.checks:
-        click.echo(f"  [{marks.get(c.status, 'FAIL')}] {c.name:9} {_printable(c.detail)}")
+        click.echo(f"  [{marks.get(c.status, 'FAIL')}] {c.name:9} {visible(c.detail)}")
     click.echo("  => apply may run" if v.ok else "  => apply refused")
 
 
@@ -321,7 +312,7 @@ def apply_cmd(ctx: click.Context, key: str, commit: bool) -> None:
         click.echo("note: applied under require_signature = false", err=True)
     click.echo(f"applied {res.key}: {len(res.changed)} file(s) changed")
     for p in res.changed:
-        click.echo(f"  {_printable(p)}")
+        click.echo(f"  {visible(p)}")
     if res.commit:
         click.echo(f"committed {res.commit}")
 
