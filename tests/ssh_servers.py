@@ -6,7 +6,8 @@ stdin/stdout/stderr and passing on exit status and signal requests.
 
 ``openssh_server``: ``/usr/sbin/sshd -D -e`` with a config, host key, user key and
 authorized_keys written to a temp folder, listening on 127.0.0.1 only. Missing sshd
-fails the tests when ``CI`` is set and skips them otherwise.
+fails the tests when ``CI`` is set and skips them otherwise. ``run_sshd(folder)`` is the
+same server as a plain context manager, for the benchmarks.
 
 Both give an ``SSHServer``: address, port, client identity, a known_hosts file holding
 the server's host key, the key's SHA256 fingerprint, and ``drop()``, which kills every
@@ -281,14 +282,13 @@ def sshd_connection_pids(listener: int) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="session")
-def openssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
-    if not os.access(SSHD, os.X_OK):
-        message = f"{SSHD} is missing: install openssh-server"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    folder = tmp_path_factory.mktemp("openssh")
+@contextlib.contextmanager
+def run_sshd(folder: Path) -> Iterator[SSHServer]:
+    """Run ``/usr/sbin/sshd -D -e`` on 127.0.0.1 with keys and config written to ``folder``.
+
+    Plain code, so benchmarks start the same server the tests do. On exit every
+    connection is dropped and sshd is stopped.
+    """
     host_key, identity = _server_key_setup(folder)
     with contextlib.suppress(PermissionError):
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
@@ -306,7 +306,7 @@ def openssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServ
         if _wait_for_banner(port, proc, log):
             break
     else:
-        pytest.fail(f"sshd would not start:\n{log.read_text()}")
+        raise RuntimeError(f"sshd would not start:\n{log.read_text()}")
     known_hosts = folder / "known_hosts"
     known_hosts.write_text(known_hosts_line(port, host_key))
 
@@ -315,22 +315,35 @@ def openssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServ
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    yield SSHServer(
-        kind="openssh",
-        port=port,
-        user=getpass.getuser(),
-        identity=identity,
-        known_hosts=known_hosts,
-        fingerprint=host_key.get_fingerprint("sha256"),
-        drop=drop,
-    )
-    drop()
-    deadline = time.monotonic() + 5
-    while sshd_connection_pids(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        yield SSHServer(
+            kind="openssh",
+            port=port,
+            user=getpass.getuser(),
+            identity=identity,
+            known_hosts=known_hosts,
+            fingerprint=host_key.get_fingerprint("sha256"),
+            drop=drop,
+        )
+    finally:
+        drop()
+        deadline = time.monotonic() + 5
+        while sshd_connection_pids(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def openssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    if not os.access(SSHD, os.X_OK):
+        message = f"{SSHD} is missing: install openssh-server"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with run_sshd(tmp_path_factory.mktemp("openssh")) as server:
+        yield server
