@@ -33,6 +33,8 @@ from core.signing import load_private_key, private_key_path
 from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
 
 OutputCallback = Callable[[bytes], None]
+# How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
+CANCEL_POLL = 0.25
 
 
 @dataclass(frozen=True)
@@ -197,20 +199,25 @@ async def run_claimed(
             on_output(chunk)
 
     async def watch() -> None:
-        """Heartbeat the lease; stop the run on a lost lease or a cancel request."""
+        """Heartbeat the lease every third of its ttl, and look for a cancel request every
+        CANCEL_POLL seconds; stop the run on a lost lease or a cancel."""
+        loop = asyncio.get_running_loop()
         every = max(0.2, min(5.0, claim.lease.ttl / 3))
+        beat_at = loop.time()
         while not stop.is_set():
             if cancel is not None and cancel.is_set():
                 why.append("cancelled by the operator")
             elif await asyncio.to_thread(cancel_requested, layout, claim.key):
                 why.append("cancelled by the operator (genjob cancel)")
-            elif not await asyncio.to_thread(heartbeat, layout, claim.key, claim.lease.token, worker):
-                why.append("lease lost: the job was requeued or claimed by another worker")
+            elif loop.time() >= beat_at:
+                if not await asyncio.to_thread(heartbeat, layout, claim.key, claim.lease.token, worker):
+                    why.append("lease lost: the job was requeued or claimed by another worker")
+                beat_at = loop.time() + every
             if why:
                 stop.set()
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_either(stop, cancel), every)
+                await asyncio.wait_for(_either(stop, cancel), min(CANCEL_POLL, every))
 
     staged = layout.out / f".tmp-{claim.key}-{claim.lease.token}"
     shutil.rmtree(staged, ignore_errors=True)
@@ -252,8 +259,6 @@ async def run_claimed(
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
     status, reason = _verdict(error, info, why[0] if why else None, refused)
-    if why and why[0].startswith("refused"):
-        status = "rejected"
     committed = await asyncio.shield(
         asyncio.to_thread(
             _commit, layout, claim, status, reason, info, staged, key_pair, worker, name, b"".join(tail)
