@@ -1,0 +1,227 @@
+"""Helpers the worker-plane tests share: host configs, generators, processes, the CLI.
+
+The SSH servers run on this machine, so a generator's absolute paths (interpreter,
+scripts, report files) mean the same on every transport.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from corekit import tree_state
+from ssh_servers import SSHServer
+
+from core.apply import apply_job
+from core.config import load_config
+from core.errors import VerificationFailed
+from core.events import attempts
+from core.layout import Layout
+from core.models import Job
+from core.verify import verify
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = shlex.quote(sys.executable)
+GENJOB = str(Path(sys.executable).parent / "genjob")
+# The demo generator on any host: PYTHONPATH is set in the command line itself, since an
+# SSH session's environment is the server's, not ours.
+DEMO = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.demo_generator"
+KINDS = ["local", "asyncssh", "openssh"]
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "genjob tests",
+    "GIT_AUTHOR_EMAIL": "tests@genjob.invalid",
+    "GIT_COMMITTER_NAME": "genjob tests",
+    "GIT_COMMITTER_EMAIL": "tests@genjob.invalid",
+}
+
+
+def toml_str(value: str) -> str:
+    """A TOML basic string (JSON's escapes are valid TOML for ASCII-escaped text)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def host_block(
+    name: str,
+    server: SSHServer | None,
+    generator: str,
+    *,
+    timeout: float = 30.0,
+    concurrency: int = 1,
+    known_hosts: Path | None = None,
+) -> str:
+    """One `[hosts.NAME]` table: the local transport for `server=None`, else SSH to it."""
+    lines = [f"[hosts.{name}]"]
+    if server is None:
+        lines.append('transport = "local"')
+    else:
+        lines += [
+            'transport = "ssh"',
+            f"address = {toml_str(server.address)}",
+            f"port = {server.port}",
+            f"identity = {toml_str(str(server.identity))}",
+            f"known_hosts = {toml_str(str(known_hosts or server.known_hosts))}",
+        ]
+    lines += [
+        f"generator = {toml_str(generator)}",
+        f"timeout = {float(timeout)}",
+        f"concurrency = {concurrency}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_config(
+    layout: Layout,
+    *hosts: str,
+    lease_ttl: float = 30.0,
+    max_file_bytes: int = 1 << 20,
+    require_signature: bool = True,
+) -> None:
+    """Replace `.gen/config.toml` with a policy, limits and the given host tables."""
+    text = (
+        "[policy]\n"
+        f"require_signature = {'true' if require_signature else 'false'}\n"
+        f"lease_ttl = {float(lease_ttl)}\n\n"
+        "[limits]\n"
+        f"max_file_bytes = {max_file_bytes}\n"
+        f"max_total_bytes = {max_file_bytes * 8}\n"
+        "max_files = 100\n"
+        "max_tail_bytes = 8192\n\n"
+    )
+    layout.config.write_text(text + "\n".join(hosts))
+    load_config(layout.config)
+
+
+def script(folder: Path, name: str, code: str) -> str:
+    """A generator command running `code` as a script file with this interpreter."""
+    path = folder / f"{name}.py"
+    path.write_text(code)
+    return f"{PY} {shlex.quote(str(path))}"
+
+
+def sleeper(folder: Path) -> tuple[str, Path]:
+    """A generator shell that starts a child, records both pids and its workspace, says
+    "started", then waits; being a shell, it gets that far well inside any timeout."""
+    report = folder / "sleeper.txt"
+    gen = (
+        f"{PY} -c 'import time; time.sleep(600)' & "
+        f'echo "$$ $! $(pwd)" > {shlex.quote(str(report))}; echo started; wait'
+    )
+    return gen, report
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_for(predicate, what: str, limit: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_report(report: Path) -> tuple[list[int], Path]:
+    """The pids and workspace a `sleeper` recorded, once it has written them."""
+    wait_for(lambda: report.exists() and report.read_text().endswith("\n"), f"{report}")
+    pid, child, workdir = report.read_text().split()
+    return [int(pid), int(child)], Path(workdir)
+
+
+def assert_stopped(report: Path) -> None:
+    """Every process the sleeper recorded is gone, and so is its workspace."""
+    pids, workdir = read_report(report)
+    wait_for(lambda: not any(alive(p) for p in pids), f"generator processes {pids} to end")
+    wait_for(lambda: not workdir.exists(), f"workspace {workdir} to be removed")
+
+
+def worktree(root: Path) -> dict[str, str]:
+    """Every entry of the working tree (outside `.gen/` and `.git/`) by kind, mode and hash."""
+    return {
+        rel: state
+        for rel, state in tree_state(root).items()
+        if rel.split(os.sep)[0] not in (".gen", ".git")
+    }
+
+
+def finished(layout: Layout, key: str) -> list[dict[str, object]]:
+    return [a for a in attempts(layout, key) if a.get("event") == "finished"]
+
+
+def evidence(layout: Layout, key: str, attempt: int) -> tuple[dict[str, object], bytes]:
+    """The attempt's summary and its output log from `.gen/logs/<key>/`."""
+    stem = layout.log_dir(key) / f"attempt-{attempt}"
+    return json.loads(stem.with_suffix(".json").read_bytes()), stem.with_suffix(".log").read_bytes()
+
+
+def assert_not_applyable(layout: Layout, job: Job, before: Mapping[str, str]) -> None:
+    """A job whose receipt is not ok: nothing in the tree or out/, verify fails, apply refuses."""
+    assert worktree(layout.root) == before
+    assert not layout.out_dir(job.digest).exists()
+    assert [p.name for p in layout.out.iterdir()] == []
+    v = verify(layout, job, load_config(layout.config))
+    assert not v.ok and "status" in [c.name for c in v.failures]
+    try:
+        apply_job(layout, job.key)
+    except VerificationFailed as exc:
+        assert "does not verify" in str(exc)
+    else:
+        raise AssertionError(f"apply of {job.key} went through")
+    assert worktree(layout.root) == before
+    assert not layout.job_file("applied", job.key).exists()
+
+
+def genjob_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, **GIT_IDENTITY, **(extra or {})}
+
+
+def genjob(
+    *args: str, cwd: Path, input: bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `genjob` command in a subprocess; output is text, never checked here."""
+    return subprocess.run(
+        [GENJOB, *args],
+        cwd=cwd,
+        env=genjob_env(),
+        input=input.decode() if input is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_genjob(*args: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start `genjob ARGS` in its own session (as a shell would run a foreground job),
+    its output going to `log`."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [GENJOB, *args],
+            cwd=cwd,
+            env=genjob_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """Make sure a test's process is gone (used in cleanups)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    proc.wait(timeout=30)
+
+
+def running_pids(layout: Layout) -> Sequence[Path]:
+    return sorted(layout.running.glob("*.lease"))
