@@ -87,7 +87,9 @@ def age(seconds: float) -> str:
 def summary_line(row: JobRow) -> str:
     """What the list shows in its last column: the instruction, or the fault of a bad file."""
     if row.state in (State.INVALID, State.INCONSISTENT) and row.problems:
-        return one_line(row.problems[0])
+        problem = row.problems[0]
+        _, sep, fault = problem.partition(".json: ")
+        return one_line(fault if sep else problem)
     return one_line(row.instruction) if row.instruction else one_line(row.problems[0] if row.problems else "")
 
 

@@ -89,6 +89,7 @@ class Demo:
     root: Path
     config_home: Path
     summary: list[str] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)
     holder: subprocess.Popen[bytes] | None = None
 
     def stop(self) -> None:
@@ -236,32 +237,37 @@ def build_demo(directory: Path | None = None) -> Demo:
     demo = Demo(root, config_home)
     say = demo.summary.append
 
-    for text, paths in (
-        ("Add type hints to every function in calc/ops.py", ["calc/ops.py"]),
-        ("Raise ZeroDivisionError with a clear message in div", ["calc/ops.py", "tests/test_ops.py"]),
-        ("Document the tokenizer's grammar in a docstring", ["calc/parse.py"]),
-        (SPOOF, ["calc/parse.py"]),
+    for role, text, paths in (
+        ("queued", "Add type hints to every function in calc/ops.py", ["calc/ops.py"]),
+        ("queued2", "Raise ZeroDivisionError with a clear message", ["calc/ops.py", "tests/test_ops.py"]),
+        ("queued3", "Document the tokenizer's grammar in a docstring", ["calc/parse.py"]),
+        ("spoof", SPOOF, ["calc/parse.py"]),
     ):
-        _mint(layout, text, paths)
+        demo.keys[role] = _mint(layout, text, paths).key
     say("queued: 4 jobs (one instruction holds markup and escape sequences, shown literally)")
-    _mint(layout, "Add a CHANGELOG for the first release", ["README.md"], ["CHANGELOG.md"])
+    changelog = _mint(layout, "Add a CHANGELOG for the first release", ["README.md"], ["CHANGELOG.md"])
+    demo.keys["new_file"] = changelog.key
     say("queued: 1 job that creates a new file")
 
     verified = _mint(layout, "Add a module docstring to calc/__init__.py", ["calc/__init__.py"])
+    demo.keys["verified"] = verified.key
     _receive(layout, verified, signer)
     say(f"received, verified: {verified.key}")
 
     drifted = _mint(layout, "Support unary minus in the tokenizer", ["calc/parse.py", "tests/test_parse.py"])
+    demo.keys["drifted"] = drifted.key
     _receive(layout, drifted, signer)
     out = layout.out_dir(drifted.digest) / "calc/parse.py"
     out.write_bytes(out.read_bytes() + b"import os  # not what the worker signed\n")
     say(f"received, output drifted after signing (hashes check fails): {drifted.key}")
 
     untrusted = _mint(layout, "Explain the calculator's usage in README.md", ["README.md"])
+    demo.keys["untrusted"] = untrusted.key
     _receive(layout, untrusted, Ed25519PrivateKey.generate())
     say(f"received, signed by an untrusted key (signature check fails): {untrusted.key}")
 
     stale = _mint(layout, "Print the result, not the tokens, in calc/cli.py", ["calc/cli.py"])
+    demo.keys["stale"] = stale.key
     _receive(layout, stale, signer)
     cli = root / "calc/cli.py"
     cli.write_text(
@@ -271,30 +277,35 @@ def build_demo(directory: Path | None = None) -> Demo:
     say(f"stale (calc/cli.py changed after mint): {stale.key}")
 
     failed = _mint(layout, "Rewrite the parser as a Pratt parser", ["calc/parse.py", "calc/cli.py"])
+    demo.keys["failed"] = failed.key
     _receive(layout, failed, signer, status="aborted", reason="cancelled by the operator")
     say(f"failed (aborted receipt): {failed.key}")
 
     applied = _mint(layout, "Add a test for subtraction of negatives", ["tests/test_ops.py"])
+    demo.keys["applied"] = applied.key
     _receive(layout, applied, signer)
     apply_job(layout, applied.key)
     say(f"applied: {applied.key}")
 
     rejected = _mint(layout, "Delete the tests, they are slow", ["tests/test_ops.py", "tests/test_parse.py"])
+    demo.keys["rejected"] = rejected.key
     reject(layout, rejected.key, "tests are never deleted to save time")
     say(f"rejected: {rejected.key}")
 
     orphan = _mint(
         layout, "Add a __main__ module so `python -m calc` works", ["calc/cli.py"], ["calc/__main__.py"]
     )
+    demo.keys["orphan"] = orphan.key
     claim(layout, "demo-worker@crashed-host", orphan.key, ttl=3600.0, pid=_dead_pid())
     record_attempt(layout, orphan.key, "note", detail="the worker process was killed")
     say(f"orphaned (its worker's pid is dead): {orphan.key}")
 
-    bad = "0" * 31 + "f"
+    bad = demo.keys["invalid"] = "0" * 31 + "f"
     atomic_write(layout.job_file("queue", bad), b'{"schema": "genjob.v2", "instruction": ')
     say(f"invalid (a truncated job file): {bad}")
 
     running = _mint(layout, "Add property tests for add and mul", ["tests/test_ops.py"])
+    demo.keys["running"] = running.key
     demo.holder = _start_holder(layout, running.key, config_home)
     say(f"running (lease kept fresh by pid {demo.holder.pid}): {running.key}")
 

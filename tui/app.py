@@ -30,7 +30,10 @@ class GenjobApp(App[None]):
     @property
     def board(self) -> BoardScreen:
         """The board screen (under any dialog open on top of it)."""
-        return next(s for s in self.screen_stack if isinstance(s, BoardScreen))
+        for screen in self.screen_stack:
+            if isinstance(screen, BoardScreen):
+                return screen
+        raise LookupError("the board is not open")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

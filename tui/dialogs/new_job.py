@@ -67,6 +67,8 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
         shown = [f for f in self.files if needle in f.casefold()][:MAX_SHOWN]
         pick.clear_options()
         pick.add_options([(visible(f), f, f in self.chosen) for f in shown])
+        if shown:
+            pick.highlighted = 0
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "file-filter":

@@ -480,9 +480,7 @@ class BoardScreen(Screen[None]):
 
         def go(reason: str | None) -> None:
             if reason:
-                self._run(
-                    "reject", keys, lambda k: f"rejected {k[:12]}: {reject(self.repo, k, reason).name}"
-                )
+                self._run("reject", keys, lambda k: f"rejected {k[:12]}: {reject(self.repo, k, reason).name}")
 
         self.app.push_screen(ReasonDialog("Reject", body), go)
 

@@ -23,6 +23,8 @@ TABS = (
 class DetailPane(Vertical):
     """Shows the `JobDetail` it is given; it reads nothing itself."""
 
+    ALLOW_MAXIMIZE = True
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.detail: JobDetail | None = None

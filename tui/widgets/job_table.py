@@ -6,7 +6,7 @@ change state around them.
 
 | Key | Action |
 | :- | :- |
-| up/down, k/j | Move the cursor. |
+| up/down | Move the cursor. |
 | pageup/pagedown | Move a page. |
 | home/end | First or last job. |
 | space | Mark or unmark the job under the cursor. |
@@ -49,12 +49,12 @@ class JobTable(ScrollView, can_focus=True):
     JobTable > .jobtable--dim { color: $text-muted; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
-        Binding("up,k", "cursor(-1)", "Up", show=False),
-        Binding("down,j", "cursor(1)", "Down", show=False),
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home,g", "edge(0)", "First job", show=False),
-        Binding("end,G", "edge(1)", "Last job", show=False),
+        Binding("home", "edge(0)", "First job", show=False),
+        Binding("end", "edge(1)", "Last job", show=False),
         Binding("space", "mark", "Mark", tooltip="Mark or unmark this job for a bulk action", id="mark"),
     ]
 
@@ -118,7 +118,7 @@ class JobTable(ScrollView, can_focus=True):
             self._set_cursor(None)
         if new_index is not None and offset is not None:
             top = max(0, min(new_index - offset, count + 1 - self.scrollable_content_region.height))
-            self.scroll_to(y=top, animate=False, immediate=True)
+            self.scroll_to(y=top, animate=False, immediate=True, force=True)
             self._show_cursor()
         self.refresh()
 
@@ -142,9 +142,9 @@ class JobTable(ScrollView, can_focus=True):
             return
         top, height = int(self.scroll_y), self.page
         if index < top:
-            self.scroll_to(y=index, animate=False, immediate=True)
+            self.scroll_to(y=index, animate=False, immediate=True, force=True)
         elif index >= top + height:
-            self.scroll_to(y=index - height + 1, animate=False, immediate=True)
+            self.scroll_to(y=index - height + 1, animate=False, immediate=True, force=True)
 
     def select(self, key: str) -> bool:
         """Put the cursor on `key` if it is in view."""
@@ -161,7 +161,7 @@ class JobTable(ScrollView, can_focus=True):
 
     def action_page(self, direction: int) -> None:
         index = self.cursor_index or 0
-        self.scroll_to(y=self.scroll_y + direction * self.page, animate=False, immediate=True)
+        self.scroll_to(y=self.scroll_y + direction * self.page, animate=False, immediate=True, force=True)
         self._move_to(index + direction * self.page)
 
     def action_edge(self, end: int) -> None:
@@ -188,7 +188,7 @@ class JobTable(ScrollView, can_focus=True):
     # -- rendering -----------------------------------------------------------------------
     def _columns(self, width: int) -> list[int]:
         """Widths of mark, key, state, age, attempts, worker; the instruction takes the rest."""
-        key = 32 if self.wide_keys else 12
+        key = 33 if self.wide_keys else 13
         worker = 18 if width >= 110 else 10
         return [2, key, 9, 5, 4, worker]
 
