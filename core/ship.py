@@ -183,7 +183,14 @@ async def run_claimed(
     worker: str,
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
+    *,
+    cancel_reason: str = "cancelled by the operator",
 ) -> ShipResult:
+    """Run a claimed job on host `name` and commit its receipt; see `ship`.
+
+    Setting `cancel` stops the run and ends it in an `aborted` receipt whose reason is
+    `cancel_reason`; the result is returned as for any other outcome.
+    """
     config = pool.config
     stop = asyncio.Event()
     why: list[str] = []
@@ -206,7 +213,7 @@ async def run_claimed(
         beat_at = loop.time()
         while not stop.is_set():
             if cancel is not None and cancel.is_set():
-                why.append("cancelled by the operator")
+                why.append(cancel_reason)
             elif await asyncio.to_thread(cancel_requested, layout, claim.key):
                 why.append("cancelled by the operator (genjob cancel)")
             elif loop.time() >= beat_at:

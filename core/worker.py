@@ -41,12 +41,24 @@ async def run_worker(
     worker = worker_id or actor()
     claimer = Claimer(layout, worker, config.policy.lease_ttl)
     stop = stop or asyncio.Event()
+    halt = asyncio.Event()  # set once the loop ends: every job still in flight aborts
     busy: dict[str, set[asyncio.Task[ShipResult]]] = {n: set() for n in names}
     results: list[ShipResult] = []
     report(f"worker {worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
 
     async def one(name: str, claim: Claim) -> ShipResult:
-        res = await run_claimed(layout, claim, name, config.hosts[name], pool, key_pair, worker, None, None)
+        res = await run_claimed(
+            layout,
+            claim,
+            name,
+            config.hosts[name],
+            pool,
+            key_pair,
+            worker,
+            None,
+            halt,
+            cancel_reason="interrupted: the worker was stopped",
+        )
         verdict = res.status + (f": {res.reason}" if res.reason else "")
         if not res.won:
             verdict += " (lease lost; receipt kept aside)"
@@ -55,6 +67,18 @@ async def run_worker(
 
     def full() -> bool:
         return all(len(busy[n]) >= config.hosts[n].concurrency for n in names)
+
+    def collect() -> None:
+        """Move finished jobs out of `busy`, keeping each one's result."""
+        for name in names:
+            for task in [t for t in busy[name] if t.done()]:
+                busy[name].discard(task)
+                if task.cancelled():
+                    report(f"{name}: a job task was cancelled before its receipt was committed")
+                elif task.exception() is not None:
+                    report(f"{name}: {task.exception()}")
+                else:
+                    results.append(task.result())
 
     try:
         while not stop.is_set():
@@ -76,20 +100,23 @@ async def run_worker(
                 [stopping, *running], timeout=None if full() else poll, return_when=asyncio.FIRST_COMPLETED
             )
             stopping.cancel()
-            for name in names:
-                for task in [t for t in busy[name] if t.done()]:
-                    busy[name].discard(task)
-                    if task.exception() is None:
-                        results.append(task.result())
-                    else:
-                        report(f"{name}: {task.exception()}")
+            collect()
     finally:
+        halt.set()
         running = set().union(*busy.values())
-        if running:
-            report(f"stopping: {len(running)} job(s) in flight end as aborted")
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await pool.close()
+        try:
+            if running:
+                report(f"stopping: {len(running)} job(s) in flight end as aborted")
+                try:
+                    await asyncio.wait(running)
+                except asyncio.CancelledError:
+                    # Cancelled while waiting: cancelling a job commits the same receipt, sooner.
+                    for task in running:
+                        task.cancel()
+                    await asyncio.wait(running)
+                    raise
+        finally:
+            collect()
+            with contextlib.suppress(Exception):
+                await pool.close()
     return results
