@@ -2,6 +2,11 @@
 
 Replay stores the instruction and ships the inputs to a rented host, so a job must not
 carry a secret. The patterns aim at things that are almost never anything else.
+
+Every pattern's match starts with one of a few literal anchors (compared after ASCII
+case folding for the case-insensitive ones), so the scan looks for the anchors with
+`bytes.find` and runs a pattern only where one of its anchors is: the same first match
+as searching with the pattern, at a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -9,23 +14,46 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_PATTERNS: tuple[tuple[str, re.Pattern[bytes]], ...] = tuple(
-    (name, re.compile(rx))
-    for name, rx in (
-        ("private key block", rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
-        ("AWS access key id", rb"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-        ("AWS secret access key", rb"(?i)aws_secret_access_key\s*[=:]\s*[\"']?[A-Za-z0-9/+]{40}"),
-        ("GitHub token", rb"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})"),
-        ("GitLab token", rb"\bglpat-[A-Za-z0-9_\-]{20,}"),
-        ("Slack token", rb"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-        ("OpenAI or Anthropic API key", rb"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{32,}"),
-        ("Google API key", rb"\bAIza[0-9A-Za-z_\-]{35}\b"),
-        ("Stripe live key", rb"\b[rs]k_live_[0-9A-Za-z]{24,}"),
-        ("JSON web token", rb"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"),
+# (kind, pattern, anchors a match starts with, whether anchors are matched case-folded)
+_RULES: tuple[tuple[str, re.Pattern[bytes], tuple[bytes, ...], bool], ...] = tuple(
+    (name, re.compile(rx), anchors, folded)
+    for name, rx, anchors, folded in (
+        (
+            "private key block",
+            rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+            (b"-----BEGIN ",),
+            False,
+        ),
+        ("AWS access key id", rb"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", (b"AKIA", b"ASIA"), False),
+        (
+            "AWS secret access key",
+            rb"(?i)aws_secret_access_key\s*[=:]\s*[\"']?[A-Za-z0-9/+]{40}",
+            (b"aws_secret_access_key",),
+            True,
+        ),
+        (
+            "GitHub token",
+            rb"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})",
+            (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_"),
+            False,
+        ),
+        ("GitLab token", rb"\bglpat-[A-Za-z0-9_\-]{20,}", (b"glpat-",), False),
+        ("Slack token", rb"\bxox[abposr]-[A-Za-z0-9-]{10,}", (b"xox",), False),
+        ("OpenAI or Anthropic API key", rb"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{32,}", (b"sk-",), False),
+        ("Google API key", rb"\bAIza[0-9A-Za-z_\-]{35}\b", (b"AIza",), False),
+        ("Stripe live key", rb"\b[rs]k_live_[0-9A-Za-z]{24,}", (b"rk_live_", b"sk_live_"), False),
+        (
+            "JSON web token",
+            rb"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
+            (b"eyJ",),
+            False,
+        ),
         (
             "credential assignment",
             rb"(?i)\b(?:password|passwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
             rb"\s*[=:]\s*[\"'][^\"'\s]{12,}[\"']",
+            (b"passw", b"secret", b"api", b"access", b"auth"),
+            True,
         ),
     )
 )
@@ -37,11 +65,27 @@ class SecretHit:
     line: int
 
 
+def _first_match(rx: re.Pattern[bytes], data: bytes, hay: bytes, anchors: tuple[bytes, ...]) -> int | None:
+    """Where the first match of `rx` in `data` starts (every match starts at an anchor in `hay`)."""
+    first = None
+    for anchor in anchors:
+        pos = hay.find(anchor)
+        while pos != -1 and (first is None or pos < first):
+            if rx.match(data, pos):
+                first = pos
+                break
+            pos = hay.find(anchor, pos + 1)
+    return first
+
+
 def find_secrets(data: bytes) -> list[SecretHit]:
     """Every pattern that matches, with the 1-based line of its first match."""
     hits = []
-    for name, rx in _PATTERNS:
-        m = rx.search(data)
-        if m:
-            hits.append(SecretHit(name, data.count(b"\n", 0, m.start()) + 1))
+    folded: bytes | None = None
+    for name, rx, anchors, fold in _RULES:
+        if fold and folded is None:
+            folded = data.lower()
+        start = _first_match(rx, data, folded if fold and folded is not None else data, anchors)
+        if start is not None:
+            hits.append(SecretHit(name, data.count(b"\n", 0, start) + 1))
     return hits
