@@ -33,10 +33,13 @@ def hash_inputs(layout: Layout, paths: Sequence[str], allow_secrets: bool) -> di
             raise BadInput(f"{rel}: no such file (use --new for a path the job creates)")
         full = layout.root / rel
         if not allow_secrets and st.st_size <= _SCAN_LIMIT:
-            msg = _secret_message(rel, read_bytes(full, _SCAN_LIMIT))
+            data = read_bytes(full, _SCAN_LIMIT)
+            msg = _secret_message(rel, data)
             if msg:
                 raise SecretFound(msg)
-        inputs[rel] = sha256_file(full)
+            inputs[rel] = sha256_bytes(data)  # the bytes that were scanned, read once
+        else:
+            inputs[rel] = sha256_file(full)
     return inputs
 
 
