@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from corekit import tree_state
@@ -114,6 +114,23 @@ def sleeper(folder: Path) -> tuple[str, Path]:
         f'echo "$$ $! $(pwd)" > {shlex.quote(str(report))}; echo started; wait'
     )
     return gen, report
+
+
+def hang_once(folder: Path, output: str) -> tuple[str, Path]:
+    """A generator that hangs the first time it runs (recording itself like `sleeper`)
+    and on every later run writes `output` to src/app.py."""
+    report = folder / "hang.txt"
+    flag = folder / "hung-once"
+    code = (
+        "import os, time\n"
+        f"if not os.path.exists({str(flag)!r}):\n"
+        f"    open({str(flag)!r}, 'w').close()\n"
+        f"    open({str(report)!r}, 'w').write(f'{{os.getpid()}} {{os.getpid()}} {{os.getcwd()}}\\n')\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(600)\n"
+        f"open('src/app.py', 'w').write({output!r})\n"
+    )
+    return script(folder, "hang_once", code), report
 
 
 def alive(pid: int) -> bool:
@@ -221,7 +238,3 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> No
     if proc.poll() is None:
         proc.send_signal(sig)
     proc.wait(timeout=30)
-
-
-def running_pids(layout: Layout) -> Sequence[Path]:
-    return sorted(layout.running.glob("*.lease"))

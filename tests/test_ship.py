@@ -22,6 +22,7 @@ from shipkit import (
     assert_stopped,
     evidence,
     finished,
+    hang_once,
     host_block,
     read_report,
     script,
@@ -164,17 +165,10 @@ async def test_dropped_connection_aborts_and_the_pool_recovers(
     server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     ssh = needs_ssh(server)
-    report = tmp_path / "hang.txt"
-    code = (
-        "import os, time\n"
-        "if open(os.environ['GENJOB_INSTRUCTION_FILE']).read() == 'hang':\n"
-        f"    open({str(report)!r}, 'w').write(f'{{os.getpid()}} {{os.getpid()}} {{os.getcwd()}}\\n')\n"
-        "    time.sleep(600)\n"
-        "open('src/app.py', 'w').write('second')\n"
-    )
-    configure(repo, ssh, script(tmp_path, "hang_once", code))
-    first = mint(repo, "hang")
-    second = mint(repo, "finish")
+    gen, report = hang_once(tmp_path, "second")
+    configure(repo, ssh, gen)
+    first = mint(repo, "first")
+    second = mint(repo, "second")
     before = worktree(repo.root)
     pool = Hosts(load_config(repo.config))
     try:
