@@ -239,7 +239,7 @@ def build_demo(directory: Path | None = None) -> Demo:
 
     for role, text, paths in (
         ("queued", "Add type hints to every function in calc/ops.py", ["calc/ops.py"]),
-        ("queued2", "Raise ZeroDivisionError with a clear message", ["calc/ops.py", "tests/test_ops.py"]),
+        ("queued2", "Raise ZeroDivisionError with a clear message", ["calc/ops.py"]),
         ("queued3", "Document the tokenizer's grammar in a docstring", ["calc/parse.py"]),
         ("spoof", SPOOF, ["calc/parse.py"]),
     ):
@@ -281,7 +281,7 @@ def build_demo(directory: Path | None = None) -> Demo:
     _receive(layout, failed, signer, status="aborted", reason="cancelled by the operator")
     say(f"failed (aborted receipt): {failed.key}")
 
-    applied = _mint(layout, "Add a test for subtraction of negatives", ["tests/test_ops.py"])
+    applied = _mint(layout, "Add a test for subtraction of negatives", [], ["tests/test_negatives.py"])
     demo.keys["applied"] = applied.key
     _receive(layout, applied, signer)
     apply_job(layout, applied.key)
@@ -293,7 +293,7 @@ def build_demo(directory: Path | None = None) -> Demo:
     say(f"rejected: {rejected.key}")
 
     orphan = _mint(
-        layout, "Add a __main__ module so `python -m calc` works", ["calc/cli.py"], ["calc/__main__.py"]
+        layout, "Add a __main__ module so `python -m calc` works", ["pyproject.toml"], ["calc/__main__.py"]
     )
     demo.keys["orphan"] = orphan.key
     claim(layout, "demo-worker@crashed-host", orphan.key, ttl=3600.0, pid=_dead_pid())

@@ -19,12 +19,15 @@ from tui.widgets.job_table import JobTable
 MAX_PAUSES = 300
 
 
-async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], what: str = "condition") -> None:
+async def wait_for(
+    pilot: Pilot[None], condition: Callable[[], bool], what: str | Callable[[], str] = "condition"
+) -> None:
+    """Pause until `condition()` holds; fail (saying what was awaited) after MAX_PAUSES."""
     for _ in range(MAX_PAUSES):
         if condition():
             return
         await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
 
 def board(app: GenjobApp) -> BoardScreen:

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from boardkit import Notes, app_for, loaded, plain, screen_lines, select, state_of, wait_for
-from textual.widgets import Static
+from textual.widgets import Log, OptionList, Static
 
 from core.board import visible
 from core.demo import Demo
@@ -18,9 +18,11 @@ from core.layout import Layout
 from core.mint import build_job
 from core.queue import claim, enqueue
 from tui.dialogs.confirm import ConfirmDialog
+from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.reason import ReasonDialog
+from tui.dialogs.ship import ShipDialog
 from tui.screens.diff import DiffScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.detail import DetailPane
@@ -426,3 +428,54 @@ def test_visible_never_passes_controls() -> None:
     shown = visible(raw)
     assert all(c.isprintable() for c in shown)
     assert "␛[2J" in shown and "␀" in shown and "<U+202E>" in shown and "\\x9b" in shown
+
+
+async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) -> None:
+    layout = layout_of(demo)
+    key = demo.keys["queued3"]
+    async with app_for(demo.root).run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, key)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HostPicker), "the host picker")
+        hosts = pilot.app.screen.query_one(OptionList)
+        assert hosts.option_count == 2  # local and slow-local
+        hosts.focus()
+        hosts.highlighted = 0
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ShipDialog), "the ship dialog")
+        dialog = pilot.app.screen
+        await wait_for(pilot, lambda: dialog.done, "the ship to end")
+        assert dialog.succeeded, plain(dialog.query_one("#ship-status", Static))
+        assert "receipt ok" in plain(dialog.query_one("#ship-status", Static))
+        assert "edited calc/parse.py" in "\n".join(dialog.query_one(Log).lines)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: state_of(pilot, key) == "RECEIVED", "the receipt")
+    assert layout.receipt(key).exists() and layout.signature(key).exists()
+
+
+async def test_ship_cancel_ends_with_an_aborted_receipt(demo: Demo) -> None:
+    layout = layout_of(demo)
+    key = demo.keys["queued2"]
+    async with app_for(demo.root).run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, key)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HostPicker), "the host picker")
+        hosts = pilot.app.screen.query_one(OptionList)
+        hosts.focus()
+        hosts.highlighted = 1  # slow-local: its generator sleeps after each file
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ShipDialog), "the ship dialog")
+        dialog = pilot.app.screen
+        status = dialog.query_one("#ship-status", Static)
+        await wait_for(
+            pilot, lambda: any("edited" in ln for ln in dialog.query_one(Log).lines), lambda: plain(status)
+        )
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: dialog.done, "the ship to stop")
+        assert not dialog.succeeded
+        assert "aborted" in plain(dialog.query_one("#ship-status", Static))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: state_of(pilot, key) == "FAILED", "the aborted receipt")
+    assert json.loads(layout.receipt(key).read_bytes())["status"] == "aborted"

@@ -17,6 +17,7 @@ from textual.widgets import Button, Log, Static
 from core.board import visible
 from core.errors import GenjobError
 from core.layout import Layout
+from core.ship import ShipResult, ship
 
 MAX_LOG_LINES = 5000
 
@@ -33,11 +34,12 @@ class ShipDialog(ModalScreen[bool]):
             super().__init__()
             self.data = data
 
-    def __init__(self, layout: Layout, key: str, host: str | None) -> None:
+    def __init__(self, layout: Layout, key: str, host: str | None, worker_id: str) -> None:
         super().__init__()
         self.repo = layout
         self.key = key
         self.host = host
+        self.worker_id = worker_id
         self.cancel = asyncio.Event()
         self.done = False
         self.succeeded = False
@@ -58,10 +60,8 @@ class ShipDialog(ModalScreen[bool]):
     def _status(self, text: Text) -> None:
         self.query_one("#ship-status", Static).update(text)
 
-    @work(exclusive=True, group="ship")
+    @work(exclusive=True, group="ship", exit_on_error=False)
     async def _ship(self) -> None:
-        from core.ship import ship
-
         self._status(Text(f"claiming and shipping to {self.host or 'the default host'}…", style="bold"))
         try:
             result = await ship(
@@ -70,6 +70,7 @@ class ShipDialog(ModalScreen[bool]):
                 self.host,
                 on_output=lambda data: self.post_message(self.Output(data)),
                 cancel=self.cancel,
+                worker_id=self.worker_id,
             )
         except GenjobError as exc:
             self._finish(Text(visible(str(exc)), style="bold red"), False)
@@ -77,7 +78,8 @@ class ShipDialog(ModalScreen[bool]):
         except Exception as exc:
             self._finish(Text(visible(f"ship failed: {exc}"), style="bold red"), False)
             return
-        self._finish(Text(visible(_describe(result)), style="bold green"), True)
+        style = "bold green" if result.status == "ok" and result.won else "bold yellow"
+        self._finish(Text(visible(describe(result)), style=style), result.status == "ok")
 
     def _finish(self, text: Text, ok: bool) -> None:
         self.done = True
@@ -110,14 +112,13 @@ class ShipDialog(ModalScreen[bool]):
             self._status(Text("cancelling: the runner stops the generator…", style="bold yellow"))
 
 
-def _describe(result: object) -> str:
-    """A line about a ShipResult, from whichever of its fields it has."""
-    status = getattr(result, "status", None)
-    key = getattr(result, "key", "")
-    message = getattr(result, "message", None) or getattr(result, "detail", None)
-    parts = [f"shipped {key}".strip()]
-    if status:
-        parts.append(f"receipt {status}")
-    if message:
-        parts.append(str(message))
-    return ": ".join(parts)
+def describe(result: ShipResult) -> str:
+    """One line about how a ship ended."""
+    line = f"{result.key[:12]} on {result.host}, attempt {result.attempt}: receipt {result.status}"
+    if result.reason:
+        line += f" ({result.reason})"
+    if result.status == "ok":
+        line += f", {len(result.outputs)} output file(s); approve with a"
+    if not result.won:
+        line += "; the lease was lost, so the receipt was kept aside as evidence"
+    return line

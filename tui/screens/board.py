@@ -561,7 +561,7 @@ class BoardScreen(Screen[None]):
         def go(host: str | None) -> None:
             if host:
                 self.app.push_screen(
-                    ShipDialog(self.repo, keys[0], host), lambda _: self.request_refresh(keys)
+                    ShipDialog(self.repo, keys[0], host, self.worker_id), lambda _: self.request_refresh(keys)
                 )
 
         if len(hosts) > 1:
