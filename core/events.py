@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
@@ -15,8 +16,9 @@ from core.durable import append_line
 from core.layout import Layout
 
 
+@functools.cache
 def actor() -> str:
-    """Who is acting, as recorded in events: user@host."""
+    """Who is acting, as recorded in events: user@host (looked up once per process)."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from core.errors import NotFound
@@ -15,67 +16,70 @@ OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache")
 
 @dataclass(frozen=True)
 class Layout:
-    """Paths of one repository's `.gen/`. Pure: nothing here touches the disk."""
+    """Paths of one repository's `.gen/`. Pure: nothing here touches the disk.
+
+    The folder paths are computed once per layout: they are on every hot path.
+    """
 
     root: Path
 
-    @property
+    @cached_property
     def gen(self) -> Path:
         return self.root / GEN
 
-    @property
+    @cached_property
     def config(self) -> Path:
         return self.gen / "config.toml"
 
-    @property
+    @cached_property
     def queue(self) -> Path:
         return self.gen / "queue"
 
-    @property
+    @cached_property
     def running(self) -> Path:
         return self.gen / "running"
 
-    @property
+    @cached_property
     def receipts(self) -> Path:
         return self.gen / "receipts"
 
-    @property
+    @cached_property
     def applied(self) -> Path:
         return self.gen / "applied"
 
-    @property
+    @cached_property
     def rejected(self) -> Path:
         return self.gen / "rejected"
 
-    @property
+    @cached_property
     def out(self) -> Path:
         return self.gen / "out"
 
-    @property
+    @cached_property
     def attempts(self) -> Path:
         return self.gen / "attempts"
 
-    @property
+    @cached_property
     def trusted_keys(self) -> Path:
         return self.gen / "trusted_keys"
 
-    @property
+    @cached_property
     def logs(self) -> Path:
         return self.gen / "logs"
 
-    @property
+    @cached_property
     def journal(self) -> Path:
         return self.gen / "journal"
 
-    @property
+    @cached_property
     def cache(self) -> Path:
         return self.gen / "cache"
 
-    @property
+    @cached_property
     def events(self) -> Path:
         return self.gen / "events.jsonl"
 
-    @property
+    @cached_property
     def lock(self) -> Path:
         """Held for every state change other than a claim (which is a bare rename)."""
         return self.gen / "state.lock"
