@@ -3,7 +3,8 @@
 One connection per transport, opened on first use, shared by concurrent jobs (one SSH
 session each) and reopened after a drop. Host keys are always checked against the
 given known_hosts file and nothing else; no agent, no forwarding, no environment sent,
-no config file read, publickey authentication with the one identity given.
+no config file read, publickey authentication with the one identity given, no
+compression.
 """
 
 from __future__ import annotations
@@ -26,6 +27,18 @@ from core.transport.base import (
     drive,
     remote_command,
     stdin_payload,
+)
+
+# AES-GCM first: asyncssh does it in one AEAD call per packet (AES-NI where the CPU has
+# it), about twice the throughput of its ChaCha20-Poly1305 on a bundle of 50 MB. Both are
+# authenticated ciphers that OpenSSH offers by default; CTR modes remain for old servers.
+ENCRYPTION_ALGS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
 )
 
 
@@ -114,6 +127,8 @@ class SSHTransport:
                 env=None,
                 send_env=None,
                 request_pty=False,
+                encryption_algs=ENCRYPTION_ALGS,
+                compression_algs=("none",),
                 connect_timeout=self.connect_timeout,
                 keepalive_interval=self.keepalive_interval,
                 keepalive_count_max=3,
