@@ -46,6 +46,7 @@ concurrency = 2
 # port = 22
 # identity = "~/.ssh/id_ed25519"
 # known_hosts = "~/.ssh/known_hosts"
+# python = "/usr/bin/python3"   # runs genjob's runner there (default: python3 on the PATH)
 # generator = "aider --yes-always --no-git --message-file {instruction_file} {paths}"
 # timeout = 900
 # concurrency = 2
@@ -74,6 +75,9 @@ class Host(BaseModel):
     port: Annotated[int, Field(gt=0, lt=65536)] = 22
     identity: str | None = None
     known_hosts: str = "~/.ssh/known_hosts"
+    # The interpreter (3.8 or later) that runs genjob's stdlib-only runner on an ssh host;
+    # None means `python3` from the login shell's PATH. The local transport uses genjob's own.
+    python: Annotated[str, Field(min_length=1)] | None = None
     timeout: Annotated[float, Field(gt=0)] = 900.0
     concurrency: Annotated[int, Field(gt=0)] = 1
 
@@ -81,6 +85,8 @@ class Host(BaseModel):
     def _ssh_needs_address(self) -> Host:
         if self.transport == "ssh" and not (self.address and self.identity):
             raise ValueError('an ssh host needs address = "user@host" and identity = "<key file>"')
+        if self.transport == "local" and self.python is not None:
+            raise ValueError("python is for ssh hosts; the local transport runs genjob's own interpreter")
         return self
 
 

@@ -53,7 +53,9 @@ def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
         return LocalTransport()
     assert host.address and host.identity, "config validation requires both for ssh"
-    return SSHTransport(host.address, host.port, host.identity, host.known_hosts)
+    return SSHTransport(
+        host.address, host.port, host.identity, host.known_hosts, python=host.python or "python3"
+    )
 
 
 class Hosts:

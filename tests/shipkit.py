@@ -55,6 +55,7 @@ def host_block(
     timeout: float = 30.0,
     concurrency: int = 1,
     known_hosts: Path | None = None,
+    python: str | None = None,
 ) -> str:
     """One `[hosts.NAME]` table: the local transport for `server=None`, else SSH to it."""
     lines = [f"[hosts.{name}]"]
@@ -68,6 +69,8 @@ def host_block(
             f"identity = {toml_str(str(server.identity))}",
             f"known_hosts = {toml_str(str(known_hosts or server.known_hosts))}",
         ]
+    if python is not None:
+        lines.append(f"python = {toml_str(python)}")
     lines += [
         f"generator = {toml_str(generator)}",
         f"timeout = {float(timeout)}",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,7 @@ from ssh_servers import SSHServer
 
 from core.apply import apply_job
 from core.config import load_config
+from core.errors import BadInput
 from core.layout import Layout
 from core.models import job_from_bytes
 from core.ship import Hosts, ShipResult, ship
@@ -265,3 +268,28 @@ async def test_unknown_host_key_is_refused_with_its_fingerprint(
     assert finished(repo, job.key)[-1]["reason"] == res.reason
     assert empty.read_text() == "", "a host key is never learned silently"
     assert_not_applyable(repo, job, before)
+
+
+async def test_the_runner_interpreter_is_the_hosts_python_setting(
+    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    ssh = needs_ssh(server)
+    missing = "/nonexistent/python3"
+    write_config(
+        repo,
+        # The generator's shell is the runner's child: name the runner's executable.
+        host_block("gen", ssh, "readlink /proc/$PPID/exe > src/app.py", python=sys.executable),
+        host_block("broken", ssh, "true", python=missing),
+    )
+    first, second = mint(repo, "first"), mint(repo, "second")
+    res = await ship(repo, first.key, "gen", worker_id="tester")
+    assert res.status == "ok", res.reason
+    runner = repo.out_dir(first.digest) / "src/app.py"
+    assert runner.read_text().strip() == os.path.realpath(sys.executable)
+    refused = await ship(repo, second.key, "broken", worker_id="tester")
+    assert (refused.status, refused.reason) == ("aborted", f"{missing} not found on the generator host")
+
+
+def test_a_local_host_refuses_a_python_setting(repo: Layout) -> None:
+    with pytest.raises(BadInput, match="python is for ssh hosts"):
+        write_config(repo, host_block("gen", None, "true", python="/usr/bin/python3"))
