@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -17,7 +17,9 @@ from textual.widgets import Button, Log, Static
 from core.board import visible
 from core.errors import GenjobError
 from core.layout import Layout
-from core.ship import ShipResult, ship
+
+if TYPE_CHECKING:
+    from core.ship import ShipResult
 
 MAX_LOG_LINES = 5000
 
@@ -62,6 +64,8 @@ class ShipDialog(ModalScreen[bool]):
 
     @work(exclusive=True, group="ship", exit_on_error=False)
     async def _ship(self) -> None:
+        from core.ship import ship  # asyncssh is slow to import: only when shipping
+
         self._status(Text(f"claiming and shipping to {self.host or 'the default host'}…", style="bold"))
         try:
             result = await ship(

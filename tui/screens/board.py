@@ -4,7 +4,8 @@ Files are the source of truth. A watch worker turns `watchfiles` events into job
 re-derives just those with `Scanner.refresh`; a full scan runs at start, after a watch
 failure and now and then as a fallback for filesystems that deliver no events (NFS).
 Every key is one core call in a thread worker; its outcome comes back as a notification
-with core's own message, and the watcher shows what changed on disk.
+with core's own message, and the watcher shows what changed on disk. Dialogs are imported
+when first opened, so that the board's first frame does not wait for them.
 """
 
 from __future__ import annotations
@@ -39,14 +40,8 @@ from core.queue import Enqueued, claim, reject, request_cancel, requeue
 from core.replay import replay
 from core.snapshot import JobRow, Scanner, keys_from_paths
 from tui.dialogs.confirm import ConfirmDialog
-from tui.dialogs.host_picker import HostPicker
-from tui.dialogs.new_job import NewJobDialog
-from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.reason import ReasonDialog
-from tui.dialogs.ship import ShipDialog
 from tui.render import policy_text
-from tui.screens.diff import DiffScreen
-from tui.screens.help import HelpScreen
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
@@ -60,6 +55,11 @@ TICK_SECONDS = 2.0
 # A full scan now and then catches what no event reported (other NFS clients' writes).
 FULL_SCAN_SECONDS = 60.0
 DETAIL_DEBOUNCE = 0.12
+# Up to this many keys are re-derived on the event loop itself (a few ms, no thread hop
+# for the GIL to bounce across); more go to a thread.
+INLINE_REFRESH = 48
+# Rows read per step of a full scan: small, so that the first ones show at once.
+SCAN_BATCH = 512
 NARROW = 140
 
 VERBS = {
@@ -209,7 +209,10 @@ class BoardScreen(Screen[None]):
                 last_tick = now
             if keys:
                 try:
-                    changed = await asyncio.to_thread(scanner.refresh, keys)
+                    if len(keys) <= INLINE_REFRESH:
+                        changed = scanner.refresh(keys)
+                    else:
+                        changed = await asyncio.to_thread(scanner.refresh, keys)
                 except Exception as exc:
                     self._say(f"reading .gen/ failed: {exc}", severity="error")
                     continue
@@ -223,7 +226,7 @@ class BoardScreen(Screen[None]):
         self.scanning = True
         self._show_status()
         seen: set[str] = set()
-        batches = scanner.scan_batches()
+        batches = scanner.scan_batches(SCAN_BATCH)
         gathered: dict[str, JobRow] = {}
         shown_at = 0.0
         try:
@@ -284,7 +287,7 @@ class BoardScreen(Screen[None]):
         marks = len(self.table.marks) if self.is_mounted else 0
         if marks:
             text.append(f"  {marks} marked", style="bold yellow")
-        self.query_one("#status", Static).update(text)
+        self.query_one("#status", Static).update(text, layout=False)
 
     # -- the selected job ------------------------------------------------------------------------
     @on(JobTable.CursorMoved)
@@ -388,12 +391,16 @@ class BoardScreen(Screen[None]):
             self.maximize(self.query_one(DetailPane), container=False)
 
     def action_help(self) -> None:
+        from tui.screens.help import HelpScreen
+
         bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and not b.id.startswith("state-")]
         marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
         digits = Binding("1-9,0", "", "Only one state (again to undo; several combine)", key_display="1…0")
         self.app.push_screen(HelpScreen([*bindings, *marks, digits], self.readonly))
 
     def action_diff(self) -> None:
+        from tui.screens.diff import DiffScreen
+
         key = self.table.cursor_key
         detail = self.query_one(DetailPane).detail
         if key is None:
@@ -536,6 +543,8 @@ class BoardScreen(Screen[None]):
 
     @work(thread=True, group="actions", exit_on_error=False)
     def _preflight(self, key: str, one: Callable[[str], str]) -> None:
+        from tui.dialogs.preflight import PreflightDialog
+
         try:
             p = preflight(job_detail(self.repo, key))
         except GenjobError as exc:
@@ -549,6 +558,9 @@ class BoardScreen(Screen[None]):
         self.app.call_from_thread(self.app.push_screen, PreflightDialog(p), go)
 
     def _do_ship(self, keys: list[str]) -> None:
+        from tui.dialogs.host_picker import HostPicker
+        from tui.dialogs.ship import ShipDialog
+
         if len(keys) > 1:
             self._say("ship one job at a time: unmark all (escape) and select one", severity="warning")
             return
@@ -570,6 +582,8 @@ class BoardScreen(Screen[None]):
             go(next(iter(hosts), None) or "local")
 
     def action_new_job(self) -> None:
+        from tui.dialogs.new_job import NewJobDialog
+
         if self.readonly:
             self._say("read-only board: new job refused", severity="warning")
             return

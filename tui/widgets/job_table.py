@@ -23,7 +23,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -32,8 +32,14 @@ from core.board import BoardView, age, summary_line, visible
 from core.snapshot import JobRow
 from tui.text import STATE_STYLES
 
+# Rendered rows kept for reuse; rows shift on screen far more often than they change.
+STRIP_CACHE = 2048
+
 
 class JobTable(ScrollView, can_focus=True):
+    """The list has no scrollbar (redrawing one on every change costs more than the rows
+    do); its border title says where the cursor is instead."""
+
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "jobtable--header",
         "jobtable--cursor",
@@ -41,7 +47,7 @@ class JobTable(ScrollView, can_focus=True):
         "jobtable--dim",
     }
     DEFAULT_CSS = """
-    JobTable { background: $surface; }
+    JobTable { background: $surface; scrollbar-size-vertical: 0; }
     JobTable > .jobtable--header { text-style: bold; background: $panel; color: $text; }
     JobTable > .jobtable--cursor { background: $accent 45%; }
     JobTable:focus > .jobtable--cursor { background: $accent 80%; }
@@ -76,6 +82,8 @@ class JobTable(ScrollView, can_focus=True):
         self.cursor_key: str | None = None
         self.marks: set[str] = set()
         self.wide_keys = False
+        self._line_styles: dict[str, Style] | None = None
+        self._strips: dict[tuple[object, ...], Strip] = {}
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -87,7 +95,15 @@ class JobTable(ScrollView, can_focus=True):
         return None if self.cursor_key is None else self.view.index_of(self.cursor_key)
 
     def _sync_size(self) -> None:
-        self.virtual_size = Size(self.scrollable_content_region.width, len(self.view) + 1)
+        """Follow the row count without a layout pass of the whole screen (rows come and go
+        many times a second); only a scrollbar appearing or leaving changes the layout."""
+        size = Size(self.scrollable_content_region.width, len(self.view) + 1)
+        if size == self.virtual_size:
+            return
+        had_scrollbar = self.show_vertical_scrollbar
+        self.set_reactive(JobTable.virtual_size, size)
+        self._scroll_update(size)
+        self.refresh(layout=self.show_vertical_scrollbar != had_scrollbar)
 
     def on_resize(self, event: events.Resize) -> None:
         self.wide_keys = event.size.width >= 150
@@ -120,12 +136,14 @@ class JobTable(ScrollView, can_focus=True):
             top = max(0, min(new_index - offset, count + 1 - self.scrollable_content_region.height))
             self.scroll_to(y=top, animate=False, immediate=True, force=True)
             self._show_cursor()
+        self._show_position()
         self.refresh()
 
     def _set_cursor(self, key: str | None) -> None:
         if key != self.cursor_key:
             self.cursor_key = key
             self.post_message(self.CursorMoved(key))
+        self._show_position()
 
     def _move_to(self, index: int) -> None:
         if not len(self.view):
@@ -173,12 +191,14 @@ class JobTable(ScrollView, can_focus=True):
             return
         self.marks.symmetric_difference_update({key})
         self.post_message(self.MarksChanged(len(self.marks)))
+        self._show_position()
         self.action_cursor(1)
 
     def clear_marks(self) -> None:
         if self.marks:
             self.marks.clear()
             self.post_message(self.MarksChanged(0))
+            self._show_position()
             self.refresh()
 
     def on_click(self, event: events.Click) -> None:
@@ -205,31 +225,60 @@ class JobTable(ScrollView, can_focus=True):
             used += w
         return Strip(segments, cell_len("".join(s.text for s in segments)))
 
+    def _styles(self) -> dict[str, Style]:
+        base = self.rich_style
+        styles = {"base": base}
+        for name in ("header", "cursor", "marked", "dim"):
+            styles[name] = base + self.get_component_rich_style(f"jobtable--{name}")
+        return styles
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._line_styles = self._styles()  # once per frame, not once per line
+        if len(self._strips) > STRIP_CACHE:
+            self._strips.clear()
+        return super().render_lines(crop)
+
+    def notify_style_update(self) -> None:
+        self._strips.clear()
+        super().notify_style_update()
+
+    def _show_position(self) -> None:
+        index = self.cursor_index
+        where = f"{index + 1:,} of {len(self.view):,}" if index is not None else f"{len(self.view):,} jobs"
+        marks = f", {len(self.marks)} marked" if self.marks else ""
+        self.border_title = f"jobs {where}{marks}"
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        styles = self._line_styles or self._styles()
+        base = styles["base"]
         if y == 0:
-            head = base + self.get_component_rich_style("jobtable--header")
+            head = styles["header"]
             names = ["", "KEY", "STATE", "AGE", "ATT", "WORKER", "INSTRUCTION"]
             return self._cells([(n, head) for n in names], width).extend_cell_length(width, head)
         index = int(self.scroll_y) + y - 1
         if index >= len(self.view):
             return Strip.blank(width, base)
         row = self.view.row_at(index)
-        style = base
-        if row.key == self.cursor_key:
-            style = base + self.get_component_rich_style("jobtable--cursor")
-        dim = style + self.get_component_rich_style("jobtable--dim")
-        marked = row.key in self.marks
-        mark_style = style + self.get_component_rich_style("jobtable--marked") if marked else style
+        cursor = row.key == self.cursor_key
         created = row.created_at
+        when = age(time.time() - created) if created else "-"
+        marked = row.key in self.marks
+        ident = (row, width, cursor, marked, when, self.has_focus)
+        hit = self._strips.get(ident)
+        if hit is not None:
+            return hit
+        style = styles["cursor"] if cursor else base
+        dim = style + styles["dim"] if cursor else styles["dim"]
+        mark_style = style + styles["marked"] if marked else style
         cells = [
             ("●" if marked else " ", mark_style),
             (row.key, mark_style if marked else style),
             (row.state.value, style + STATE_STYLES[row.state]),
-            (age(time.time() - created) if created else "-", dim),
+            (when, dim),
             (str(row.attempts) if row.attempts else "-", dim),
             (visible(row.worker, tab=" ") or "-", dim),
             (summary_line(row), style + STATE_STYLES[row.state] if not row.instruction else style),
         ]
-        return self._cells(cells, width).extend_cell_length(width, style)
+        strip = self._strips[ident] = self._cells(cells, width).extend_cell_length(width, style)
+        return strip
