@@ -34,22 +34,23 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _open_regular(path: Path) -> int:
-    """Open a regular file for reading: no link at the last component, and never block.
+def _open_regular(path: Path | str) -> tuple[int, int]:
+    """Open a regular file for reading (no link at the last component, never blocking).
 
     Without ``O_NONBLOCK`` opening a FIFO waits for a writer forever; a FIFO or device is
-    refused with an OSError instead of being read.
+    refused with an OSError instead of being read. Returns the descriptor and the size.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", str(path))
-    return fd
+    return fd, st.st_size
 
 
 def sha256_file(path: Path) -> str:
     """Hash a regular file without following a symlink at its last component."""
-    fd = _open_regular(path)
+    fd, _ = _open_regular(path)
     try:
         h = hashlib.sha256()
         while chunk := os.read(fd, _HASH_CHUNK):
@@ -124,19 +125,21 @@ def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
     return loads_strict(read_bytes(path, max_bytes), str(path), max_bytes)
 
 
-def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES, source: str | None = None) -> bytes:
+def read_bytes(path: Path | str, max_bytes: int = MAX_JSON_BYTES, source: str | None = None) -> bytes:
     """Read a small regular file, refusing links, FIFOs, devices and anything over `max_bytes`.
 
     Faults are reported as `BadInput` naming `source` (default: `path`).
     """
     source = source or str(path)
     try:
-        fd = _open_regular(path)
+        fd, size = _open_regular(path)
     except OSError as exc:
         raise BadInput(f"{source}: cannot read ({exc.strerror})") from None
     try:
-        data = os.read(fd, max_bytes + 1)
-        while len(data) <= max_bytes and (more := os.read(fd, max_bytes + 1 - len(data))):
+        # Sized by fstat, so a small file costs a small buffer; reading on to the end
+        # notices a file that grew meanwhile.
+        data = os.read(fd, min(size, max_bytes) + 1)
+        while len(data) <= max_bytes and (more := os.read(fd, min(max_bytes + 1 - len(data), _HASH_CHUNK))):
             data += more
     finally:
         os.close(fd)

@@ -11,6 +11,8 @@ from core.errors import NotFound
 
 GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
+# Where a key's job document may be, most final first: the first found decides.
+JOB_FOLDERS = ("applied", "rejected", "running", "queue")
 OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache")
 
 

@@ -10,12 +10,11 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.canonical import canonical, loads_strict, read_bytes
+from core.docscan import holder_dead
 from core.durable import atomic_write
 from core.errors import BadInput
 from core.layout import Layout
-
-# A running job with no lease yet is being claimed, not orphaned, for this long.
-CLAIM_GRACE = 10.0
+from core.lifecycle import CLAIM_GRACE as CLAIM_GRACE
 
 
 class Lease(BaseModel):
@@ -34,15 +33,7 @@ class Lease(BaseModel):
 
     def holder_dead(self) -> bool:
         """True only when the holder ran on this host and its process is gone."""
-        if self.host != socket.gethostname():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return holder_dead(self.host, self.pid)
 
     def fresh(self, now: float) -> bool:
         return not self.expired(now) and not self.holder_dead()

@@ -39,6 +39,8 @@ STATE_ORDER = (
 )
 
 LEASE_FRESH, LEASE_STALE, LEASE_MISSING, LEASE_CLAIMING = "fresh", "stale", "missing", "claiming"
+# A running job with no lease yet is being claimed, not orphaned, for this long.
+CLAIM_GRACE = 10.0
 
 
 @dataclass(frozen=True, slots=True)

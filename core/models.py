@@ -17,24 +17,19 @@ v2 (the default):
 from __future__ import annotations
 
 import json
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.canonical import canonical, loads_strict, sha256_bytes
+from core.docscan import HEX64_RE as HEX64_RE
+from core.docscan import KEY_RE as KEY_RE
+from core.docscan import MAX_INSTRUCTION_CHARS, MAX_PATHS, V1, V2
+from core.docscan import RECEIPT_STATUSES as RECEIPT_STATUSES
 from core.errors import BadInput
 from core.paths import check_relpath
 
-V1 = "genjob.v1"
-V2 = "genjob.v2"
 SCHEMAS = (V1, V2)
-RECEIPT_STATUSES = ("ok", "rejected", "aborted")
-MAX_INSTRUCTION_CHARS = 256 * 1024
-MAX_PATHS = 1000
-
-KEY_RE = re.compile(r"[0-9a-f]{32}")
-HEX64_RE = re.compile(r"[0-9a-f]{64}")
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Key = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]

@@ -18,12 +18,10 @@ from core.canonical import canonical, loads_strict, read_bytes
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
 from core.events import attempts, claims, record_attempt, record_event
-from core.layout import Layout
-from core.lease import CLAIM_GRACE, Lease, new_lease, read_lease, write_lease
+from core.layout import JOB_FOLDERS, Layout
+from core.lease import Lease, new_lease, read_lease, write_lease
+from core.lifecycle import CLAIM_GRACE
 from core.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
-
-# Where a key's job document may be, most final first: the first found decides.
-JOB_FOLDERS = ("applied", "rejected", "running", "queue")
 
 
 @dataclass(frozen=True)

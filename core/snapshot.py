@@ -5,27 +5,32 @@ from a file is kept in an index keyed by the file's identity (inode, size, mtime
 reused, in memory by a long-lived `Scanner` and on disk (`.gen/cache/`) by the next
 process. The index only saves work: every entry is checked against a fresh `stat`,
 and verification never reads it.
+
+Documents are checked with `core.docscan`, which accepts exactly what the strict models
+accept; the strict models (and pydantic) are loaded only for a document the quick check
+does not accept, to name its fault. A snapshot of an unchanged `.gen/` reads no file
+but the index.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import marshal
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from core.canonical import read_bytes, sha256_file
-from core.config import load_config
+from core.canonical import loads_strict, read_bytes, sha256_file
+from core.docscan import KEY_RE, lease_fresh, quick_job, quick_lease, quick_receipt
 from core.durable import atomic_write
 from core.errors import BadInput, GenjobError
-from core.layout import Layout
-from core.lease import CLAIM_GRACE, lease_from_bytes
+from core.layout import JOB_FOLDERS, Layout
 from core.lifecycle import (
+    CLAIM_GRACE,
     LEASE_CLAIMING,
     LEASE_FRESH,
     LEASE_MISSING,
@@ -35,18 +40,30 @@ from core.lifecycle import (
     derive_state,
     inconsistency_rule,
 )
-from core.models import KEY_RE, receipt_from_bytes
 from core.paths import lstat_inside
-from core.queue import JOB_FOLDERS, read_job_file
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 _CACHE_NAME = "snapshot.marshal"
+_CONFIG = "config.toml"
+_LEASE_BYTES = 64 * 1024
+_ATTEMPTS_BYTES = 64 * 1024 * 1024
 
-# (ino, size, mtime_ns) of a file: if it is the same, so is what we parsed from it.
-Ident = tuple[int, int, int]
+# An index entry: (st_ino, st_size, st_mtime_ns, what was parsed). If the identity is the
+# same, so is what was parsed from the file.
+Entry = tuple[int, int, int, object]
 # A parsed job document: (schema, digest, instruction, allowed_paths, inputs, created_at,
-# record) or an error message.
+# rejection reason) or an error message.
 JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float, str]
+Listing = dict[str, dict[str, "os.DirEntry[str] | str"]]
+
+# A file changed this recently may change again within its mtime's granularity (one clock
+# tick, or two seconds on coarse filesystems) without its identity changing: what was
+# read from it is used but not kept, as git does with "racily clean" index entries.
+_RACY_NS = 2_000_000_000
+
+
+def _settled(st: os.stat_result) -> bool:
+    return time.time_ns() - st.st_mtime_ns >= _RACY_NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,18 +112,116 @@ class Snapshot:
         self.counts = Counter(r.state for r in self.rows.values())
 
 
-def _ident(st: os.stat_result) -> Ident:
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+# -- parsing one file (what is kept in the index) ----------------------------------------------
+def _summary_of(job: Any, note: str) -> JobSummary:
+    return (
+        job.schema_name,
+        job.digest,
+        job.instruction,
+        tuple(job.allowed_paths),
+        tuple(sorted(job.inputs.items())),
+        float(job.created_at),
+        note,
+    )
 
 
-# A file changed this recently may change again within its mtime's granularity (one clock
-# tick, or two seconds on coarse filesystems) without its identity changing: what was
-# read from it is used but not kept, as git does with "racily clean" index entries.
-_RACY_NS = 2_000_000_000
+def _strict_job(path: str, folder: str) -> object:
+    """The strict reader's verdict on a job file the quick check did not accept."""
+    from core.queue import read_job_file
+
+    try:
+        job, record = read_job_file(Path(path), folder)
+    except BadInput as exc:
+        return str(exc)
+    return _summary_of(job, _rejection_reason(record))
 
 
-def _settled(st: os.stat_result) -> bool:
-    return time.time_ns() - st.st_mtime_ns >= _RACY_NS
+def _rejection_reason(record: object) -> str:
+    rejection = record.get("rejection") if isinstance(record, dict) else None
+    return str(rejection.get("reason") or "") if isinstance(rejection, dict) else ""
+
+
+def _job_parser(folder: str) -> Callable[[str], object]:
+    is_record = folder in ("applied", "rejected")
+
+    def parse(path: str) -> object:
+        try:
+            obj = loads_strict(read_bytes(path), path)
+        except BadInput as exc:
+            return str(exc)
+        doc, note = obj, ""
+        if is_record:
+            if type(obj) is not dict or "job" not in obj:
+                return _strict_job(path, folder)
+            doc, note = obj["job"], _rejection_reason(obj)
+        summary = quick_job(doc)
+        if summary is None or doc["idempotency_key"] != os.path.basename(path)[:-5]:
+            return _strict_job(path, folder)
+        return (*summary, note)
+
+    return parse
+
+
+_JOB_PARSERS = {folder: _job_parser(folder) for folder in JOB_FOLDERS}
+
+
+def _parse_receipt(path: str) -> object:
+    try:
+        obj = loads_strict(read_bytes(path), path)
+    except BadInput as exc:
+        return str(exc)
+    quick = quick_receipt(obj)
+    if quick is not None:
+        return quick
+    from core.models import receipt_from_obj
+
+    try:
+        rec = receipt_from_obj(obj, path)
+    except BadInput as exc:
+        return str(exc)
+    return (rec.status, rec.worker_id, rec.idempotency_key, rec.job_digest)
+
+
+def _parse_lease(path: str) -> object:
+    try:
+        obj = loads_strict(read_bytes(path, _LEASE_BYTES), path, _LEASE_BYTES)
+    except BadInput as exc:
+        return str(exc)
+    quick = quick_lease(obj)
+    if quick is not None:
+        return quick
+    from core.lease import lease_from_bytes
+
+    try:
+        lease = lease_from_bytes(read_bytes(path, _LEASE_BYTES), path)
+    except BadInput as exc:
+        return str(exc)
+    return (lease.worker, lease.host, lease.pid, lease.heartbeat, lease.ttl)
+
+
+def _parse_attempts(path: str) -> object:
+    claimed, worker = 0, ""
+    try:
+        data = read_bytes(path, _ATTEMPTS_BYTES)
+    except BadInput:
+        return (0, "")
+    for line in data.splitlines():
+        if b'"event":"claimed"' in line:
+            claimed += 1
+            with contextlib.suppress(BadInput):
+                obj = loads_strict(line, path)
+                if isinstance(obj, dict):
+                    worker = str(obj.get("worker") or worker)
+    return (claimed, worker)
+
+
+def _parse_config(path: str) -> object:
+    from core.config import load_config
+
+    try:
+        return (load_config(Path(path)).policy.require_signature, None)
+    except GenjobError as exc:
+        return (True, str(exc))
 
 
 class Scanner:
@@ -115,8 +230,11 @@ class Scanner:
     def __init__(self, layout: Layout, disk_cache: bool = True) -> None:
         self.layout = layout
         self.disk_cache = disk_cache
-        self._files: dict[str, tuple[Ident, object]] = {}
-        self._tree: dict[str, tuple[Ident, str]] = {}
+        self._gen = str(layout.gen)
+        self._root = str(layout.root)
+        self._files: dict[str, Entry] = {}
+        self._tree: dict[str, Entry] = {}
+        self._tree_now: dict[str, str | None] = {}
         self._dirty = False
         self.rows: dict[str, JobRow] = {}
         self.signature_required = True
@@ -132,7 +250,7 @@ class Scanner:
     def _load_cache(self) -> None:
         try:
             with open(self._cache_path, "rb") as fh:
-                data = marshal.load(fh)
+                data = marshal.loads(fh.read())
         except (OSError, EOFError, ValueError, TypeError):
             return
         if isinstance(data, tuple) and len(data) == 3 and data[0] == _CACHE_VERSION:
@@ -149,85 +267,46 @@ class Scanner:
             atomic_write(self._cache_path, blob, durable=False)
             self._dirty = False
 
-    def _parsed(self, rel: str, st: os.stat_result, parse: object) -> object:
-        ident = _ident(st)
+    def _parsed(self, rel: str, st: os.stat_result, parse: Callable[[str], object]) -> object:
         hit = self._files.get(rel)
-        if hit is not None and hit[0] == ident:
-            return hit[1]
-        value = parse(self.layout.gen / rel)  # type: ignore[operator]
+        if hit is not None and hit[0] == st.st_ino and hit[1] == st.st_size and hit[2] == st.st_mtime_ns:
+            return hit[3]
+        value = parse(f"{self._gen}/{rel}")
         if _settled(st):
-            self._files[rel] = (ident, value)
+            self._files[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, value)
             self._dirty = True
         return value
 
-    # -- parsing one file ----------------------------------------------------------------
-    @staticmethod
-    def _parse_job(folder: str) -> object:
-        def parse(path: Path) -> object:
-            try:
-                job, record = read_job_file(path, folder)
-            except BadInput as exc:
-                return str(exc)
-            note = ""
-            if record:
-                note = str((record.get("rejection") or {}).get("reason") or "")
-            return (
-                job.schema_name,
-                job.digest,
-                job.instruction,
-                tuple(job.allowed_paths),
-                tuple(sorted(job.inputs.items())),
-                float(getattr(job, "created_at", 0)),
-                note,
-            )
-
-        return parse
-
-    @staticmethod
-    def _parse_receipt(path: Path) -> object:
-        try:
-            rec = receipt_from_bytes(read_bytes(path), str(path))
-        except BadInput as exc:
-            return str(exc)
-        return (rec.status, rec.worker_id, rec.idempotency_key, rec.job_digest)
-
-    @staticmethod
-    def _parse_attempts(path: Path) -> object:
-        claimed, worker = 0, ""
-        with contextlib.suppress(OSError):
-            for line in path.read_bytes().splitlines():
-                if b'"event":"claimed"' in line:
-                    claimed += 1
-                    with contextlib.suppress(ValueError):
-                        worker = str(json.loads(line).get("worker") or worker)
-        return (claimed, worker)
-
     def _tree_hash(self, rel: str) -> str | None:
         """The hash of a tree file; None when it is absent, "" when it is not a safe regular file."""
-        path = self.layout.root / rel
+        if rel in self._tree_now:
+            return self._tree_now[rel]
+        digest = self._tree_now[rel] = self._hash_tree_file(rel)
+        return digest
+
+    def _hash_tree_file(self, rel: str) -> str | None:
         try:
             st = lstat_inside(self.layout.root, rel)
         except (BadInput, OSError):
             return ""
         if st is None:
             return None
-        ident = _ident(st)
         hit = self._tree.get(rel)
-        if hit is not None and hit[0] == ident:
-            return hit[1]
+        if hit is not None and hit[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
+            return hit[3]  # type: ignore[return-value]
         try:
-            digest = sha256_file(path)
+            digest = sha256_file(Path(self._root, rel))
         except OSError:
             return ""
         if _settled(st):
-            self._tree[rel] = (ident, digest)
+            self._tree[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, digest)
             self._dirty = True
         return digest
 
     # -- scanning --------------------------------------------------------------------------
-    def _list(self, folder: str) -> dict[str, os.DirEntry[str]]:
-        out: dict[str, os.DirEntry[str]] = {}
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.layout.gen / folder) as it:
+    def _list(self, folder: str) -> dict[str, os.DirEntry[str] | str]:
+        out: dict[str, os.DirEntry[str] | str] = {}
+        with contextlib.suppress(FileNotFoundError), os.scandir(f"{self._gen}/{folder}") as it:
             for e in it:
                 if not e.name.startswith("."):
                     out[e.name] = e
@@ -248,7 +327,8 @@ class Scanner:
         `self.rows` holds the whole result once the iterator is exhausted.
         """
         self._read_config()
-        listing = {f: self._list(f) for f in (*JOB_FOLDERS, "receipts", "attempts")}
+        self._tree_now = {}
+        listing: Listing = {f: self._list(f) for f in (*JOB_FOLDERS, "receipts", "attempts")}
         keys: dict[str, None] = {}
         for folder in ("receipts", "running", "queue", "applied", "rejected"):
             keys.update((n[:-5], None) for n in listing[folder] if n.endswith(".json"))
@@ -265,20 +345,21 @@ class Scanner:
     def refresh(self, keys: Iterable[str]) -> dict[str, JobRow | None]:
         """Re-derive just `keys` (after file events); None for a key that is gone."""
         now = time.time()
+        self._tree_now = {}
         changed: dict[str, JobRow | None] = {}
         for key in keys:
-            listing: dict[str, dict[str, os.DirEntry[str] | Path]] = {}
+            listing: Listing = {}
             for folder in (*JOB_FOLDERS, "receipts", "attempts"):
                 listing[folder] = {}
                 for suffix in (".json", ".jsonl", ".lease", ".cancel", ".sig"):
-                    p = self.layout.gen / folder / f"{key}{suffix}"
-                    if os.path.lexists(p):
-                        listing[folder][p.name] = p
+                    path = f"{self._gen}/{folder}/{key}{suffix}"
+                    if os.path.lexists(path):
+                        listing[folder][f"{key}{suffix}"] = path
             if not any(f"{key}.json" in listing[f] for f in (*JOB_FOLDERS, "receipts")):
                 self.rows.pop(key, None)
                 changed[key] = None
                 continue
-            row = self._row(key, listing, now)  # type: ignore[arg-type]
+            row = self._row(key, listing, now)
             self.rows[key] = row
             changed[key] = row
         return changed
@@ -289,31 +370,40 @@ class Scanner:
 
     def _read_config(self) -> None:
         try:
-            cfg = load_config(self.layout.config)
-            self.signature_required, self.config_error = cfg.policy.require_signature, None
-        except GenjobError as exc:
-            self.signature_required, self.config_error = True, str(exc)
+            st = os.stat(self.layout.config)
+        except FileNotFoundError:
+            self.signature_required, self.config_error = True, None
+            return
+        except OSError as exc:
+            self.signature_required, self.config_error = True, f"{self.layout.config}: {exc.strerror}"
+            return
+        required, error = self._parsed(_CONFIG, st, _parse_config)  # type: ignore[misc]
+        self.signature_required, self.config_error = required, error
 
-    def _forget_missing(self, listing: dict[str, dict[str, os.DirEntry[str]]]) -> None:
+    def _forget_missing(self, listing: Listing) -> None:
         live = {f"{folder}/{name}" for folder, names in listing.items() for name in names}
+        live.add(_CONFIG)
         stale = [rel for rel in self._files if rel not in live]
         for rel in stale:
             del self._files[rel]
         self._dirty = self._dirty or bool(stale)
 
-    def _stat(self, entry: os.DirEntry[str] | Path) -> os.stat_result | None:
+    @staticmethod
+    def _stat(entry: os.DirEntry[str] | str | None) -> os.stat_result | None:
+        if entry is None:
+            return None
         try:
-            if isinstance(entry, Path):
+            if isinstance(entry, str):
                 return os.lstat(entry)
             return entry.stat(follow_symlinks=False)
         except FileNotFoundError:
             return None
 
-    def _row(self, key: str, listing: dict[str, dict[str, os.DirEntry[str]]], now: float) -> JobRow:
+    def _row(self, key: str, listing: Listing, now: float) -> JobRow:
         name = f"{key}.json"
         folders = tuple(f for f in JOB_FOLDERS if name in listing[f])
         problems: list[str] = []
-        summary: object = None
+        summary: JobSummary | None = None
         invalid: str | None = None
         if not KEY_RE.fullmatch(key):
             invalid = f"{name}: file name is not a job key"
@@ -321,16 +411,17 @@ class Scanner:
             st = self._stat(listing[folder][name])
             if st is None:
                 continue
-            parsed = self._parsed(f"{folder}/{name}", st, self._parse_job(folder))
+            parsed = self._parsed(f"{folder}/{name}", st, _JOB_PARSERS[folder])
             if isinstance(parsed, str):
                 invalid = invalid or parsed
             elif summary is None:
-                summary = parsed
+                summary = parsed  # type: ignore[assignment]
         receipt: str | None = None
         worker = ""
-        if name in listing["receipts"]:
-            st = self._stat(listing["receipts"][name])
-            parsed = self._parsed(f"receipts/{name}", st, self._parse_receipt) if st else "gone"
+        entry = listing["receipts"].get(name)
+        if entry is not None:
+            st = self._stat(entry)
+            parsed = self._parsed(f"receipts/{name}", st, _parse_receipt) if st else "gone"
             if isinstance(parsed, str):
                 receipt = "invalid"
                 problems.append(parsed)
@@ -339,19 +430,17 @@ class Scanner:
                 if summary is not None and parsed[3] != summary[1]:  # type: ignore[index]
                     problems.append("receipt names another job digest")
         attempts = 0
-        att = listing["attempts"].get(f"{key}.jsonl")
-        if att is not None:
-            st = self._stat(att)
-            if st is not None:
-                attempts, last = self._parsed(f"attempts/{key}.jsonl", st, self._parse_attempts)  # type: ignore[misc]
-                worker = worker or last
+        st = self._stat(listing["attempts"].get(f"{key}.jsonl"))
+        if st is not None:
+            attempts, last = self._parsed(f"attempts/{key}.jsonl", st, _parse_attempts)  # type: ignore[misc]
+            worker = worker or last
         lease = None
         if folders == ("running",):
             lease, holder = self._lease(key, listing["running"], now)
             worker = holder or worker
         base_fresh = None
         if receipt == "ok" and summary is not None and "running" in folders:
-            stale = [p for p, want in summary[4] if self._tree_hash(p) != want]  # type: ignore[index]
+            stale = [p for p, want in summary[4] if self._tree_hash(p) != want]
             base_fresh = not stale
             problems += [f"{p}: changed since the job was minted" for p in stale]
         state = derive_state(Facts(frozenset(folders), lease, receipt, base_fresh, invalid))
@@ -361,7 +450,7 @@ class Scanner:
             problems.append(inconsistency_rule(frozenset(folders), receipt is not None))
         if state is State.ORPHANED:
             problems.append(f"lease {lease}: the worker is gone; requeue replays the job")
-        if isinstance(summary, tuple):
+        if summary is not None:
             schema, digest, instruction, paths, _, created, note = summary
             if note:
                 problems.append(f"rejected: {note}")
@@ -382,19 +471,17 @@ class Scanner:
             tuple(problems),
         )
 
-    def _lease(self, key: str, running: dict[str, os.DirEntry[str]], now: float) -> tuple[str, str]:
-        entry = running.get(f"{key}.lease")
-        if entry is None:
-            job = running.get(f"{key}.json")
-            st = self._stat(job) if job is not None else None
-            claiming = st is not None and now - st.st_ctime < CLAIM_GRACE
+    def _lease(self, key: str, running: dict[str, os.DirEntry[str] | str], now: float) -> tuple[str, str]:
+        st = self._stat(running.get(f"{key}.lease"))
+        if st is None:
+            job = self._stat(running.get(f"{key}.json"))
+            claiming = job is not None and now - job.st_ctime < CLAIM_GRACE
             return (LEASE_CLAIMING if claiming else LEASE_MISSING), ""
-        path = self.layout.running / f"{key}.lease"
-        try:
-            lease = lease_from_bytes(read_bytes(path, 64 * 1024), str(path))
-        except BadInput:
+        parsed = self._parsed(f"running/{key}.lease", st, _parse_lease)
+        if isinstance(parsed, str):
             return LEASE_STALE, ""
-        return (LEASE_FRESH if lease.fresh(now) else LEASE_STALE), lease.worker
+        worker, host, pid, heartbeat, ttl = parsed  # type: ignore[misc]
+        return (LEASE_FRESH if lease_fresh(heartbeat, ttl, host, pid, now) else LEASE_STALE), worker
 
 
 def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:

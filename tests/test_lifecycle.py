@@ -195,18 +195,17 @@ class Lifecycle(RuleBasedStateMachine):
         if res.created:
             self.jobs[job.key] = ModelJob(path, sha(self.files[path]), "queue")
 
-    @rule(alive=st.booleans())
-    def claim(self, alive: bool) -> None:
+    @rule(alive=st.booleans(), data=st.data())
+    def claim(self, alive: bool, data: st.DataObject) -> None:
         self.claims += 1
         worker = f"w{self.claims}"
         claimer = Claimer(self.layout, worker, pid=os.getpid() if alive else DEAD_PID)
-        queued = [k for k, j in self.jobs.items() if j.folder == "queue"]
+        queued = sorted(k for k, j in self.jobs.items() if j.folder == "queue")
         if not queued:
             with pytest.raises(NothingToClaim):
                 claimer.claim()
             return
-        c = claimer.claim()
-        assert c.key in queued
+        c = claimer.claim(data.draw(st.sampled_from(queued)))
         job = self.jobs[c.key]
         job.folder, job.alive, job.token, job.worker = "running", alive, c.lease.token, worker
 

@@ -164,7 +164,7 @@ def test_the_index_is_reused_by_the_next_process_and_checked(repo: Layout) -> No
     first = take_snapshot(repo)
     assert (repo.cache / "snapshot.marshal").exists()
     again = Scanner(repo)
-    assert len(again._files) == 5
+    assert sum(rel.startswith("queue/") for rel in again._files) == 5
     assert again.scan().rows == first.rows
     (repo.queue / f"{keys[0]}.json").write_bytes(b"{}")
     assert take_snapshot(repo).rows[keys[0]].state is State.INVALID

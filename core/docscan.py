@@ -1,0 +1,201 @@
+"""Quick checks of job, receipt and lease documents, for reading many of them at once.
+
+`quick_job`, `quick_receipt` and `quick_lease` take a document already parsed by the
+strict JSON reader and accept it exactly when the strict models (`core.models`,
+`core.lease`) would; they return what a listing needs, or None, and then the caller asks
+the strict model, whose error is the one to show. They use the standard library alone,
+so listing a large `.gen/` neither imports pydantic nor pays for it per file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+from typing import Any
+
+from core.paths import check_relpath
+
+V1 = "genjob.v1"
+V2 = "genjob.v2"
+RECEIPT_STATUSES = ("ok", "rejected", "aborted")
+MAX_INSTRUCTION_CHARS = 256 * 1024
+MAX_PATHS = 1000
+KEY_RE = re.compile(r"[0-9a-f]{32}")
+HEX64_RE = re.compile(r"[0-9a-f]{64}")
+
+_V1_FIELDS = frozenset(
+    (
+        "schema",
+        "job_id",
+        "idempotency_key",
+        "created_at",
+        "instruction",
+        "allowed_paths",
+        "inputs",
+        "attempt",
+        "digest",
+    )
+)
+_V2_REQUIRED = frozenset(
+    ("schema", "idempotency_key", "instruction", "allowed_paths", "digest", "inputs", "created_at")
+)
+_V2_FIELDS = _V2_REQUIRED | {"replay_of"}
+_RECEIPT_FIELDS = frozenset(("schema", "job_digest", "idempotency_key", "status", "outputs", "worker_id"))
+_LEASE_FIELDS = frozenset(("worker", "host", "pid", "token", "claimed_at", "heartbeat", "ttl"))
+
+# What a listing keeps of a job: schema, digest, instruction, allowed paths, inputs as
+# (path, hash or None) pairs, created_at.
+JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float]
+
+
+def _canonical_sha(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _key(v: object) -> bool:
+    return type(v) is str and KEY_RE.fullmatch(v) is not None
+
+
+def _hex64(v: object) -> bool:
+    return type(v) is str and HEX64_RE.fullmatch(v) is not None
+
+
+def _int(v: object) -> bool:
+    return type(v) is int
+
+
+def _number(v: object) -> bool:
+    return type(v) is int or type(v) is float
+
+
+def _text(v: object, low: int, high: int) -> bool:
+    return type(v) is str and low <= len(v) <= high
+
+
+def _paths_ok(paths: object) -> bool:
+    if type(paths) is not list or not 1 <= len(paths) <= MAX_PATHS or len(set(map(str, paths))) != len(paths):
+        return False
+    for p in paths:
+        if type(p) is not str:
+            return False
+        try:
+            check_relpath(p)
+        except ValueError:
+            return False
+    return True
+
+
+def quick_job(obj: Any) -> JobSummary | None:
+    """The listing summary of a valid job document, or None when the strict model must decide."""
+    if type(obj) is not dict:
+        return None
+    schema = obj.get("schema")
+    fields = obj.keys()
+    if schema == V2:
+        if not (_V2_REQUIRED <= fields <= _V2_FIELDS):
+            return None
+        replay_of = obj.get("replay_of")
+        if replay_of is not None and not _key(replay_of):
+            return None
+    elif schema == V1:
+        if fields != _V1_FIELDS or not _text(obj["job_id"], 1, 200) or not _int(obj["attempt"]):
+            return None
+    else:
+        return None
+    paths, inputs, digest, key = obj["allowed_paths"], obj["inputs"], obj["digest"], obj["idempotency_key"]
+    if not (
+        _key(key)
+        and _hex64(digest)
+        and _text(obj["instruction"], 1, MAX_INSTRUCTION_CHARS)
+        and _int(obj["created_at"])
+        and _paths_ok(paths)
+        and type(inputs) is dict
+        and inputs.keys() == set(paths)
+    ):
+        return None
+    for h in inputs.values():
+        if not (_hex64(h) or (h is None and schema == V2)):
+            return None
+    if schema == V2:
+        body = {
+            "schema": V2,
+            "instruction": obj["instruction"],
+            "allowed_paths": sorted(paths),
+            "inputs": inputs,
+        }
+        if replay_of is not None:
+            body["replay_of"] = replay_of
+        if _canonical_sha(body) != digest or key != digest[:32]:
+            return None
+    else:
+        if _canonical_sha({k: v for k, v in obj.items() if k != "digest"}) != digest:
+            return None
+        if _canonical_sha({"instruction": obj["instruction"], "inputs": inputs})[:32] != key:
+            return None
+    return (
+        schema,
+        digest,
+        obj["instruction"],
+        tuple(paths),
+        tuple(sorted(inputs.items())),
+        float(obj["created_at"]),
+    )
+
+
+def quick_receipt(obj: Any) -> tuple[str, str, str, str] | None:
+    """(status, worker_id, idempotency_key, job_digest) of a valid receipt, or None."""
+    if type(obj) is not dict or obj.keys() != _RECEIPT_FIELDS:
+        return None
+    outputs = obj["outputs"]
+    if not (
+        obj["schema"] in (V1, V2)
+        and type(obj["schema"]) is str
+        and _hex64(obj["job_digest"])
+        and _key(obj["idempotency_key"])
+        and obj["status"] in RECEIPT_STATUSES
+        and type(obj["status"]) is str
+        and _text(obj["worker_id"], 1, 200)
+        and type(outputs) is dict
+        and all(_hex64(h) for h in outputs.values())
+    ):
+        return None
+    return (obj["status"], obj["worker_id"], obj["idempotency_key"], obj["job_digest"])
+
+
+def quick_lease(obj: Any) -> tuple[str, str, int, float, float] | None:
+    """(worker, host, pid, heartbeat, ttl) of a valid lease, or None."""
+    if type(obj) is not dict or obj.keys() != _LEASE_FIELDS:
+        return None
+    if not (
+        _text(obj["worker"], 1, 200)
+        and type(obj["host"]) is str
+        and _int(obj["pid"])
+        and _int(obj["token"])
+        and obj["token"] >= 1
+        and _number(obj["claimed_at"])
+        and _number(obj["heartbeat"])
+        and _number(obj["ttl"])
+        and obj["ttl"] > 0
+    ):
+        return None
+    return (obj["worker"], obj["host"], obj["pid"], float(obj["heartbeat"]), float(obj["ttl"]))
+
+
+def holder_dead(host: str, pid: int) -> bool:
+    """True only when a lease holder ran on this host and its process is gone."""
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, ValueError):
+        return False
+    return False
+
+
+def lease_fresh(heartbeat: float, ttl: float, host: str, pid: int, now: float) -> bool:
+    return now - heartbeat <= ttl and not holder_dead(host, pid)
