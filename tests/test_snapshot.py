@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -237,3 +238,16 @@ def test_keys_from_paths(repo: Layout) -> None:
 def test_an_empty_repository(repo: Layout) -> None:
     snap = take_snapshot(repo)
     assert snap.rows == {} and sum(snap.counts.values()) == 0
+
+
+def test_odd_but_valid_records_and_leases_never_crash_a_listing(repo: Layout) -> None:
+    rejected, running = write_jobs(repo, 2)
+    job = json.loads((repo.queue / f"{rejected}.json").read_bytes())
+    record = {"job": job, "rejection": "no reason object"}
+    (repo.rejected / f"{rejected}.json").write_text(json.dumps(record))
+    (repo.queue / f"{rejected}.json").unlink()
+    claim(repo, "w1", running)
+    lease = json.loads(repo.lease(running).read_bytes())
+    repo.lease(running).write_text(json.dumps({**lease, "pid": 10**25}))
+    got = states(repo)
+    assert got == {rejected: State.REJECTED, running: State.RUNNING}
