@@ -61,11 +61,13 @@ def sha256_file(path: Path) -> str:
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key {k!r}")
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"duplicate key {k!r}")
+            seen.add(k)
     return out
 
 
@@ -101,6 +103,9 @@ def _depth(text: str) -> int:
     return deepest
 
 
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
+
+
 def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """Parse JSON bytes or raise `BadInput` naming `source` and the fault."""
     if len(data) > max_bytes:
@@ -113,7 +118,7 @@ def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> A
     if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
         raise BadInput(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
+        return _STRICT_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{source}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:

@@ -9,6 +9,7 @@ through a symlink or that is not what it should be, component by component, beca
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from core.errors import BadInput
 MAX_PATH_CHARS = 4096
 MAX_COMPONENT_BYTES = 255
 RESERVED_TOP = frozenset({".gen", ".git"})
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 def check_relpath(rel: str) -> str:
@@ -25,7 +27,7 @@ def check_relpath(rel: str) -> str:
         raise ValueError("empty path")
     if len(rel) > MAX_PATH_CHARS:
         raise ValueError(f"path longer than {MAX_PATH_CHARS} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+    if _CONTROL.search(rel):
         raise ValueError("control character in path")
     if "\\" in rel:
         raise ValueError("backslash in path")
