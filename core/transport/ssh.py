@@ -41,6 +41,9 @@ ENCRYPTION_ALGS = (
     "aes128-ctr",
 )
 
+# How long a failed session open waits for its connection to finish closing.
+CLOSE_GRACE = 1.0
+
 
 class HostKeyError(Exception):
     """The server's host key is not trusted by the known_hosts file: unknown or changed.
@@ -189,6 +192,10 @@ class SSHTransport:
         try:
             return await conn.create_process(command, encoding=None)
         except (asyncssh.ChannelOpenError, asyncssh.DisconnectError, OSError):
+            # A connection that was just lost fails new sessions at once but reports itself
+            # closed only a loop turn later: give it a moment before calling it live.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(conn.wait_closed(), CLOSE_GRACE)
             if not conn.is_closed():
                 raise
         conn = await self._connection()
