@@ -32,6 +32,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import typing
 
 BOOTSTRAP = 'import sys;b=sys.stdin.buffer;exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
 PROTOCOL_VERSION = 1
@@ -188,11 +189,32 @@ def read_tar(
     return members
 
 
-def write_tar(members: list[tuple[str, bytes]]) -> bytes:
-    """Build an uncompressed pax tar of regular files, in the given order, with fixed
-    metadata (mode 0644, mtime 0, uid/gid 0), so equal content gives equal bytes."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tf:
+class _Counted:
+    """A write-only stream that knows its position, so tarfile can write to a pipe."""
+
+    def __init__(self, out: typing.BinaryIO) -> None:
+        self.out = out
+        self.position = 0
+
+    def write(self, data: bytes) -> int:
+        self.out.write(data)
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
+
+
+def write_tar_to(out: typing.BinaryIO, members: list[tuple[str, bytes]]) -> None:
+    """Write an uncompressed pax tar of regular files to ``out``, in the given order, with
+    fixed metadata (mode 0644, mtime 0, uid/gid 0), so equal content gives equal bytes."""
+    with tarfile.open(
+        fileobj=_Counted(out),
+        mode="w",
+        format=tarfile.PAX_FORMAT,
+        encoding="utf-8",
+        copybufsize=1 << 20,
+    ) as tf:
         for name, content in members:
             info = tarfile.TarInfo(name)
             info.size = len(content)
@@ -201,6 +223,12 @@ def write_tar(members: list[tuple[str, bytes]]) -> bytes:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tf.addfile(info, io.BytesIO(content))
+
+
+def write_tar(members: list[tuple[str, bytes]]) -> bytes:
+    """The bytes of ``write_tar_to`` for ``members``."""
+    buf = io.BytesIO()
+    write_tar_to(buf, members)
     return buf.getvalue()
 
 
@@ -682,7 +710,7 @@ def main() -> int:
     members = [("result.json", json.dumps(result, sort_keys=True).encode("utf-8"))]
     members += [("outputs/" + rel, outputs[rel]) for rel in sorted(outputs)]
     try:
-        sys.stdout.buffer.write(write_tar(members))
+        write_tar_to(sys.stdout.buffer, members)
         sys.stdout.buffer.flush()
     except OSError:
         return 1

@@ -157,12 +157,14 @@ async def drive(
                 on_output(chunk)
 
     async def read_stdout() -> bytes:
-        out = bytearray()
+        chunks: list[bytes] = []
+        size = 0
         while chunk := await session.stdout.read(CHUNK):
-            out += chunk
-            if len(out) > limit:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
                 raise _TooLarge(f"runner output over {limit} bytes")
-        return bytes(out)
+        return b"".join(chunks)
 
     async def whole() -> tuple[bytes, int | None]:
         feeder = asyncio.ensure_future(feed())
@@ -239,10 +241,23 @@ async def run_job(
     Returns the outcome and, when the runner finished and sent a result, the locally
     checked ``ResultInfo`` (outputs written under the new ``dest_dir``). A result that
     fails the checks raises ``BundleError``; a failed attempt returns ``(outcome, None)``.
+    Cancelled while the outputs are being written, it returns (raising) once they are,
+    so ``dest_dir`` may then exist and is the caller's to remove.
     """
-    bundle = make_bundle(job_doc, instruction, allowed_paths, files, limits=limits)
+    # Building the bundle and writing the outputs take a while for big files: threads keep
+    # the event loop (heartbeats, other jobs' streams) moving meanwhile.
+    bundle = await asyncio.to_thread(make_bundle, job_doc, instruction, allowed_paths, files, limits=limits)
     header = make_header(generator, timeout, limits, bundle)
     outcome = await transport.run(header, bundle, on_output, cancel)
     if outcome.error is not None or outcome.result_tar is None:
         return outcome, None
-    return outcome, extract_result(outcome.result_tar, allowed_paths, limits, dest_dir)
+    extracting = asyncio.ensure_future(
+        asyncio.to_thread(extract_result, outcome.result_tar, allowed_paths, limits, dest_dir)
+    )
+    try:
+        return outcome, await asyncio.shield(extracting)
+    except asyncio.CancelledError:
+        # A thread cannot be stopped: let it finish writing `dest_dir` before the caller
+        # cleans up after the cancelled run.
+        await asyncio.wait([extracting])
+        raise
