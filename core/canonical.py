@@ -34,18 +34,18 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _open_regular(path: Path | str) -> tuple[int, int]:
+def _open_regular(path: Path | str) -> tuple[int, os.stat_result]:
     """Open a regular file for reading (no link at the last component, never blocking).
 
     Without ``O_NONBLOCK`` opening a FIFO waits for a writer forever; a FIFO or device is
-    refused with an OSError instead of being read. Returns the descriptor and the size.
+    refused with an OSError instead of being read. Returns the descriptor and its stat.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", str(path))
-    return fd, st.st_size
+    return fd, st
 
 
 def sha256_file(path: Path) -> str:
@@ -135,19 +135,26 @@ def read_bytes(path: Path | str, max_bytes: int = MAX_JSON_BYTES, source: str | 
 
     Faults are reported as `BadInput` naming `source` (default: `path`).
     """
+    return read_with_stat(path, max_bytes, source)[0]
+
+
+def read_with_stat(
+    path: Path | str, max_bytes: int = MAX_JSON_BYTES, source: str | None = None
+) -> tuple[bytes, os.stat_result]:
+    """`read_bytes`, and the stat of the file that was read (its identity: inode, size, mtime)."""
     source = source or str(path)
     try:
-        fd, size = _open_regular(path)
+        fd, st = _open_regular(path)
     except OSError as exc:
         raise BadInput(f"{source}: cannot read ({exc.strerror})") from None
     try:
         # Sized by fstat, so a small file costs a small buffer; reading on to the end
         # notices a file that grew meanwhile.
-        data = os.read(fd, min(size, max_bytes) + 1)
+        data = os.read(fd, min(st.st_size, max_bytes) + 1)
         while len(data) <= max_bytes and (more := os.read(fd, min(max_bytes + 1 - len(data), _HASH_CHUNK))):
             data += more
     finally:
         os.close(fd)
     if len(data) > max_bytes:
         raise BadInput(f"{source}: over the {max_bytes}-byte limit")
-    return data
+    return data, st

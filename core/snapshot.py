@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.canonical import loads_strict, read_bytes, sha256_file
+from core.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat, sha256_file
 from core.docscan import KEY_RE, lease_fresh, quick_job, quick_lease, quick_receipt
 from core.durable import atomic_write
 from core.errors import BadInput, GenjobError
@@ -142,14 +142,14 @@ def _rejection_reason(record: object) -> str:
     return str(rejection.get("reason") or "") if isinstance(rejection, dict) else ""
 
 
-def _job_parser(folder: str) -> Callable[[str], object]:
+def _job_parser(folder: str) -> Callable[[bytes, str], object]:
     is_record = folder in ("applied", "rejected")
     # Inputs matter only to a running job's base check; elsewhere they are not kept.
     keep_inputs = folder == "running"
 
-    def parse(path: str) -> object:
+    def parse(data: bytes, path: str) -> object:
         try:
-            obj = loads_strict(read_bytes(path), path)
+            obj = loads_strict(data, path)
         except BadInput as exc:
             return str(exc)
         doc, note = obj, ""
@@ -169,9 +169,9 @@ def _job_parser(folder: str) -> Callable[[str], object]:
 _JOB_PARSERS = {folder: _job_parser(folder) for folder in JOB_FOLDERS}
 
 
-def _parse_receipt(path: str) -> object:
+def _parse_receipt(data: bytes, path: str) -> object:
     try:
-        obj = loads_strict(read_bytes(path), path)
+        obj = loads_strict(data, path)
     except BadInput as exc:
         return str(exc)
     quick = quick_receipt(obj)
@@ -186,9 +186,9 @@ def _parse_receipt(path: str) -> object:
     return (rec.status, rec.worker_id, rec.idempotency_key, rec.job_digest)
 
 
-def _parse_lease(path: str) -> object:
+def _parse_lease(data: bytes, path: str) -> object:
     try:
-        obj = loads_strict(read_bytes(path, _LEASE_BYTES), path, _LEASE_BYTES)
+        obj = loads_strict(data, path, _LEASE_BYTES)
     except BadInput as exc:
         return str(exc)
     quick = quick_lease(obj)
@@ -197,18 +197,14 @@ def _parse_lease(path: str) -> object:
     from core.lease import lease_from_bytes
 
     try:
-        lease = lease_from_bytes(read_bytes(path, _LEASE_BYTES), path)
+        lease = lease_from_bytes(data, path)
     except BadInput as exc:
         return str(exc)
     return (lease.worker, lease.host, lease.pid, lease.heartbeat, lease.ttl)
 
 
-def _parse_attempts(path: str) -> object:
+def _parse_attempts(data: bytes, path: str) -> object:
     claimed, worker = 0, ""
-    try:
-        data = read_bytes(path, _ATTEMPTS_BYTES)
-    except BadInput:
-        return (0, "")
     for line in data.splitlines():
         if b'"event":"claimed"' in line:
             claimed += 1
@@ -219,13 +215,18 @@ def _parse_attempts(path: str) -> object:
     return (claimed, worker)
 
 
-def _parse_config(path: str) -> object:
+def _config_policy(path: str) -> tuple[bool, str | None]:
+    """(require_signature, the fault of a bad config.toml)."""
     from core.config import load_config
 
     try:
         return (load_config(Path(path)).policy.require_signature, None)
     except GenjobError as exc:
         return (True, str(exc))
+
+
+# What `Scanner._parsed` returns for a file that vanished since the folder was listed.
+_GONE = object()
 
 
 class Scanner:
@@ -271,11 +272,34 @@ class Scanner:
             atomic_write(self._cache_path, blob, durable=False)
             self._dirty = False
 
-    def _parsed(self, rel: str, st: os.stat_result, parse: Callable[[str], object]) -> object:
+    def _parsed(
+        self,
+        rel: str,
+        entry: os.DirEntry[str] | str,
+        parse: Callable[[bytes, str], object],
+        limit: int = MAX_JSON_BYTES,
+    ) -> object:
+        """What `parse` makes of the file `rel`, from the index while its identity holds.
+
+        `_GONE` when the file vanished since it was listed.
+        """
         hit = self._files.get(rel)
-        if hit is not None and hit[0] == st.st_ino and hit[1] == st.st_size and hit[2] == st.st_mtime_ns:
-            return hit[3]
-        value = parse(f"{self._gen}/{rel}")
+        if hit is not None:
+            st = self._stat(entry)
+            if st is None:
+                return _GONE
+            if hit[0] == st.st_ino and hit[1] == st.st_size and hit[2] == st.st_mtime_ns:
+                return hit[3]
+        path = f"{self._gen}/{rel}"
+        try:
+            data, st = read_with_stat(path, limit)
+        except BadInput as exc:
+            missing = self._stat(entry)
+            if missing is None:
+                return _GONE
+            st, value = missing, str(exc)
+        else:
+            value = parse(data, path)
         if _settled(st):
             self._files[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, value)
             self._dirty = True
@@ -373,16 +397,24 @@ class Scanner:
         return Snapshot(dict(self.rows), time.time(), self.signature_required, self.config_error)
 
     def _read_config(self) -> None:
+        path = str(self.layout.config)
         try:
-            st = os.stat(self.layout.config)
+            st = os.stat(path)
         except FileNotFoundError:
             self.signature_required, self.config_error = True, None
             return
         except OSError as exc:
-            self.signature_required, self.config_error = True, f"{self.layout.config}: {exc.strerror}"
+            self.signature_required, self.config_error = True, f"{path}: {exc.strerror}"
             return
-        required, error = self._parsed(_CONFIG, st, _parse_config)  # type: ignore[misc]
-        self.signature_required, self.config_error = required, error
+        hit = self._files.get(_CONFIG)
+        if hit is not None and hit[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
+            value = hit[3]
+        else:
+            value = _config_policy(path)
+            if _settled(st):
+                self._files[_CONFIG] = (st.st_ino, st.st_size, st.st_mtime_ns, value)
+                self._dirty = True
+        self.signature_required, self.config_error = value  # type: ignore[misc]
 
     def _forget_missing(self, listing: Listing) -> None:
         live = {f"{folder}/{name}" for folder, names in listing.items() for name in names}
@@ -412,10 +444,9 @@ class Scanner:
         if not KEY_RE.fullmatch(key):
             invalid = f"{name}: file name is not a job key"
         for folder in folders:
-            st = self._stat(listing[folder][name])
-            if st is None:
+            parsed = self._parsed(f"{folder}/{name}", listing[folder][name], _JOB_PARSERS[folder])
+            if parsed is _GONE:
                 continue
-            parsed = self._parsed(f"{folder}/{name}", st, _JOB_PARSERS[folder])
             if isinstance(parsed, str):
                 invalid = invalid or parsed
             elif summary is None:
@@ -423,9 +454,8 @@ class Scanner:
         receipt: str | None = None
         worker = ""
         entry = listing["receipts"].get(name)
-        if entry is not None:
-            st = self._stat(entry)
-            parsed = self._parsed(f"receipts/{name}", st, _parse_receipt) if st else "gone"
+        parsed = _GONE if entry is None else self._parsed(f"receipts/{name}", entry, _parse_receipt)
+        if parsed is not _GONE:
             if isinstance(parsed, str):
                 receipt = "invalid"
                 problems.append(parsed)
@@ -434,10 +464,12 @@ class Scanner:
                 if summary is not None and parsed[3] != summary[1]:  # type: ignore[index]
                     problems.append("receipt names another job digest")
         attempts = 0
-        st = self._stat(listing["attempts"].get(f"{key}.jsonl"))
-        if st is not None:
-            attempts, last = self._parsed(f"attempts/{key}.jsonl", st, _parse_attempts)  # type: ignore[misc]
-            worker = worker or last
+        entry = listing["attempts"].get(f"{key}.jsonl")
+        if entry is not None:
+            parsed = self._parsed(f"attempts/{key}.jsonl", entry, _parse_attempts, _ATTEMPTS_BYTES)
+            if isinstance(parsed, tuple):
+                attempts, last = parsed
+                worker = worker or last
         lease = None
         if folders == ("running",):
             lease, holder = self._lease(key, listing["running"], now)
@@ -476,12 +508,16 @@ class Scanner:
         )
 
     def _lease(self, key: str, running: dict[str, os.DirEntry[str] | str], now: float) -> tuple[str, str]:
-        st = self._stat(running.get(f"{key}.lease"))
-        if st is None:
+        entry = running.get(f"{key}.lease")
+        parsed = (
+            _GONE
+            if entry is None
+            else self._parsed(f"running/{key}.lease", entry, _parse_lease, _LEASE_BYTES)
+        )
+        if parsed is _GONE:
             job = self._stat(running.get(f"{key}.json"))
             claiming = job is not None and now - job.st_ctime < CLAIM_GRACE
             return (LEASE_CLAIMING if claiming else LEASE_MISSING), ""
-        parsed = self._parsed(f"running/{key}.lease", st, _parse_lease)
         if isinstance(parsed, str):
             return LEASE_STALE, ""
         worker, host, pid, heartbeat, ttl = parsed  # type: ignore[misc]
