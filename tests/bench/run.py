@@ -47,7 +47,9 @@ def _row(r: Result) -> str:
 
 
 def _table(results: list[Result]) -> str:
-    head = f"| {'name':13} | {'genjob':>12} | {'baseline':>12} | {'ratio':>7} | {'goal':>6} | met | baseline is"
+    head = (
+        f"| {'name':13} | {'genjob':>12} | {'baseline':>12} | {'ratio':>7} | {'goal':>6} | met | baseline is"
+    )
     lines = [head, "|" + "-" * (len(head) - 1)]
     for r in results:
         lines.append(
