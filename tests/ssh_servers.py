@@ -230,6 +230,7 @@ def _sshd_config(folder: Path, port: int) -> Path:
         "PrintMotd no\n"
         "MaxSessions 32\n"
         "MaxStartups 32\n"
+        "Subsystem sftp internal-sftp\n"
         "LogLevel INFO\n"
     )
     return config
