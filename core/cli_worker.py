@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -10,6 +11,7 @@ from typing import TypeVar
 
 import click
 
+from core.board import visible
 from core.config import load_config
 from core.layout import Layout
 from core.queue import locate
@@ -31,9 +33,21 @@ def run_until_signal(make: Callable[[asyncio.Event], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
-def _stream(chunk: bytes) -> None:
-    sys.stderr.buffer.write(chunk)
-    sys.stderr.flush()
+class _Visible:
+    """Generator output for the operator's terminal: UTF-8 decoded across chunk boundaries,
+    every control and format character shown, so a generator can never drive the terminal."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __call__(self, chunk: bytes) -> None:
+        sys.stderr.write(visible(self._decoder.decode(chunk), keep_newlines=True))
+        sys.stderr.flush()
+
+
+def _echo_visible(line: str) -> None:
+    """A report line that may quote what a generator chose (file names, messages)."""
+    click.echo(visible(line))
 
 
 @click.command("ship")
@@ -54,9 +68,9 @@ def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | No
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)
     res = run_until_signal(
-        lambda stop: ship(layout, full, host, None if quiet else _stream, stop, worker_id=worker_id)
+        lambda stop: ship(layout, full, host, None if quiet else _Visible(), stop, worker_id=worker_id)
     )
-    click.echo(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
+    _echo_visible(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
     if not res.won:
         click.echo(f"the lease was lost; this receipt was kept aside at {res.receipt}")
         sys.exit(1)
@@ -78,7 +92,7 @@ def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id
     layout: Layout = layout_of(ctx)
     results = run_until_signal(
         lambda stop: run_worker(
-            layout, list(hosts) or None, once=once, stop=stop, report=click.echo, worker_id=worker_id
+            layout, list(hosts) or None, once=once, stop=stop, report=_echo_visible, worker_id=worker_id
         )
     )
     counts: dict[str, int] = {}

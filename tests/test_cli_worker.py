@@ -22,6 +22,7 @@ from shipkit import (
     hang_once,
     host_block,
     read_report,
+    script,
     sleeper,
     start_genjob,
     stop_process,
@@ -190,3 +191,26 @@ def test_worker_once_keeps_each_host_within_its_concurrency(
     assert (most_local, most_remote) == (2, 3)
     assert runs_local + runs_remote == 12
     assert {receipt(repo, key)["status"] for key in keys} == {"ok"}
+
+
+def test_generator_output_never_reaches_the_terminal_raw(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """Escape sequences in the generator's output and in the names of files it leaves
+    are shown, not obeyed: the title-setting sequence arrives as visible characters."""
+    code = (
+        "import sys, time\n"
+        "out = sys.stdout.buffer\n"
+        "out.write(b'\\x1b]0;owned\\x07 \\x1b[2J \\xe2\\x80\\xae flipped\\n'); out.flush()\n"
+        "out.write(b'caf\\xc3'); out.flush(); time.sleep(0.2)\n"
+        "out.write(b'\\xa9\\n'); out.flush()\n"
+        "open('src/\\x1b[31mred', 'w').write('x')\n"
+    )
+    write_config(repo, host_block("gen", None, script(tmp_path, "loud", code)))
+    job = mint(repo)
+    res = genjob("ship", job.key, "--host", "gen", cwd=repo.root)
+    assert res.returncode == 1
+    for stream in (res.stdout, res.stderr):
+        assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+    assert "owned" in res.stderr and "café\n" in res.stderr, "a character split across chunks stays whole"
+    assert f"{job.key}: rejected (src/" in res.stdout and "red: file created outside" in res.stdout
