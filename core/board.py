@@ -97,16 +97,18 @@ class BoardView:
     """Every known job, and the sorted subset that passes the filter.
 
     `states` empty means every state; `text` matches (case-insensitively) a key prefix,
-    the instruction, the worker, a path or the state name.
+    the instruction, the worker, a path or the state name. `tracked` holds the keys of
+    jobs in `track` states, kept up to date, for re-deriving them as time passes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, track: Iterable[State] = ()) -> None:
+        self.track = frozenset(track)
+        self.tracked: set[str] = set()
         self.rows: dict[str, JobRow] = {}
         self.counts: Counter[State] = Counter()
         self.states: frozenset[State] = frozenset()
         self.text = ""
         self._order: list[SortKey] = []
-        self._placed: dict[str, SortKey] = {}
 
     def __len__(self) -> int:
         return len(self._order)
@@ -132,8 +134,7 @@ class BoardView:
             self.states = frozenset(states)
         if text is not None:
             self.text = text.strip().casefold()
-        self._placed = {k: sort_key(r) for k, r in self.rows.items() if self.matches(r)}
-        self._order = sorted(self._placed.values())
+        self._order = sorted(sort_key(r) for r in self.rows.values() if self.matches(r))
 
     def update(self, changed: Mapping[str, JobRow | None]) -> None:
         """Apply changed rows (None: the job is gone), keeping the order by bisection."""
@@ -145,16 +146,17 @@ class BoardView:
             if row is not None:
                 self.rows[key] = row
                 self.counts[row.state] += 1
+            if row is not None and row.state in self.track:
+                self.tracked.add(key)
+            else:
+                self.tracked.discard(key)
             if big:
                 continue
-            placed = self._placed.pop(key, None)
-            if placed is not None:
-                i = bisect.bisect_left(self._order, placed)
+            if old is not None and self.matches(old):
+                i = bisect.bisect_left(self._order, sort_key(old))
                 del self._order[i]
             if row is not None and self.matches(row):
-                sk = sort_key(row)
-                bisect.insort(self._order, sk)
-                self._placed[key] = sk
+                bisect.insort(self._order, sort_key(row))
         if big:
             self.set_filter()
         self.counts = +self.counts
@@ -173,10 +175,10 @@ class BoardView:
         return self.rows[self._order[index][2]]
 
     def index_of(self, key: str) -> int | None:
-        sk = self._placed.get(key)
-        if sk is None:
+        row = self.rows.get(key)
+        if row is None or not self.matches(row):
             return None
-        return bisect.bisect_left(self._order, sk)
+        return bisect.bisect_left(self._order, sort_key(row))
 
     def keys(self) -> list[str]:
         return [sk[2] for sk in self._order]

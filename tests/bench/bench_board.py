@@ -106,6 +106,9 @@ def update_latency(root: Path, keys: list[str], work: Path) -> tuple[float, floa
     keys_file = work / "keys.json"
     keys_file.write_text(json.dumps(watched))
     board_out, raw_out = work / "board.json", work / "raw.json"
+    for out in (board_out, raw_out):
+        out.unlink(missing_ok=True)
+        Path(str(out) + ".stop").unlink(missing_ok=True)
     board = child("board", "update", str(root), str(keys_file), str(board_out))
     assert board.stdout is not None
     while '"ready"' not in (line := board.stdout.readline()):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -52,9 +53,13 @@ STEP_MS = 15
 # How often (s) running and received jobs are re-derived without an event: a lease expires
 # and the tree changes with no event under `.gen/`.
 TICK_SECONDS = 2.0
-# A full scan now and then catches what no event reported (other NFS clients' writes).
+# A full scan now and then catches what no event reported (other NFS clients' writes):
+# every minute, or every FULL_SCAN_SHARE times as long as the last one took, if longer.
 FULL_SCAN_SECONDS = 60.0
+FULL_SCAN_SHARE = 30.0
 DETAIL_DEBOUNCE = 0.12
+# States that change with time alone: a lease expires, a holder dies, the tree moves on.
+TIME_SENSITIVE = (State.RUNNING, State.RECEIVED, State.STALE, State.ORPHANED)
 # Up to this many keys are re-derived on the event loop itself (a few ms, no thread hop
 # for the GIL to bounce across); more go to a thread.
 INLINE_REFRESH = 48
@@ -99,6 +104,12 @@ class BoardScreen(Screen[None]):
         Binding("n", "new_job", "New", tooltip="Write a new job and queue it", id="new"),
         Binding("d", "diff", "Diff", tooltip="The selected job's diff, full screen", id="diff"),
         Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter jobs by text", id="filter"),
+        Binding(
+            "left", "tab(-1)", "Prev tab", show=False, tooltip="The detail pane's previous tab", id="tab-prev"
+        ),
+        Binding(
+            "right", "tab(1)", "Next tab", show=False, tooltip="The detail pane's next tab", id="tab-next"
+        ),
         Binding("enter", "zoom", "Zoom", tooltip="Show the detail pane alone (again to go back)", id="zoom"),
         Binding("escape", "clear", "Clear", show=False, tooltip="Clear marks and filters", id="clear"),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Every key", id="help"),
@@ -120,7 +131,7 @@ class BoardScreen(Screen[None]):
         super().__init__()
         self.repo = layout
         self.readonly = readonly
-        self.view = BoardView()
+        self.view = BoardView(track=TIME_SENSITIVE)
         self.signature_required = True
         self.config_error: str | None = None
         self.scanning = True
@@ -149,7 +160,15 @@ class BoardScreen(Screen[None]):
         self._show_status()
         self._process()
         self._watch()
-        self.set_interval(5.0, self.query_one(JobTable).refresh)
+        self.set_interval(5.0, self._tick)
+
+    def _tick(self) -> None:
+        """Ages move on; so does a running job's heartbeat, which no row shows."""
+        self.table.refresh()
+        key = self.table.cursor_key
+        row = self.view.rows.get(key) if key else None
+        if row is not None and row.state is State.RUNNING:
+            self._schedule_detail()
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < NARROW, "narrow")
@@ -192,7 +211,9 @@ class BoardScreen(Screen[None]):
     async def _process(self) -> None:
         """The only user of the scanner: a full scan, then incremental refreshes."""
         scanner = Scanner(self.repo)
+        started = time.monotonic()
         await self._full_scan(scanner)
+        every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * (time.monotonic() - started))
         last_full = last_tick = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
@@ -200,12 +221,14 @@ class BoardScreen(Screen[None]):
             self._wake.clear()
             keys, self._pending = self._pending, set()
             now = time.monotonic()
-            if "*" in keys or now - last_full > FULL_SCAN_SECONDS:
+            if "*" in keys or now - last_full > every:
                 await self._full_scan(scanner)
+                took = time.monotonic() - now
+                every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * took)
                 last_full = last_tick = time.monotonic()
                 continue
             if now - last_tick >= TICK_SECONDS:
-                keys |= self._time_sensitive()
+                keys |= self.view.tracked
                 last_tick = now
             if keys:
                 try:
@@ -217,10 +240,6 @@ class BoardScreen(Screen[None]):
                     self._say(f"reading .gen/ failed: {exc}", severity="error")
                     continue
                 self._apply(changed)
-
-    def _time_sensitive(self) -> set[str]:
-        watch = (State.RUNNING, State.RECEIVED, State.STALE, State.ORPHANED)
-        return {k for k, r in self.view.rows.items() if r.state in watch}
 
     async def _full_scan(self, scanner: Scanner) -> None:
         self.scanning = True
@@ -244,6 +263,10 @@ class BoardScreen(Screen[None]):
             self.signature_required, self.config_error = scanner.signature_required, scanner.config_error
             self.query_one(DetailPane).signature_required = self.signature_required
             await asyncio.to_thread(scanner.save_cache)
+            # The rows live as long as the board: keep the cyclic GC from walking them
+            # again and again (a pause that grows with the number of jobs).
+            gc.collect()
+            gc.freeze()
         except Exception as exc:
             self._say(f"scanning .gen/ failed: {exc}", severity="error")
         self.scanning = False
@@ -253,13 +276,17 @@ class BoardScreen(Screen[None]):
         if not changed:
             return
         table = self.table
+        selected = table.cursor_key
+        reload = (
+            selected is not None and selected in changed and changed[selected] != self.view.rows.get(selected)
+        )
         table.apply(changed)
         self.generation += 1
         self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
         wanted = self._select_when_seen
         if wanted and wanted in changed and table.select(wanted):
             self._select_when_seen = None
-        if table.cursor_key is not None and table.cursor_key in changed:
+        if reload:
             self._schedule_detail()
         self._show_status()
 
@@ -383,6 +410,9 @@ class BoardScreen(Screen[None]):
         self.view.states = frozenset()
         self.view.text = ""
         self._refilter()
+
+    def action_tab(self, step: int) -> None:
+        self.query_one(DetailPane).step_tab(step)
 
     def action_zoom(self) -> None:
         if self.maximized is not None:

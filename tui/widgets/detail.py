@@ -37,6 +37,16 @@ class DetailPane(Vertical):
                 with TabPane(title, id=f"tab-{tab_id}"), VerticalScroll(classes="detail-scroll"):
                     yield Static(id=f"detail-{tab_id}", classes="detail-body")
 
+    def step_tab(self, step: int) -> None:
+        """Show the next (or previous) tab, wrapping around."""
+        tabs = self.query_one(TabbedContent)
+        ids = [f"tab-{tab_id}" for tab_id, _ in TABS]
+        here = ids.index(tabs.active) if tabs.active in ids else 0
+        tabs.active = ids[(here + step) % len(ids)]
+
+    def show_tab(self, tab_id: str) -> None:
+        self.query_one(TabbedContent).active = f"tab-{tab_id}"
+
     def _body(self, tab_id: str) -> Static:
         return self.query_one(f"#detail-{tab_id}", Static)
 

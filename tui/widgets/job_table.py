@@ -37,8 +37,8 @@ STRIP_CACHE = 2048
 
 
 class JobTable(ScrollView, can_focus=True):
-    """The list has no scrollbar (redrawing one on every change costs more than the rows
-    do); its border title says where the cursor is instead."""
+    """The list has no scrollbar and no border (redrawing them on every change costs more
+    than the rows do); its header line says where the cursor is instead."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "jobtable--header",
@@ -84,6 +84,7 @@ class JobTable(ScrollView, can_focus=True):
         self.wide_keys = False
         self._line_styles: dict[str, Style] | None = None
         self._strips: dict[tuple[object, ...], Strip] = {}
+        self.position = ""
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -245,8 +246,9 @@ class JobTable(ScrollView, can_focus=True):
     def _show_position(self) -> None:
         index = self.cursor_index
         where = f"{index + 1:,} of {len(self.view):,}" if index is not None else f"{len(self.view):,} jobs"
-        marks = f", {len(self.marks)} marked" if self.marks else ""
-        self.border_title = f"jobs {where}{marks}"
+        marks = f"{len(self.marks)} marked · " if self.marks else ""
+        self.position = f" {marks}{where} "
+        self.refresh(Region(0, 0, self.size.width, 1))
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -255,7 +257,9 @@ class JobTable(ScrollView, can_focus=True):
         if y == 0:
             head = styles["header"]
             names = ["", "KEY", "STATE", "AGE", "ATT", "WORKER", "INSTRUCTION"]
-            return self._cells([(n, head) for n in names], width).extend_cell_length(width, head)
+            where = self.position
+            strip = self._cells([(n, head) for n in names], max(0, width - cell_len(where)))
+            return Strip.join([strip, Strip([Segment(where, head)])]).crop_extend(0, width, head)
         index = int(self.scroll_y) + y - 1
         if index >= len(self.view):
             return Strip.blank(width, base)

@@ -1,0 +1,54 @@
+"""BoardView keeps the order and the filter under any sequence of updates (a property test)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.board import BoardView, sort_key
+from core.lifecycle import State
+from core.snapshot import JobRow
+
+KEYS = [f"{i:032x}" for i in range(12)]
+
+
+def row(key: str, state: State, created: float, text: str) -> JobRow:
+    return JobRow(key, state, "genjob.v2", "d" * 64, text, ("a.py",), created, 0, "", None, ("queue",), ())
+
+
+rows = st.builds(
+    row,
+    st.sampled_from(KEYS),
+    st.sampled_from(list(State)),
+    st.sampled_from([1.0, 2.0, 3.0]),
+    st.sampled_from(["add hints", "fix parser", "docs"]),
+)
+updates = st.lists(
+    st.dictionaries(st.sampled_from(KEYS), st.one_of(st.none(), rows), max_size=5), max_size=12
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(updates, st.frozensets(st.sampled_from(list(State)), max_size=3), st.sampled_from(["", "fix", "DOCS"]))
+def test_view_matches_a_fresh_sort(
+    batches: list[dict[str, JobRow | None]], states: frozenset[State], text: str
+) -> None:
+    view = BoardView(track={State.RUNNING, State.RECEIVED})
+    view.set_filter(states, text)
+    truth: dict[str, JobRow] = {}
+    for batch in batches:
+        fixed = {
+            k: (r if r is None else row(k, r.state, r.created_at, r.instruction)) for k, r in batch.items()
+        }
+        view.update(fixed)
+        for k, r in fixed.items():
+            if r is None:
+                truth.pop(k, None)
+            else:
+                truth[k] = r
+        expected = sorted((r for r in truth.values() if view.matches(r)), key=sort_key)
+        assert view.keys() == [r.key for r in expected]
+        for i, r in enumerate(expected):
+            assert view.index_of(r.key) == i
+        assert sum(view.counts.values()) == len(truth)
+        assert view.tracked == {k for k, r in truth.items() if r.state in view.track}
