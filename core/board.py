@@ -108,7 +108,7 @@ class BoardView:
         self.counts: Counter[State] = Counter()
         self.states: frozenset[State] = frozenset()
         self.text = ""
-        self._order: list[SortKey] = []
+        self._order: list[JobRow] = []  # sorted by `sort_key`, which is never stored
 
     def __len__(self) -> int:
         return len(self._order)
@@ -134,7 +134,7 @@ class BoardView:
             self.states = frozenset(states)
         if text is not None:
             self.text = text.strip().casefold()
-        self._order = sorted(sort_key(r) for r in self.rows.values() if self.matches(r))
+        self._order = sorted((r for r in self.rows.values() if self.matches(r)), key=sort_key)
 
     def update(self, changed: Mapping[str, JobRow | None]) -> None:
         """Apply changed rows (None: the job is gone), keeping the order by bisection."""
@@ -153,10 +153,9 @@ class BoardView:
             if big:
                 continue
             if old is not None and self.matches(old):
-                i = bisect.bisect_left(self._order, sort_key(old))
-                del self._order[i]
+                del self._order[bisect.bisect_left(self._order, sort_key(old), key=sort_key)]
             if row is not None and self.matches(row):
-                bisect.insort(self._order, sort_key(row))
+                bisect.insort(self._order, row, key=sort_key)
         if big:
             self.set_filter()
         self.counts = +self.counts
@@ -169,19 +168,19 @@ class BoardView:
         return gone
 
     def key_at(self, index: int) -> str:
-        return self._order[index][2]
+        return self._order[index].key
 
     def row_at(self, index: int) -> JobRow:
-        return self.rows[self._order[index][2]]
+        return self._order[index]
 
     def index_of(self, key: str) -> int | None:
         row = self.rows.get(key)
         if row is None or not self.matches(row):
             return None
-        return bisect.bisect_left(self._order, sort_key(row))
+        return bisect.bisect_left(self._order, sort_key(row), key=sort_key)
 
     def keys(self) -> list[str]:
-        return [sk[2] for sk in self._order]
+        return [r.key for r in self._order]
 
 
 @dataclass(frozen=True)
