@@ -47,7 +47,12 @@ concurrency = 2
 # identity = "~/.ssh/id_ed25519"
 # known_hosts = "~/.ssh/known_hosts"
 # python = "/usr/bin/python3"   # runs genjob's runner there (default: python3 on the PATH)
-# generator = "aider --yes-always --no-git --message-file {instruction_file} {paths}"
+# A generator runs with a clean environment and an empty $HOME outside its workspace: name
+# the tool's keys (aider: --env-file) and send its history files to $HOME, since anything
+# left in the workspace beside the allowed paths rejects the job.
+# generator = 'aider --yes-always --no-git --no-check-update --env-file /home/gen/.env \
+--input-history-file "$HOME/input.history" --chat-history-file "$HOME/chat.history.md" \
+--message-file {instruction_file} {paths}'
 # timeout = 900
 # concurrency = 2
 """
