@@ -9,7 +9,7 @@ throughput  200 small jobs (quick: 40) through `genjob worker --once` at concurr
             process each, the same generator on a one-file workspace. Goal: at most 0.5x.
 
 The sshd host's config names `python = "/usr/bin/python3"` (where that exists) for the
-runner. Generator processes take their bytecode from cache, as an installed genjob does.
+runner. genjob processes take their bytecode from cache, as an installed genjob does.
 """
 
 from __future__ import annotations
