@@ -71,7 +71,7 @@ def job_text(detail: JobDetail) -> Text:
         _field(text, "digest", row.digest)
     if row.created_at:
         _field(text, "created", f"{_stamp(row.created_at)} ({age(time.time() - row.created_at)} ago)")
-    for problem in (*row.problems, *detail.errors):
+    for problem in dict.fromkeys((*row.problems, *detail.errors)):
         text.append("! ", BAD)
         text.append(literal(problem, BAD))
         text.append("\n")
@@ -92,6 +92,33 @@ def job_text(detail: JobDetail) -> Text:
             text.append("\n")
     if doc.get("replay_of"):
         _field(text, "replay of", str(doc["replay_of"]))
+    record = detail.located.record if detail.located else None
+    if record:
+        text.append_text(_record_text(record))
+    return text
+
+
+def _record_text(record: dict[str, Any]) -> Text:
+    """The apply or rejection record kept with a finished job."""
+    text = Text()
+    applied, rejected = record.get("apply"), record.get("rejection")
+    if isinstance(applied, dict):
+        text.append("\napplied\n", Style(bold=True, color="green"))
+        _field(text, "at", _stamp(applied.get("at")))
+        _field(text, "by", str(applied.get("by")))
+        _field(text, "signer", str(applied.get("signer") or "unsigned"))
+        required = applied.get("signature_required")
+        _field(text, "policy", "signatures required" if required else "signatures NOT required")
+        for path in applied.get("changed") or []:
+            text.append("  ")
+            text.append(literal(str(path), Style(color="cyan"), keep_newlines=False))
+            text.append("\n")
+    if isinstance(rejected, dict):
+        text.append("\nrejected\n", Style(bold=True, color="red"))
+        _field(text, "at", _stamp(rejected.get("at")))
+        _field(text, "by", str(rejected.get("by")))
+        _field(text, "from", str(rejected.get("from")))
+        _field(text, "reason", str(rejected.get("reason")))
     return text
 
 
@@ -132,11 +159,16 @@ def lease_text(detail: JobDetail) -> Text:
     return text
 
 
-def verification_text(v: Verification | None, signature_required: bool) -> Text:
+def verification_text(v: Verification | None, signature_required: bool, applied: bool = False) -> Text:
     """The receipt's checks as a checklist, with the signature policy stated first."""
     text = Text()
     text.append_text(policy_text(v.signature_required if v else signature_required))
     text.append("\n\n")
+    if applied and v is not None:
+        text.append(
+            "applied: these checks ran again now; the base differs because the outputs are in the tree\n\n",
+            LABEL,
+        )
     if v is None:
         text.append("no receipt yet: nothing to verify\n", LABEL)
         return text
@@ -179,7 +211,7 @@ def file_diff_text(diff: FileDiff) -> Text:
     lines = diff.text.splitlines()
     body = [ln for ln in lines if not ln.startswith(("--- ", "+++ "))]
     code = "\n".join(visible(ln[1:]) if ln[:1] in "+- " else "" for ln in body)
-    highlighted = Syntax("", _lexer(diff.path, code), theme=THEME).highlight(code)
+    highlighted = Syntax("", _lexer(diff.path, code), theme=THEME, background_color="default").highlight(code)
     highlighted.rstrip()
     code_lines = highlighted.split("\n", allow_blank=True)
     if len(code_lines) != len(body):

@@ -38,6 +38,19 @@ SHORT = {
     State.REJECTED: "REJECTED",
 }
 
+TINY = {
+    State.INCONSISTENT: "INC",
+    State.INVALID: "INV",
+    State.ORPHANED: "ORPH",
+    State.RECEIVED: "RCVD",
+    State.STALE: "STALE",
+    State.FAILED: "FAIL",
+    State.RUNNING: "RUN",
+    State.QUEUED: "QUEUE",
+    State.APPLIED: "APPL",
+    State.REJECTED: "REJ",
+}
+
 
 def literal(text: str, style: Style | str = "", keep_newlines: bool = True) -> Text:
     """A `Text` showing `text` exactly, control characters made visible."""

@@ -318,7 +318,9 @@ class BoardScreen(Screen[None]):
 
     # -- the selected job ------------------------------------------------------------------------
     @on(JobTable.CursorMoved)
-    def _cursor_moved(self) -> None:
+    def _cursor_moved(self, event: JobTable.CursorMoved) -> None:
+        if event.key is not None:
+            self.query_one(DetailPane).loading(event.key)
         self._schedule_detail()
 
     @on(JobTable.MarksChanged)
@@ -425,8 +427,14 @@ class BoardScreen(Screen[None]):
 
         bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and not b.id.startswith("state-")]
         marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
-        digits = Binding("1-9,0", "", "Only one state (again to undo; several combine)", key_display="1…0")
-        self.app.push_screen(HelpScreen([*bindings, *marks, digits], self.readonly))
+        extra = [
+            Binding(
+                "1-9,0", "", "Show only one state (press again to undo; several combine)", key_display="1…0"
+            ),
+            Binding("up,down", "", "Move; pageup/pagedown, home/end jump", key_display="↑ ↓"),
+            Binding("ctrl+p", "", "Command palette: every action by name", key_display="ctrl+p"),
+        ]
+        self.app.push_screen(HelpScreen([*bindings, *marks, *extra], self.readonly))
 
     def action_diff(self) -> None:
         from tui.screens.diff import DiffScreen

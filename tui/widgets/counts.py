@@ -11,7 +11,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from core.lifecycle import STATE_ORDER, State
-from tui.text import SHORT, STATE_STYLES
+from tui.text import SHORT, STATE_STYLES, TINY
 
 # The digit that toggles each state's filter, in the order the bar shows them.
 DIGITS = {state: str((i + 1) % 10) for i, state in enumerate(STATE_ORDER)}
@@ -42,26 +42,28 @@ class CountsBar(Widget):
         self.refresh()
 
     def render(self) -> Text:
-        short = self.size.width < 150
+        width = self.size.width
+        short, tiny = width < 150, width < 110
         text = Text(no_wrap=True, overflow="ellipsis")
         self._spans = []
         for state in STATE_ORDER:
             n = self.counts.get(state, 0)
-            if short and not n and state not in self.selected:
-                continue
-            label = SHORT[state] if short else state.value
             chosen = state in self.selected
+            if short and not n and not chosen:
+                continue
+            label = TINY[state] if tiny else SHORT[state] if short else state.value
             style = STATE_STYLES[state] + (Style(reverse=True) if chosen else Style())
             if not n and not chosen:
                 style = Style(dim=True)
             start = text.cell_len
-            text.append(f" {DIGITS[state]}", Style(dim=True))
+            if not tiny:
+                text.append(f" {DIGITS[state]}", Style(dim=True))
             text.append(f" {label} ", style)
             text.append(f"{n:,}", Style(bold=bool(n)))
             self._spans.append((start, text.cell_len, state))
-            text.append(" │", Style(dim=True))
-        filt = "all states" if not self.selected else "filtered"
-        text.append(f" {self.total:,} jobs, {filt}", Style(dim=True))
+            text.append(" " if tiny else " │", Style(dim=True))
+        if not tiny:
+            text.append(f" {self.total:,} jobs{', filtered' if self.selected else ''}", Style(dim=True))
         return text
 
     def on_click(self, event: events.Click) -> None:

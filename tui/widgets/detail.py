@@ -50,6 +50,10 @@ class DetailPane(Vertical):
     def _body(self, tab_id: str) -> Static:
         return self.query_one(f"#detail-{tab_id}", Static)
 
+    def loading(self, key: str) -> None:
+        """Say which job is on its way, keeping the last one shown until it arrives."""
+        self.query_one("#detail-title", Static).update(Text(f"{key}  loading…", style="dim"))
+
     def show_message(self, message: Text) -> None:
         self.detail = None
         self.query_one("#detail-title", Static).update(message)
@@ -62,7 +66,9 @@ class DetailPane(Vertical):
         applied = detail.located is not None and detail.located.folder == "applied"
         self._body("job").update(render.job_text(detail))
         self._body("lease").update(render.lease_text(detail))
-        self._body("verify").update(render.verification_text(detail.verification, self.signature_required))
+        self._body("verify").update(
+            render.verification_text(detail.verification, self.signature_required, applied)
+        )
         self._body("diff").update(render.diffs_text(detail.diffs, applied))
         self._body("timeline").update(render.timeline_text(detail))
         self._body("output").update(render.output_text(detail))
