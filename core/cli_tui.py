@@ -28,13 +28,15 @@ def demo(directory: Path | None, no_tui: bool) -> None:
     folder) and open the board on it."""
     from core.demo import build_demo
 
-    made = build_demo(directory)
+    made = build_demo(directory, tied=not no_tui)
     click.echo(f"demo repository: {made.root}")
     click.echo(f"worker key: {made.config_home} (XDG_CONFIG_HOME for this demo)")
     for line in made.summary:
         click.echo(f"  {line}")
     if no_tui:
         click.echo(f"open it with: XDG_CONFIG_HOME={made.config_home} genjob --root {made.root} tui")
+        if made.holder is not None:
+            click.echo(f"the running job's lease holder (pid {made.holder.pid}) stops within the hour")
         return
     from tui.app import make_app
 

@@ -7,7 +7,7 @@ process keeps its lease fresh), orphaned, received (verified, with drifted outpu
 an untrusted signature), stale, failed, applied, rejected and invalid. Outputs are made
 by the demo generator's own edit (`core.demo_generator.comment_block`).
 
-    python -m core.demo hold ROOT KEY WORKER TTL   # the lease holder, started by build_demo
+    python -m core.demo hold ROOT KEY WORKER TTL PARENT_PID   # the lease holder build_demo starts
 """
 
 from __future__ import annotations
@@ -196,13 +196,15 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _start_holder(layout: Layout, key: str, config_home: Path) -> subprocess.Popen[bytes]:
-    """A detached process that claims `key` with its own pid and heartbeats until stopped."""
+def _start_holder(layout: Layout, key: str, config_home: Path, tied: bool) -> subprocess.Popen[bytes]:
+    """A detached process that claims `key` with its own pid and heartbeats until stopped,
+    until this process ends (when `tied`), or for an hour at most."""
     env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
     project = Path(__file__).resolve().parents[1]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project), env.get("PYTHONPATH")]))
+    parent = str(os.getpid() if tied else 0)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "core.demo", "hold", str(layout.root), key, WORKER, "30"],
+        [sys.executable, "-m", "core.demo", "hold", str(layout.root), key, WORKER, "30", parent],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -217,13 +219,17 @@ def _start_holder(layout: Layout, key: str, config_home: Path) -> subprocess.Pop
     return proc
 
 
-def build_demo(directory: Path | None = None) -> Demo:
-    """Build the sandbox in `directory` (default: a new temp folder) or reopen one built there."""
+def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
+    """Build the sandbox in `directory` (default: a new temp folder) or reopen one built there.
+
+    The running job's lease holder ends with this process when `tied`; else it runs on for
+    an hour (`genjob demo --no-tui`, so that the board opened later finds a live lease).
+    """
     root = Path(directory or tempfile.mkdtemp(prefix="genjob-demo-")).resolve()
     config_home = root / CONFIG_DIR
     layout = Layout(root)
     if (config_home / MARKER).exists():
-        return _reopen(layout, config_home)
+        return _reopen(layout, config_home, tied)
     if root.exists() and any(root.iterdir()):
         raise GenjobError(f"{root}: not empty and not a genjob demo; give a new folder")
     root.mkdir(parents=True, exist_ok=True)
@@ -306,27 +312,38 @@ def build_demo(directory: Path | None = None) -> Demo:
 
     running = _mint(layout, "Add property tests for add and mul", ["tests/test_ops.py"])
     demo.keys["running"] = running.key
-    demo.holder = _start_holder(layout, running.key, config_home)
+    demo.holder = _start_holder(layout, running.key, config_home, tied)
     say(f"running (lease kept fresh by pid {demo.holder.pid}): {running.key}")
 
     (config_home / MARKER).write_text(running.key + "\n")
     return demo
 
 
-def _reopen(layout: Layout, config_home: Path) -> Demo:
+def _reopen(layout: Layout, config_home: Path, tied: bool) -> Demo:
     """A demo built before: restart the lease holder of its running job if it is still running."""
     demo = Demo(layout.root, config_home, ["reopened the demo built here before"])
     key = (config_home / MARKER).read_text().strip()
     if layout.job_file("running", key).exists() and not layout.receipt(key).exists():
         with contextlib.suppress(GenjobError):
             requeue(layout, key, force=True)
-            demo.holder = _start_holder(layout, key, config_home)
+            demo.holder = _start_holder(layout, key, config_home, tied)
             demo.summary.append(f"running again: {key}")
     return demo
 
 
-def hold(root: Path, key: str, worker: str, ttl: float) -> int:
-    """Claim `key` with this process as the lease holder; heartbeat until stopped or lost."""
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def hold(root: Path, key: str, worker: str, ttl: float, parent: int = 0) -> int:
+    """Claim `key` with this process as the lease holder; heartbeat until stopped, until
+    the lease is lost, or until `parent` (when not 0) is gone."""
     layout = Layout(root)
     c = claim(layout, worker, key, ttl=ttl)
     stop = False
@@ -341,13 +358,14 @@ def hold(root: Path, key: str, worker: str, ttl: float) -> int:
         if not heartbeat(layout, key, c.lease.token, worker):
             return 0
         for _ in range(int(ttl / 3 / 0.2)):
-            if stop:
-                break
+            if stop or (parent and not _alive(parent)):
+                return 0
             time.sleep(0.2)
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "hold":
-        raise SystemExit(hold(Path(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])))
-    raise SystemExit("usage: python -m core.demo hold ROOT KEY WORKER TTL")
+    if len(sys.argv) == 7 and sys.argv[1] == "hold":
+        args = sys.argv[2:]
+        raise SystemExit(hold(Path(args[0]), args[1], args[2], float(args[3]), int(args[4])))
+    raise SystemExit("usage: python -m core.demo hold ROOT KEY WORKER TTL PARENT_PID")
