@@ -169,3 +169,11 @@ def write_receipt(
     if signer is not None:
         layout.signature(key).write_bytes(sign(signer, body))
     return path
+
+
+def dead_pid() -> int:
+    """A pid no process can have (one past the kernel's pid_max), so a lease naming it is dead.
+
+    A pid of a process that has exited could be reused by the time it is checked.
+    """
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from corekit import FILES, receive, sha, stage_outputs, tree_files, write_jobs
+from corekit import FILES, dead_pid, receive, sha, stage_outputs, tree_files, write_jobs
 from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -30,14 +30,6 @@ from core.verify import verify
 
 FOLDERS = ("queue", "running", "applied", "rejected")
 NEW_FILES = {"src/app.py": b"def main():\n    return 2\n", "src/pkg/mod.py": b"VALUE = 1\n"}
-
-
-def dead_pid() -> int:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    return pid
 
 
 def folders(layout: Layout, key: str) -> list[str]:

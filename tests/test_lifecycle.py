@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from corekit import make_repo, sha, stage_outputs
+from corekit import dead_pid, make_repo, sha, stage_outputs
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
@@ -114,13 +113,7 @@ def test_actions_name_real_states() -> None:
     assert inconsistency_rule(frozenset(), True).startswith("a receipt with no job")
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
-DEAD_PID = _dead_pid()
+DEAD_PID = dead_pid()
 PATHS = ("src/app.py", "src/util.py")
 
 

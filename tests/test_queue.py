@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from corekit import mint, receive, write_jobs
+from corekit import dead_pid, mint, receive, write_jobs
 
 from core.errors import BadInput, NotFound, NothingToClaim, WrongState
 from core.events import attempts
@@ -29,12 +29,6 @@ from core.queue import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def dead_pid() -> int:
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
 
 
 def test_claim_takes_the_oldest_and_writes_a_lease(repo: Layout) -> None:
@@ -225,6 +219,7 @@ from core.queue import Claimer
 
 layout, go, worker = Layout(Path(sys.argv[1])), Path(sys.argv[2]), sys.argv[3]
 claimer = Claimer(layout, worker)
+print("ready", flush=True)
 while not go.exists():
     time.sleep(0.001)
 keys = []
@@ -250,7 +245,8 @@ def race(layout: Layout, workers: int, tmp: Path) -> list[list[str]]:
         )
         for i in range(workers)
     ]
-    time.sleep(0.3)
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     go.touch()
     results = []
     for p in procs:

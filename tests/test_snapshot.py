@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from corekit import mint, receive, sha, write_jobs, write_receipt
+from corekit import dead_pid, mint, receive, sha, write_jobs, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
@@ -35,7 +34,7 @@ def states(layout: Layout) -> dict[str, State]:
 def test_every_stored_and_derived_state(repo: Layout, signer: Ed25519PrivateKey) -> None:
     queued, running, orphaned, rejected = write_jobs(repo, 4)
     claim(repo, "w1", running)
-    claim(repo, "w1", orphaned, pid=_dead_pid())
+    claim(repo, "w1", orphaned, pid=dead_pid())
     reject(repo, rejected, "no")
     ok = mint(repo, "ok", ["src/app.py"])
     receive(repo, ok.key, {"src/app.py": b"x"}, signer)
@@ -69,12 +68,6 @@ def test_every_stored_and_derived_state(repo: Layout, signer: Ed25519PrivateKey)
     assert {"key", "state", "schema", "digest", "instruction", "allowed_paths", "attempts", "worker"} <= set(
         row
     )
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
 
 
 @pytest.mark.parametrize(
