@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.style import Style
 from rich.syntax import Syntax
+from rich.table import Table
 from rich.text import Text
 
 from core.board import Preflight, age, visible
@@ -159,37 +160,45 @@ def lease_text(detail: JobDetail) -> Text:
     return text
 
 
-def verification_text(v: Verification | None, signature_required: bool, applied: bool = False) -> Text:
+def verification_text(
+    v: Verification | None, signature_required: bool, applied: bool = False
+) -> Group | Text:
     """The receipt's checks as a checklist, with the signature policy stated first."""
-    text = Text()
-    text.append_text(policy_text(v.signature_required if v else signature_required))
-    text.append("\n\n")
-    if applied and v is not None:
-        text.append(
-            "applied: these checks ran again now; the base differs because the outputs are in the tree\n\n",
+    head = Text()
+    head.append_text(policy_text(v.signature_required if v else signature_required))
+    head.append("\n")
+    if v is None:
+        head.append("\nno receipt yet: nothing to verify\n", LABEL)
+        return head
+    if applied:
+        head.append(
+            "\napplied: these checks ran again now; the base differs because the outputs are in the tree\n",
             LABEL,
         )
-    if v is None:
-        text.append("no receipt yet: nothing to verify\n", LABEL)
-        return text
+    table = Table(box=None, show_header=False, padding=(0, 1, 0, 0), expand=False)
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True, style=Style(bold=True))
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     marks = {PASSED: ("✔", OK), FAILED: ("✘", BAD)}
     for check in v.checks:
         mark, style = marks.get(check.status, ("–", SKIP))
-        text.append(f" {mark} ", style)
-        text.append(f"{check.name:<10}", Style(bold=True))
-        text.append(f"{check.status:<8}", style)
-        text.append(literal(check.detail, keep_newlines=False))
-        text.append("\n")
-    text.append("\n")
+        table.add_row(
+            Text(mark, style),
+            check.name,
+            Text(check.status, style),
+            literal(check.detail, keep_newlines=False),
+        )
+    tail = Text()
     if v.ok:
-        text.append("=> every check passed: apply may run", OK)
+        tail.append("=> every check passed: apply may run", OK)
     elif v.only_base_failed():
-        text.append("=> STALE: the tree moved on since the job was minted; replay it (R)", SKIP)
+        tail.append("=> STALE: the tree moved on since the job was minted; replay it (R)", SKIP)
     else:
-        text.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
+        tail.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
     if v.signer:
-        text.append(f"\nsigner {v.signer}", LABEL)
-    return text
+        tail.append(f"\nsigner {v.signer}", LABEL)
+    return Group(head, table, Text(""), tail)
 
 
 def _lexer(path: str, code: str) -> str:

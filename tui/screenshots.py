@@ -91,7 +91,7 @@ async def narrow(pilot: Pilot[None], demo: Demo) -> None:
 
 
 SHOTS: list[tuple[str, tuple[int, int], Steps]] = [
-    ("board", (200, 60), board_shot),
+    ("board", (180, 50), board_shot),
     ("receipt-diff", (160, 45), receipt_diff),
     ("approve-preflight", (160, 45), approve_preflight),
     ("failed-verification", (160, 45), failed_verification),
