@@ -136,7 +136,6 @@ class BoardScreen(Screen[None]):
         self.config_error: str | None = None
         self.scanning = True
         self.watching = "starting"
-        self.generation = 0
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._detail_timer: Timer | None = None
@@ -281,7 +280,6 @@ class BoardScreen(Screen[None]):
             selected is not None and selected in changed and changed[selected] != self.view.rows.get(selected)
         )
         table.apply(changed)
-        self.generation += 1
         self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
         wanted = self._select_when_seen
         if wanted and wanted in changed and table.select(wanted):
