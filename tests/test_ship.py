@@ -293,3 +293,18 @@ async def test_the_runner_interpreter_is_the_hosts_python_setting(
 def test_a_local_host_refuses_a_python_setting(repo: Layout) -> None:
     with pytest.raises(BadInput, match="python is for ssh hosts"):
         write_config(repo, host_block("gen", None, "true", python="/usr/bin/python3"))
+
+
+async def test_an_input_changed_since_minting_aborts_before_shipping(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    write_config(repo, host_block("gen", None, f"touch {marker}"))
+    job = mint(repo)
+    (repo.root / "src/app.py").write_bytes(b"edited by hand\n")
+    before = worktree(repo.root)
+    res = await ship_job(repo, job.key)
+    assert res.status == "aborted"
+    assert res.reason == "src/app.py: changed since the job was minted; replay the job"
+    assert not marker.exists(), "nothing was shipped"
+    assert_not_applyable(repo, job, before)
