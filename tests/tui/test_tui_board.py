@@ -479,3 +479,39 @@ async def test_ship_cancel_ends_with_an_aborted_receipt(demo: Demo) -> None:
         await pilot.press("escape")
         await wait_for(pilot, lambda: state_of(pilot, key) == "FAILED", "the aborted receipt")
     assert json.loads(layout.receipt(key).read_bytes())["status"] == "aborted"
+
+
+async def test_bad_config_is_shown_and_nothing_crashes(demo: Demo) -> None:
+    layout = layout_of(demo)
+    async with app_for(demo.root).run_test(size=SIZE) as pilot:
+        b = await loaded(pilot)
+        layout.config.write_text("[policy\nrequire_signature = maybe\n")
+        status = b.query_one("#status", Static)
+        await wait_for(pilot, lambda: "not valid TOML" in plain(status), lambda: plain(status))
+        assert "config.toml" in plain(status)
+        await select(pilot, demo.keys["verified"])  # the detail still reads and verifies
+        assert "✘ base" not in plain(b.query_one("#detail-verify", Static))
+
+
+async def test_a_job_removed_on_disk_leaves_and_the_cursor_moves_on(demo: Demo) -> None:
+    layout = layout_of(demo)
+    async with app_for(demo.root).run_test(size=SIZE) as pilot:
+        b = await loaded(pilot)
+        key = demo.keys["queued3"]
+        await select(pilot, key)
+        index = b.table.cursor_index
+        layout.job_file("queue", key).unlink()
+        await wait_for(pilot, lambda: key not in b.view.rows, "the job to leave")
+        assert b.table.cursor_key is not None and b.table.cursor_index == index
+
+
+async def test_inconsistent_pair_shows_loudly_with_its_rule(demo: Demo) -> None:
+    layout = layout_of(demo)
+    key = demo.keys["queued"]
+    async with app_for(demo.root).run_test(size=SIZE) as pilot:
+        b = await loaded(pilot)
+        data = layout.job_file("queue", key).read_bytes()
+        layout.job_file("running", key).write_bytes(data)
+        await wait_for(pilot, lambda: state_of(pilot, key) == "INCONSISTENT", "the inconsistent pair")
+        await select(pilot, key)
+        assert "R4: the claim happened, running wins" in plain(b.query_one("#detail-job", Static))
