@@ -38,7 +38,7 @@ from core.repo import init_repo  # noqa: E402
 NAMES = ("board_start", "board_update", "board_rss")
 SOURCE = b"def add(a, b):\n    return a + b\n"
 ARRIVALS_PER_SECOND = 200
-RENAMES = 60
+RENAMES = 100
 RENAME_EVERY = 0.1
 
 
