@@ -30,10 +30,6 @@ async def wait_for(
     raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
 
-def board(app: GenjobApp) -> BoardScreen:
-    return app.board
-
-
 async def loaded(pilot: Pilot[None]) -> BoardScreen:
     """The board once its first full scan is done."""
     app = pilot.app

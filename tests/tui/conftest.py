@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,3 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
         yield made
     finally:
         made.stop()
-
-
-Condition = Callable[[], bool]
-Waiter = Callable[[Condition], Awaitable[None]]

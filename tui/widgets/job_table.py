@@ -33,7 +33,7 @@ from core.snapshot import JobRow
 from tui.text import STATE_STYLES
 
 # Rendered rows kept for reuse; rows shift on screen far more often than they change.
-STRIP_CACHE = 2048
+STRIP_CACHE = 512
 
 
 class JobTable(ScrollView, can_focus=True):
