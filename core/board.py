@@ -16,14 +16,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.config import load_config
+from core.errors import GenjobError
 from core.inspect_job import JobDetail
 from core.layout import Layout
 from core.lifecycle import STATE_ORDER, State
 from core.mint import build_job
 from core.paths import RESERVED_TOP
-from core.queue import Enqueued, enqueue
+from core.queue import Enqueued, enqueue, locate
 from core.snapshot import JobRow
-from core.verify import PASSED
+from core.verify import PASSED, verify
 
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 
@@ -231,6 +233,21 @@ def preflight(detail: JobDetail) -> Preflight:
         verified=bool(v and v.ok),
         failures=tuple(f"{c.name}: {c.detail}" for c in (v.failures if v else [])) + tuple(detail.errors),
     )
+
+
+def receipt_verdict(layout: Layout, key: str) -> bool | None:
+    """Whether apply would accept the job's receipt now; None when there is nothing to check.
+
+    The list shows it next to RECEIVED so that an operator sees which receipts are
+    approvable without opening each one; the detail pane always verifies afresh.
+    """
+    try:
+        located = locate(layout, key)
+        if not layout.receipt(key).exists():
+            return None
+        return verify(layout, located.job, load_config(layout.config)).ok
+    except (GenjobError, OSError):
+        return None
 
 
 def submit_job(

@@ -515,3 +515,14 @@ async def test_inconsistent_pair_shows_loudly_with_its_rule(demo: Demo) -> None:
         await wait_for(pilot, lambda: state_of(pilot, key) == "INCONSISTENT", "the inconsistent pair")
         await select(pilot, key)
         assert "R4: the claim happened, running wins" in plain(b.query_one("#detail-job", Static))
+
+
+async def test_received_rows_say_whether_their_receipt_verifies(demo: Demo) -> None:
+    async with app_for(demo.root).run_test(size=SIZE) as pilot:
+        b = await loaded(pilot)
+        keys = [demo.keys[k] for k in ("verified", "drifted", "untrusted")]
+        await wait_for(pilot, lambda: all(k in b.table.verdicts for k in keys), "the verdicts")
+        lines = {ln.split()[0]: ln for ln in screen_lines(b.table)[1:] if ln.strip()}
+        assert "RECEIVED ✔" in lines[keys[0][:12]]
+        assert "RECEIVED ✘" in lines[keys[1][:12]]
+        assert "RECEIVED ✘" in lines[keys[2][:12]]

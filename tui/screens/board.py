@@ -30,7 +30,7 @@ from textual.widgets import Footer, Input, Static
 from watchfiles import Change, awatch
 
 from core.apply import apply_job
-from core.board import BoardView, preflight, visible
+from core.board import BoardView, preflight, receipt_verdict, visible
 from core.config import load_config
 from core.errors import GenjobError
 from core.events import actor
@@ -279,7 +279,16 @@ class BoardScreen(Screen[None]):
         reload = (
             selected is not None and selected in changed and changed[selected] != self.view.rows.get(selected)
         )
+        received = [
+            k
+            for k, r in changed.items()
+            if r is not None
+            and r.state is State.RECEIVED
+            and (r != self.view.rows.get(k) or k not in table.verdicts)
+        ]
         table.apply(changed)
+        if received:
+            self._verdicts(received)
         self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
         wanted = self._select_when_seen
         if wanted and wanted in changed and table.select(wanted):
@@ -287,6 +296,13 @@ class BoardScreen(Screen[None]):
         if reload:
             self._schedule_detail()
         self._show_status()
+
+    @work(thread=True, group="verdicts", exit_on_error=False)
+    def _verdicts(self, keys: list[str]) -> None:
+        """Verify received jobs' receipts for the list's ✔/✘ (hashing happens here, off the loop)."""
+        for start in range(0, len(keys), 64):
+            found = {k: receipt_verdict(self.repo, k) for k in keys[start : start + 64]}
+            self.app.call_from_thread(self.table.set_verdicts, found)
 
     def request_refresh(self, keys: Iterable[str]) -> None:
         """Re-derive `keys` now (after our own change) without waiting for the event."""

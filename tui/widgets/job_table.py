@@ -29,9 +29,12 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.board import BoardView, age, summary_line, visible
+from core.lifecycle import State
 from core.snapshot import JobRow
 from tui.text import STATE_STYLES
 
+# After RECEIVED: whether the receipt verifies now (unknown until checked).
+VERDICT = {None: "", True: " ✔", False: " ✘"}
 # Rendered rows kept for reuse; rows shift on screen far more often than they change.
 STRIP_CACHE = 512
 
@@ -85,6 +88,7 @@ class JobTable(ScrollView, can_focus=True):
         self._line_styles: dict[str, Style] | None = None
         self._strips: dict[tuple[object, ...], Strip] = {}
         self.position = ""
+        self.verdicts: dict[str, bool] = {}
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -123,6 +127,9 @@ class JobTable(ScrollView, can_focus=True):
         if changed is None:
             self.view.set_filter()
         else:
+            for key, row in changed.items():
+                if row is None or row != self.view.rows.get(key):
+                    self.verdicts.pop(key, None)
             self.view.update(changed)
             self.marks.difference_update(k for k, r in changed.items() if r is None)
         self._sync_size()
@@ -164,6 +171,15 @@ class JobTable(ScrollView, can_focus=True):
             self.scroll_to(y=index, animate=False, immediate=True, force=True)
         elif index >= top + height:
             self.scroll_to(y=index - height + 1, animate=False, immediate=True, force=True)
+
+    def set_verdicts(self, verdicts: Mapping[str, bool | None]) -> None:
+        """Whether each received job's receipt verifies now (None: unknown)."""
+        for key, ok in verdicts.items():
+            if ok is None:
+                self.verdicts.pop(key, None)
+            elif key in self.view.rows:
+                self.verdicts[key] = ok
+        self.refresh()
 
     def select(self, key: str) -> bool:
         """Put the cursor on `key` if it is in view."""
@@ -211,7 +227,7 @@ class JobTable(ScrollView, can_focus=True):
         """Widths of mark, key, state, age, attempts, worker; the instruction takes the rest."""
         key = 33 if self.wide_keys else 13
         worker = 18 if width >= 110 else 10
-        return [2, key, 9, 5, 4, worker]
+        return [2, key, 11, 5, 4, worker]
 
     def _cells(self, cells: list[tuple[str, Style]], width: int) -> Strip:
         widths = self._columns(width)
@@ -268,7 +284,8 @@ class JobTable(ScrollView, can_focus=True):
         created = row.created_at
         when = age(time.time() - created) if created else "-"
         marked = row.key in self.marks
-        ident = (row, width, cursor, marked, when, self.has_focus)
+        verdict = self.verdicts.get(row.key) if row.state is State.RECEIVED else None
+        ident = (row, width, cursor, marked, when, self.has_focus, verdict)
         hit = self._strips.get(ident)
         if hit is not None:
             return hit
@@ -278,7 +295,7 @@ class JobTable(ScrollView, can_focus=True):
         cells = [
             ("●" if marked else " ", mark_style),
             (row.key, mark_style if marked else style),
-            (row.state.value, style + STATE_STYLES[row.state]),
+            (row.state.value + VERDICT[verdict], style + STATE_STYLES[row.state]),
             (when, dim),
             (str(row.attempts) if row.attempts else "-", dim),
             (visible(row.worker, tab=" ") or "-", dim),
