@@ -148,11 +148,15 @@ def read_with_stat(
     except OSError as exc:
         raise BadInput(f"{source}: cannot read ({exc.strerror})") from None
     try:
-        # Sized by fstat, so a small file costs a small buffer; reading on to the end
-        # notices a file that grew meanwhile.
+        # Sized by fstat, so a small file costs a small buffer. Exactly the size fstat
+        # gave is the whole file as it was then; more (it grew) or less (a short read)
+        # and reading goes on to the end.
         data = os.read(fd, min(st.st_size, max_bytes) + 1)
-        while len(data) <= max_bytes and (more := os.read(fd, min(max_bytes + 1 - len(data), _HASH_CHUNK))):
-            data += more
+        if len(data) != st.st_size:
+            while len(data) <= max_bytes and (
+                more := os.read(fd, min(max_bytes + 1 - len(data), _HASH_CHUNK))
+            ):
+                data += more
     finally:
         os.close(fd)
     if len(data) > max_bytes:

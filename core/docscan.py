@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from core.paths import check_relpath
@@ -51,8 +52,24 @@ _LEASE_FIELDS = frozenset(("worker", "host", "pid", "token", "claimed_at", "hear
 JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float]
 
 
+def _encoder() -> Callable[[object], str]:
+    """Canonical JSON text, as `json.dumps(obj, sort_keys=True, separators=(",", ":"))` makes it.
+
+    `json.dumps` builds a new encoder on every call; this one is built once. Without the
+    cycle check, which changes nothing for a parsed document (it has no cycles).
+    """
+    make = json.encoder.c_make_encoder
+    if make is None:
+        return json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False).encode
+    encode = make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+    return lambda obj: "".join(encode(obj, 0))
+
+
+_canonical_text = _encoder()
+
+
 def _canonical_sha(obj: object) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(_canonical_text(obj).encode()).hexdigest()
 
 
 def _key(v: object) -> bool:
@@ -75,16 +92,26 @@ def _text(v: object, low: int, high: int) -> bool:
     return type(v) is str and low <= len(v) <= high
 
 
+# Paths that passed `check_relpath` (a pure check): the same paths recur in many jobs.
+_GOOD_PATHS: set[str] = set()
+_GOOD_PATHS_MAX = 65536
+
+
 def _paths_ok(paths: object) -> bool:
     if type(paths) is not list or not 1 <= len(paths) <= MAX_PATHS or len(set(map(str, paths))) != len(paths):
         return False
     for p in paths:
         if type(p) is not str:
             return False
+        if p in _GOOD_PATHS:
+            continue
         try:
             check_relpath(p)
         except ValueError:
             return False
+        if len(_GOOD_PATHS) >= _GOOD_PATHS_MAX:
+            _GOOD_PATHS.clear()
+        _GOOD_PATHS.add(p)
     return True
 
 

@@ -1,15 +1,20 @@
 """One consistent read of `.gen/`: every job with its derived state, for `ls` and the board.
 
-Job documents and receipts never change after they are written, so what was parsed
-from a file is kept in an index keyed by the file's identity (inode, size, mtime) and
-reused, in memory by a long-lived `Scanner` and on disk (`.gen/cache/`) by the next
-process. The index only saves work: every entry is checked against a fresh `stat`,
-and verification never reads it.
+A row is made in two steps. `_facts` reads what a key's files say: its job documents,
+receipt and attempts, checked with `core.docscan` (the strict models, and pydantic, are
+loaded only for a document the quick check does not accept, to name its fault).
+`_finish` adds what changes without those files changing (the lease, the tree and the
+clock) and asks `derive_state`.
 
-Documents are checked with `core.docscan`, which accepts exactly what the strict models
-accept; the strict models (and pydantic) are loaded only for a document the quick check
-does not accept, to name its fault. A snapshot of an unchanged `.gen/` reads no file
-but the index.
+The index, kept in memory by a long-lived `Scanner` and in `.gen/cache/` for the next
+process, holds per key the identities of the files `_facts` read: with the finished row
+when the row depends on nothing else (queued, applied, rejected, failed, invalid and
+inconsistent jobs without a lease), else with the facts, so only `_finish` runs again.
+IDENTITY_RULE
+Leases are read on every scan; tree files are hashed again when their (inode, size,
+mtime, ctime) changed. What was read from a file changed within the last two seconds
+is used but not kept. The index only saves work: a missing, damaged or foreign one is
+ignored, and verification never reads it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ import json
 import marshal
 import os
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat, sha256_file
 from core.docscan import KEY_RE, lease_fresh, quick_job, quick_lease, quick_receipt
@@ -43,19 +51,14 @@ from core.lifecycle import (
 )
 from core.paths import lstat_inside
 
-_CACHE_VERSION = 2
+# The index file: this header, the CRC-32 of the rest (4 bytes, big-endian), then marshal
+# data. The checksum turns a truncated or damaged file into a missing one before marshal
+# reads lengths from it.
+_CACHE_HEADER = b"genjob snapshot index 3\n"
 _CACHE_NAME = "snapshot.marshal"
-_CONFIG = "config.toml"
 _LEASE_BYTES = 64 * 1024
 _ATTEMPTS_BYTES = 64 * 1024 * 1024
-
-# An index entry: (st_ino, st_size, st_mtime_ns, what was parsed). If the identity is the
-# same, so is what was parsed from the file.
-Entry = tuple[int, int, int, object]
-# A parsed job document: (schema, digest, instruction, allowed_paths, inputs, created_at,
-# rejection reason) or an error message.
-JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float, str]
-Listing = dict[str, dict[str, "os.DirEntry[str] | str"]]
+_CLAIMED = b'"event":"claimed"'
 
 # A file changed this recently may change again within its mtime's granularity (one clock
 # tick, or two seconds on coarse filesystems) without its identity changing: what was
@@ -63,12 +66,7 @@ Listing = dict[str, dict[str, "os.DirEntry[str] | str"]]
 _RACY_NS = 2_000_000_000
 
 
-def _settled(st: os.stat_result) -> bool:
-    return time.time_ns() - st.st_mtime_ns >= _RACY_NS
-
-
-@dataclass(frozen=True, slots=True)
-class JobRow:
+class JobRow(NamedTuple):
     """What the list shows of one job."""
 
     key: str
@@ -110,10 +108,42 @@ class Snapshot:
     counts: Counter[State] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        self.counts = Counter(r.state for r in self.rows.values())
+        self.counts = Counter(map(_state_of, self.rows.values()))
 
 
-# -- parsing one file (what is kept in the index) ----------------------------------------------
+_state_of = attrgetter("state")
+_make_row: Callable[[tuple[object, ...]], JobRow] = partial(tuple.__new__, JobRow)
+_STATES = {s.value: s for s in State}
+
+# A parsed job document: (schema, digest, instruction, allowed_paths, inputs, created_at,
+# rejection reason), or its fault.
+JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float, str]
+# What a key's files say, flat so the index can keep it as columns: (folders, has a
+# summary, the summary's seven fields or blanks, the job's fault, receipt status, receipt
+# problems, worker named by the receipt or the attempts, attempts).
+FileFacts = tuple[Any, ...]
+_NO_SUMMARY: JobSummary = ("", "", "", (), (), 0.0, "")
+# A folder as listed: its own (inode, mtime, ctime) if it had settled, `<key><suffix>`
+# by key with the file's identity, and for `running/` the keys with a lease.
+Listed = tuple[tuple[int, int, int] | None, dict[str, Any], dict[str, Any] | None]
+
+# Values that repeat across many rows (paths, folder tuples, workers, statuses) are kept
+# once: less memory, and a smaller index that loads faster.
+_SHARED: dict[Any, Any] = {}
+_SHARED_MAX = 65536
+
+
+def _share(value: Any) -> Any:
+    got = _SHARED.get(value)
+    if got is not None:
+        return got
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    _SHARED[value] = value
+    return value
+
+
+# -- parsing one file ------------------------------------------------------------------------
 def _summary_of(job: Any, note: str) -> JobSummary:
     return (
         job.schema_name,
@@ -161,7 +191,8 @@ def _job_parser(folder: str) -> Callable[[bytes, str], object]:
         if summary is None or doc["idempotency_key"] != os.path.basename(path)[:-5]:
             return _strict_job(path, folder)
         schema, digest, instruction, paths, inputs, created = summary
-        return (schema, digest, instruction, paths, inputs if keep_inputs else (), created, note)
+        inputs = _share(inputs) if keep_inputs else ()
+        return (_share(schema), digest, instruction, _share(paths), inputs, created, note)
 
     return parse
 
@@ -175,15 +206,15 @@ def _parse_receipt(data: bytes, path: str) -> object:
     except BadInput as exc:
         return str(exc)
     quick = quick_receipt(obj)
-    if quick is not None:
-        return quick
-    from core.models import receipt_from_obj
+    if quick is None:
+        from core.models import receipt_from_obj
 
-    try:
-        rec = receipt_from_obj(obj, path)
-    except BadInput as exc:
-        return str(exc)
-    return (rec.status, rec.worker_id, rec.idempotency_key, rec.job_digest)
+        try:
+            rec = receipt_from_obj(obj, path)
+        except BadInput as exc:
+            return str(exc)
+        quick = (rec.status, rec.worker_id, rec.idempotency_key, rec.job_digest)
+    return (_share(quick[0]), _share(quick[1]), quick[2], quick[3])
 
 
 def _parse_lease(data: bytes, path: str) -> object:
@@ -204,15 +235,18 @@ def _parse_lease(data: bytes, path: str) -> object:
 
 
 def _parse_attempts(data: bytes, path: str) -> object:
-    claimed, worker = 0, ""
-    for line in data.splitlines():
-        if b'"event":"claimed"' in line:
-            claimed += 1
-            with contextlib.suppress(ValueError, RecursionError):
-                obj = json.loads(line)  # evidence, not a contract: a bad line is skipped
-                if isinstance(obj, dict):
-                    worker = str(obj.get("worker") or worker)
-    return (claimed, worker)
+    """(claims, the worker of the last claim that names one); only claim lines are parsed."""
+    if _CLAIMED not in data:
+        return (0, "")
+    claims = [line for line in data.splitlines() if _CLAIMED in line]
+    for line in reversed(claims):
+        try:
+            obj = json.loads(line)  # evidence, not a contract: a bad line is skipped
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict) and (worker := obj.get("worker")):
+            return (len(claims), _share(str(worker)))
+    return (len(claims), "")
 
 
 def _config_policy(path: str) -> tuple[bool, str | None]:
@@ -225,21 +259,99 @@ def _config_policy(path: str) -> tuple[bool, str | None]:
         return (True, str(exc))
 
 
-# What `Scanner._parsed` returns for a file that vanished since the folder was listed.
+_STATE_MEMO: dict[tuple[object, ...], State] = {}
+
+
+def _derive(
+    folders: tuple[str, ...],
+    lease: str | None,
+    receipt: str | None,
+    base_fresh: bool | None,
+    invalid: str | None,
+) -> State:
+    """`derive_state`, remembered for each combination of facts without a fault message."""
+    if invalid is not None:
+        return derive_state(Facts(frozenset(folders), lease, receipt, base_fresh, invalid))
+    memo = (folders, lease, receipt, base_fresh)
+    state = _STATE_MEMO.get(memo)
+    if state is None:
+        state = _STATE_MEMO[memo] = derive_state(Facts(frozenset(folders), lease, receipt, base_fresh))
+    return state
+
+
+# -- listing ---------------------------------------------------------------------------------
+# Listed in this order; a key's row depends on `<key>.json` in the first five, `<key>.lease`
+# in running/ and `<key>.jsonl` in attempts/.
+_LISTED = ("receipts", "running", "queue", "applied", "rejected", "attempts")
+_LSTAT = partial(os.DirEntry.stat, follow_symlinks=False)
+_GROWING = attrgetter("st_ino", "st_size", "st_mtime_ns")
+
+
+def _entries(path: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except FileNotFoundError:
+        return []
+
+
+def _list_folder(folder: str, path: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """`<key>.json` by key with its inode (`<key>.jsonl` with its (inode, size, mtime) in
+    attempts/), and for running/ the keys with a lease."""
+    entries = _entries(path)
+    if folder == "attempts":
+        attempts: dict[str, Any] = {}
+        for e in entries:
+            if (n := e.name).endswith(".jsonl") and n[0] != ".":
+                with contextlib.suppress(FileNotFoundError):
+                    attempts[n[:-6]] = _GROWING(_LSTAT(e))
+        return attempts, None
+    if folder == "running":
+        jobs: dict[str, Any] = {}
+        leases: dict[str, None] = {}
+        for e in entries:
+            n = e.name
+            if n[0] == ".":
+                continue
+            if n.endswith(".json"):
+                jobs[n[:-5]] = e.inode()
+            elif n.endswith(".lease"):
+                leases[n[:-6]] = None  # rewritten by every heartbeat: only its presence is kept
+        return jobs, leases
+    return {n[:-5]: e.inode() for e in entries if (n := e.name).endswith(".json") and n[0] != "."}, None
+
+
+def _file_identity(path: str, growing: bool) -> Any:
+    """What `_list_folder` records for one file, or None when there is none (for `refresh`)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return _GROWING(st) if growing else st.st_ino
+
+
+# What `Scanner._read` returns for a file that vanished since the folder was listed.
 _GONE = object()
 
 
 class Scanner:
-    """Builds snapshots, re-reading only files whose identity changed."""
+    """Builds snapshots, re-reading only the keys whose files changed."""
 
     def __init__(self, layout: Layout, disk_cache: bool = True) -> None:
         self.layout = layout
         self.disk_cache = disk_cache
         self._gen = str(layout.gen)
         self._root = str(layout.root)
-        self._files: dict[str, Entry] = {}
-        self._tree: dict[str, Entry] = {}
+        # The folders as the last full scan listed them; what is cached below was read
+        # from the files named there.
+        self._listed: dict[str, Listed] | None = None
+        # Finished rows that depend on their key's files alone.
+        self._fixed: dict[str, JobRow] = {}
+        # What the files say, for rows that also depend on a lease, the tree or the clock.
+        self._volatile: dict[str, FileFacts] = {}
+        self._tree: dict[str, tuple[int, int, int, int, str | None]] = {}
         self._tree_now: dict[str, str | None] = {}
+        self._config: tuple[int, int, int, int, tuple[bool, str | None]] | None = None
         self._dirty = False
         self.rows: dict[str, JobRow] = {}
         self.signature_required = True
@@ -252,58 +364,81 @@ class Scanner:
     def _cache_path(self) -> Path:
         return self.layout.cache / _CACHE_NAME
 
+    def _device(self) -> int:
+        try:
+            return os.stat(self._gen).st_dev
+        except OSError:
+            return -1
+
     def _load_cache(self) -> None:
         try:
             with open(self._cache_path, "rb") as fh:
-                data = marshal.loads(fh.read())
-        except (OSError, EOFError, ValueError, TypeError):
-            return
-        if isinstance(data, tuple) and len(data) == 3 and data[0] == _CACHE_VERSION:
-            files, tree = data[1], data[2]
-            if isinstance(files, dict) and isinstance(tree, dict):
-                self._files, self._tree = files, tree
+                blob = fh.read()
+            start = len(_CACHE_HEADER) + 4
+            if blob[: len(_CACHE_HEADER)] != _CACHE_HEADER or blob[start - 4 : start] != _crc(blob, start):
+                return
+            self._adopt(marshal.loads(memoryview(blob)[start:]))
+        except (OSError, EOFError, ValueError, TypeError, KeyError):
+            self._listed, self._fixed, self._volatile, self._tree, self._config = None, {}, {}, {}, None
+
+    def _adopt(self, data: object) -> None:
+        """Take what the index holds, or raise ValueError when it is not one of ours."""
+        if not (type(data) is tuple and len(data) == 7):
+            raise ValueError("not a snapshot index")
+        gen, device, config, tree, listed, fixed, volatile = data
+        if gen != self._gen or device != self._device():
+            raise ValueError("an index of another .gen/")
+        if not (
+            _valid_listed(listed)
+            and type(tree) is dict
+            and all(map(_valid_tree, tree.items()))
+            and (config is None or _valid_config(config))
+        ):
+            raise ValueError("malformed index")
+        keys, states, *fields = _columns_of(fixed, _ROW_TYPES)
+        for col in (fields[3], fields[8], fields[9]):  # allowed paths, folders, problems
+            _check_shared(col, _str_tuple)
+        rows = map(_make_row, zip(keys, map(_STATES.__getitem__, states), *fields, strict=True))
+        fixed_rows = dict(zip(keys, rows, strict=True))
+        keys, *columns = _columns_of(volatile, _FACT_TYPES)
+        for col in (columns[0], columns[5], columns[11]):  # folders, allowed paths, receipt problems
+            _check_shared(col, _str_tuple)
+        _check_shared(columns[6], _inputs_ok)
+        self._volatile = dict(zip(keys, zip(*columns, strict=True), strict=True))
+        self._fixed, self._listed, self._tree, self._config = fixed_rows, listed, tree, config
 
     def save_cache(self) -> None:
-        if not self._dirty or not self.disk_cache:
+        if not self._dirty or not self.disk_cache or self._listed is None:
             return
-        with contextlib.suppress(OSError):
+        rows = _transpose(self._fixed.values(), len(JobRow._fields))
+        fixed = (rows[0], tuple(s.value for s in rows[1]), *rows[2:])
+        volatile = (tuple(self._volatile), *_transpose(self._volatile.values(), len(_FACT_TYPES) - 1))
+        index = (self._gen, self._device(), self._config, self._tree, self._listed, fixed, volatile)
+        with contextlib.suppress(OSError, ValueError):
+            blob = bytearray(_CACHE_HEADER)
+            blob += bytes(4)
+            blob += marshal.dumps(index)
+            start = len(_CACHE_HEADER) + 4
+            blob[start - 4 : start] = _crc(blob, start)
             self.layout.cache.mkdir(exist_ok=True)
-            blob = marshal.dumps((_CACHE_VERSION, self._files, self._tree))
-            atomic_write(self._cache_path, blob, durable=False)
+            atomic_write(self._cache_path, bytes(blob), durable=False)
             self._dirty = False
 
-    def _parsed(
-        self,
-        rel: str,
-        entry: os.DirEntry[str] | str,
-        parse: Callable[[bytes, str], object],
-        limit: int = MAX_JSON_BYTES,
-    ) -> object:
-        """What `parse` makes of the file `rel`, from the index while its identity holds.
-
-        `_GONE` when the file vanished since it was listed.
-        """
-        hit = self._files.get(rel)
-        if hit is not None:
-            st = self._stat(entry)
-            if st is None:
-                return _GONE
-            if hit[0] == st.st_ino and hit[1] == st.st_size and hit[2] == st.st_mtime_ns:
-                return hit[3]
+    # -- reading files ---------------------------------------------------------------------
+    def _read(
+        self, rel: str, parse: Callable[[bytes, str], object], racy: int, limit: int = MAX_JSON_BYTES
+    ) -> tuple[object, bool]:
+        """What `parse` makes of `rel` (`_GONE` if it vanished), and whether it may be kept."""
         path = f"{self._gen}/{rel}"
         try:
             data, st = read_with_stat(path, limit)
         except BadInput as exc:
-            missing = self._stat(entry)
-            if missing is None:
-                return _GONE
-            st, value = missing, str(exc)
-        else:
-            value = parse(data, path)
-        if _settled(st):
-            self._files[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, value)
-            self._dirty = True
-        return value
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return _GONE, False
+            return str(exc), st.st_mtime_ns < racy
+        return parse(data, path), st.st_mtime_ns < racy
 
     def _tree_hash(self, rel: str) -> str | None:
         """The hash of a tree file; None when it is absent, "" when it is not a safe regular file."""
@@ -319,29 +454,82 @@ class Scanner:
             return ""
         if st is None:
             return None
+        ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         hit = self._tree.get(rel)
-        if hit is not None and hit[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
-            return hit[3]  # type: ignore[return-value]
+        if hit is not None and hit[:4] == ident:
+            return hit[4]
         try:
             digest = sha256_file(Path(self._root, rel))
         except OSError:
             return ""
-        if _settled(st):
-            self._tree[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, digest)
+        if st.st_mtime_ns < time.time_ns() - _RACY_NS:
+            self._tree[rel] = (*ident, digest)
             self._dirty = True
         return digest
 
+    def _read_config(self) -> None:
+        path = str(self.layout.config)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self.signature_required, self.config_error = True, None
+            return
+        except OSError as exc:
+            self.signature_required, self.config_error = True, f"{path}: {exc.strerror}"
+            return
+        ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        hit = self._config
+        if hit is not None and hit[:4] == ident:
+            value = hit[4]
+        else:
+            value = _config_policy(path)
+            if st.st_mtime_ns < time.time_ns() - _RACY_NS:
+                self._config = (*ident, value)
+                self._dirty = True
+        self.signature_required, self.config_error = value
+
     # -- scanning --------------------------------------------------------------------------
-    def _list(self, folder: str) -> dict[str, os.DirEntry[str] | str]:
-        out: dict[str, os.DirEntry[str] | str] = {}
-        with contextlib.suppress(FileNotFoundError), os.scandir(f"{self._gen}/{folder}") as it:
-            for e in it:
-                if not e.name.startswith("."):
-                    out[e.name] = e
-        return out
+    def _list(self) -> tuple[dict[str, Listed], set[str] | None]:
+        """The folders now, and the keys with a file that differs from the last listing
+        (None: no listing to compare with).
+
+        A folder whose own identity (inode, mtime, ctime) is the one recorded, and had
+        settled then, holds the same entries: adding, removing or renaming one changes
+        it. Such a folder is not listed again, except attempts/, whose files grow.
+        """
+        old = self._listed
+        racy = time.time_ns() - _RACY_NS
+        listed: dict[str, Listed] = {}
+        changed: set[str] | None = None if old is None else set()
+        for folder in _LISTED:
+            path = f"{self._gen}/{folder}"
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                here = None
+            else:
+                here = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            before = None if old is None else old[folder]
+            if here is not None and before is not None and before[0] == here and folder != "attempts":
+                listed[folder] = before
+                continue
+            keys, leases = _list_folder(folder, path)
+            settled = here if here is not None and max(here[1:]) < racy else None
+            if before is not None and before[1] == keys and before[2] == leases:
+                listed[folder] = before if before[0] == settled else (settled, before[1], before[2])
+                continue
+            listed[folder] = (settled, keys, leases)
+            if changed is not None and before is not None:
+                try:
+                    changed.update(k for k, _ in keys.items() ^ before[1].items())
+                    if leases is not None and before[2] is not None:
+                        changed.update(k for k, _ in leases.items() ^ before[2].items())
+                except TypeError:  # an index written by something else
+                    changed = None
+        return listed, changed
 
     def scan(self) -> Snapshot:
-        """A full snapshot; the index makes unchanged files cost one stat each."""
+        """A full snapshot; the index makes an unchanged key cost a few dictionary lookups."""
         now = time.time()
         for _ in self.scan_batches(now=now):
             pass
@@ -356,38 +544,69 @@ class Scanner:
         """
         self._read_config()
         self._tree_now = {}
-        listing: Listing = {f: self._list(f) for f in (*JOB_FOLDERS, "receipts", "attempts")}
-        keys: dict[str, None] = {}
-        for folder in ("receipts", "running", "queue", "applied", "rejected"):
-            keys.update((n[:-5], None) for n in listing[folder] if n.endswith(".json"))
+        listed, changed = self._list()
         now = time.time() if now is None else now
-        ordered = list(keys)
+        racy = time.time_ns() - _RACY_NS
+        fixed, volatile = self._fixed, self._volatile
+        if changed is None:
+            fixed.clear()
+            volatile.clear()
+        else:
+            for key in changed:
+                fixed.pop(key, None)
+                volatile.pop(key, None)
+        maps = {f: listed[f][1] for f in _LISTED}
+        leases = listed["running"][2] or {}
+        order = maps["receipts"] | maps["running"] | maps["queue"] | maps["applied"] | maps["rejected"]
+        keys = list(order)
         rows: dict[str, JobRow] = {}
-        for start in range(0, len(ordered), size):
-            batch = {key: self._row(key, listing, now) for key in ordered[start : start + size]}
+        for start in range(0, len(keys), size):
+            chunk = keys[start : start + size]
+            batch = dict(zip(chunk, map(fixed.get, chunk), strict=True))
+            for key in [k for k, row in batch.items() if row is None]:
+                batch[key] = self._row(key, maps, key in leases, now, racy, True)
             rows.update(batch)
             yield batch
+        for key in fixed.keys() - order.keys():
+            del fixed[key]
+        for key in volatile.keys() - order.keys():
+            del volatile[key]
+        old = self._listed
+        self._dirty = self._dirty or old is None or any(listed[f] is not old.get(f) for f in _LISTED)
+        self._listed = listed
         self.rows = rows
-        self._forget_missing(listing)
 
     def refresh(self, keys: Iterable[str]) -> dict[str, JobRow | None]:
         """Re-derive just `keys` (after file events); None for a key that is gone."""
         now = time.time()
+        racy = time.time_ns() - _RACY_NS
         self._tree_now = {}
         changed: dict[str, JobRow | None] = {}
+        gen = self._gen
         for key in keys:
-            listing: Listing = {}
-            for folder in (*JOB_FOLDERS, "receipts", "attempts"):
-                listing[folder] = {}
-                for suffix in (".json", ".jsonl", ".lease", ".cancel", ".sig"):
-                    path = f"{self._gen}/{folder}/{key}{suffix}"
-                    if os.path.lexists(path):
-                        listing[folder][f"{key}{suffix}"] = path
-            if not any(f"{key}.json" in listing[f] for f in (*JOB_FOLDERS, "receipts")):
+            now_ids = [_file_identity(f"{gen}/{folder}/{key}.json", False) for folder in _LISTED[:5]]
+            has_lease = os.path.lexists(f"{gen}/running/{key}.lease")
+            attempts_id = _file_identity(f"{gen}/attempts/{key}.jsonl", True)
+            if not any(now_ids):
                 self.rows.pop(key, None)
                 changed[key] = None
                 continue
-            row = self._row(key, listing, now)
+            # What is cached for the key holds only while its files are the ones listed.
+            listed = self._listed
+            same = (
+                listed is not None
+                and all(listed[f][1].get(key) == i for f, i in zip(_LISTED, now_ids, strict=False))
+                and (key in (listed["running"][2] or {})) == has_lease
+                and listed["attempts"][1].get(key) == attempts_id
+            )
+            if not same:
+                self._fixed.pop(key, None)
+                self._volatile.pop(key, None)
+            row = self._fixed.get(key)
+            if row is None:
+                maps = {f: {key: i} if i is not None else {} for f, i in zip(_LISTED, now_ids, strict=False)}
+                maps["attempts"] = {key: attempts_id} if attempts_id is not None else {}
+                row = self._row(key, maps, has_lease, now, racy, same)
             self.rows[key] = row
             changed[key] = row
         return changed
@@ -396,55 +615,39 @@ class Scanner:
         """The rows as last scanned or refreshed."""
         return Snapshot(dict(self.rows), time.time(), self.signature_required, self.config_error)
 
-    def _read_config(self) -> None:
-        path = str(self.layout.config)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            self.signature_required, self.config_error = True, None
-            return
-        except OSError as exc:
-            self.signature_required, self.config_error = True, f"{path}: {exc.strerror}"
-            return
-        hit = self._files.get(_CONFIG)
-        if hit is not None and hit[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
-            value = hit[3]
-        else:
-            value = _config_policy(path)
-            if _settled(st):
-                self._files[_CONFIG] = (st.st_ino, st.st_size, st.st_mtime_ns, value)
-                self._dirty = True
-        self.signature_required, self.config_error = value  # type: ignore[misc]
+    # -- one key -----------------------------------------------------------------------------
+    def _row(
+        self, key: str, maps: dict[str, dict[str, Any]], has_lease: bool, now: float, racy: int, keep: bool
+    ) -> JobRow:
+        """The row of `key`, from its cached facts if there are any, else from its files
+        (as `maps`, folder -> key -> identity, lists them); what was read is cached when
+        `keep` and every file read had settled."""
+        facts = self._volatile.get(key)
+        if facts is not None:
+            return self._finish(key, facts, has_lease, now)[0]
+        folders = tuple(f for f in JOB_FOLDERS if key in maps[f])
+        facts, settled = self._facts(key, folders, key in maps["receipts"], key in maps["attempts"], racy)
+        row, fixed = self._finish(key, facts, has_lease, now)
+        if keep and settled:
+            self._dirty = True
+            if fixed:
+                self._fixed[key] = row
+            else:
+                self._volatile[key] = facts
+        return row
 
-    def _forget_missing(self, listing: Listing) -> None:
-        live = {f"{folder}/{name}" for folder, names in listing.items() for name in names}
-        live.add(_CONFIG)
-        stale = [rel for rel in self._files if rel not in live]
-        for rel in stale:
-            del self._files[rel]
-        self._dirty = self._dirty or bool(stale)
-
-    @staticmethod
-    def _stat(entry: os.DirEntry[str] | str | None) -> os.stat_result | None:
-        if entry is None:
-            return None
-        try:
-            if isinstance(entry, str):
-                return os.lstat(entry)
-            return entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-
-    def _row(self, key: str, listing: Listing, now: float) -> JobRow:
+    def _facts(
+        self, key: str, folders: tuple[str, ...], has_receipt: bool, has_attempts: bool, racy: int
+    ) -> tuple[FileFacts, bool]:
+        """What the key's files say, and whether all of them had settled."""
         name = f"{key}.json"
-        folders = tuple(f for f in JOB_FOLDERS if name in listing[f])
-        problems: list[str] = []
+        folders = _share(folders)
+        settled = True
         summary: JobSummary | None = None
-        invalid: str | None = None
-        if not KEY_RE.fullmatch(key):
-            invalid = f"{name}: file name is not a job key"
+        invalid = None if KEY_RE.fullmatch(key) else f"{name}: file name is not a job key"
         for folder in folders:
-            parsed = self._parsed(f"{folder}/{name}", listing[folder][name], _JOB_PARSERS[folder])
+            parsed, ok = self._read(f"{folder}/{name}", _JOB_PARSERS[folder], racy)
+            settled = settled and ok
             if parsed is _GONE:
                 continue
             if isinstance(parsed, str):
@@ -452,76 +655,237 @@ class Scanner:
             elif summary is None:
                 summary = parsed  # type: ignore[assignment]
         receipt: str | None = None
+        problems: tuple[str, ...] = ()
         worker = ""
-        entry = listing["receipts"].get(name)
-        parsed = _GONE if entry is None else self._parsed(f"receipts/{name}", entry, _parse_receipt)
-        if parsed is not _GONE:
+        if has_receipt:
+            parsed, ok = self._read(f"receipts/{name}", _parse_receipt, racy)
+            settled = settled and ok
             if isinstance(parsed, str):
                 receipt = "invalid"
-                problems.append(parsed)
-            else:
+                problems = (parsed,)
+            elif parsed is not _GONE:
                 receipt, worker = parsed[0], parsed[1]  # type: ignore[index]
                 if summary is not None and parsed[3] != summary[1]:  # type: ignore[index]
-                    problems.append("receipt names another job digest")
+                    problems = ("receipt names another job digest",)
         attempts = 0
-        entry = listing["attempts"].get(f"{key}.jsonl")
-        if entry is not None:
-            parsed = self._parsed(f"attempts/{key}.jsonl", entry, _parse_attempts, _ATTEMPTS_BYTES)
+        if has_attempts:
+            parsed, ok = self._read(f"attempts/{key}.jsonl", _parse_attempts, racy, _ATTEMPTS_BYTES)
+            settled = settled and ok
             if isinstance(parsed, tuple):
                 attempts, last = parsed
                 worker = worker or last
-        lease = None
-        if folders == ("running",):
-            lease, holder = self._lease(key, listing["running"], now)
-            worker = holder or worker
-        base_fresh = None
-        if receipt == "ok" and summary is not None and "running" in folders:
-            stale = [p for p, want in summary[4] if self._tree_hash(p) != want]
-            base_fresh = not stale
-            problems += [f"{p}: changed since the job was minted" for p in stale]
-        state = derive_state(Facts(frozenset(folders), lease, receipt, base_fresh, invalid))
-        if invalid:
-            problems.insert(0, invalid)
-        if state is State.INCONSISTENT:
-            problems.append(inconsistency_rule(frozenset(folders), receipt is not None))
-        if state is State.ORPHANED:
-            problems.append(f"lease {lease}: the worker is gone; requeue replays the job")
-        if summary is not None:
-            schema, digest, instruction, paths, _, created, note = summary
-            if note:
-                problems.append(f"rejected: {note}")
-        else:
-            schema, digest, instruction, paths, created = "", "", "", (), 0.0
-        return JobRow(
-            key,
-            state,
+        return (
+            folders,
+            summary is not None,
+            *(summary or _NO_SUMMARY),
+            invalid,
+            receipt,
+            problems,
+            worker,
+            attempts,
+        ), settled
+
+    def _finish(self, key: str, facts: FileFacts, has_lease: bool, now: float) -> tuple[JobRow, bool]:
+        """The row, and whether it depends on the key's files alone."""
+        (
+            folders,
+            has_summary,
             schema,
             digest,
             instruction,
             paths,
+            inputs,
             created,
-            attempts,
-            worker,
+            note,
+            invalid,
             receipt,
-            folders,
-            tuple(problems),
+            receipt_problems,
+            worker,
+            attempts,
+        ) = facts
+        problems = list(receipt_problems)
+        fixed = True
+        base_fresh = None
+        if receipt == "ok" and has_summary and "running" in folders:
+            stale = [p for p, want in inputs if self._tree_hash(p) != want]
+            base_fresh = not stale
+            problems += [f"{p}: changed since the job was minted" for p in stale]
+            fixed = False
+        lease = None
+        if folders == ("running",):
+            lease, holder = self._lease(key, has_lease, now, receipt, base_fresh, invalid)
+            worker = holder or worker
+            fixed = fixed and not has_lease
+        state = _derive(folders, lease, receipt, base_fresh, invalid)
+        if invalid:
+            problems.insert(0, invalid)
+        if state is State.INCONSISTENT:
+            problems.append(inconsistency_rule(frozenset(folders), receipt is not None))
+        elif state is State.ORPHANED:
+            problems.append(f"lease {lease}: the worker is gone; requeue replays the job")
+            fixed = False
+        elif state is State.RUNNING:
+            fixed = False
+        if note:
+            problems.append(f"rejected: {note}")
+        row = _make_row(
+            (
+                key,
+                state,
+                schema,
+                digest,
+                instruction,
+                paths,
+                created,
+                attempts,
+                worker,
+                receipt,
+                folders,
+                _share(tuple(problems)) if problems else (),
+            )
         )
+        return row, fixed
 
-    def _lease(self, key: str, running: dict[str, os.DirEntry[str] | str], now: float) -> tuple[str, str]:
-        entry = running.get(f"{key}.lease")
-        parsed = (
-            _GONE
-            if entry is None
-            else self._parsed(f"running/{key}.lease", entry, _parse_lease, _LEASE_BYTES)
-        )
+    def _lease(
+        self,
+        key: str,
+        has_lease: bool,
+        now: float,
+        receipt: str | None,
+        base_fresh: bool | None,
+        invalid: str | None,
+    ) -> tuple[str, str]:
+        """(lease state, holder) of a job in running/ alone.
+
+        Without a lease file the state is "claiming" or "missing" by the job file's age;
+        when the job's state is the same either way (and not orphaned, whose message names
+        it), the job file is not looked at.
+        """
+        parsed = _GONE
+        if has_lease:
+            path = f"{self._gen}/running/{key}.lease"
+            try:
+                data, _ = read_with_stat(path, _LEASE_BYTES)
+            except BadInput as exc:
+                parsed = str(exc) if os.path.lexists(path) else _GONE
+            else:
+                parsed = _parse_lease(data, path)
         if parsed is _GONE:
-            job = self._stat(running.get(f"{key}.json"))
-            claiming = job is not None and now - job.st_ctime < CLAIM_GRACE
-            return (LEASE_CLAIMING if claiming else LEASE_MISSING), ""
+            running = ("running",)
+            either = _derive(running, LEASE_MISSING, receipt, base_fresh, invalid)
+            if either is not State.ORPHANED and either is _derive(
+                running, LEASE_CLAIMING, receipt, base_fresh, invalid
+            ):
+                return LEASE_MISSING, ""
+            try:
+                claimed = os.lstat(f"{self._gen}/running/{key}.json").st_ctime
+            except FileNotFoundError:
+                return LEASE_MISSING, ""
+            return (LEASE_CLAIMING if now - claimed < CLAIM_GRACE else LEASE_MISSING), ""
         if isinstance(parsed, str):
             return LEASE_STALE, ""
         worker, host, pid, heartbeat, ttl = parsed  # type: ignore[misc]
         return (LEASE_FRESH if lease_fresh(heartbeat, ttl, host, pid, now) else LEASE_STALE), worker
+
+
+# -- checking what the index holds ---------------------------------------------------------------
+_NONE = type(None)
+# Column types of a finished row (key, state, then the rest of `JobRow`) and of file facts.
+_ROW_TYPES: tuple[set[type], ...] = (
+    {str},
+    {str},
+    {str},
+    {str},
+    {str},
+    {tuple},
+    {float},
+    {int},
+    {str},
+    {str, _NONE},
+    {tuple},
+    {tuple},
+)
+_FACT_TYPES: tuple[set[type], ...] = (
+    {str},  # key
+    {tuple},  # folders
+    {bool},  # has a summary
+    {str},
+    {str},
+    {str},
+    {tuple},
+    {tuple},
+    {float},
+    {str},  # the summary
+    {str, _NONE},  # invalid
+    {str, _NONE},  # receipt
+    {tuple},  # receipt problems
+    {str},  # worker
+    {int},  # attempts
+)
+
+
+def _crc(blob: bytes | bytearray, start: int) -> bytes:
+    return zlib.crc32(memoryview(blob)[start:]).to_bytes(4, "big")
+
+
+def _transpose(rows: Iterable[tuple[Any, ...]], width: int) -> tuple[tuple[Any, ...], ...]:
+    columns = tuple(zip(*rows, strict=True))
+    return columns if columns else ((),) * width
+
+
+def _columns_of(value: object, types: tuple[set[type], ...]) -> tuple[tuple[Any, ...], ...]:
+    """`value` as equal columns of the given types, or ValueError."""
+    if type(value) is not tuple or len(value) != len(types):
+        raise ValueError("malformed index")
+    size = len(value[0]) if type(value[0]) is tuple else -1
+    for col, allowed in zip(value, types, strict=True):
+        if type(col) is not tuple or len(col) != size or not set(map(type, col)) <= allowed:
+            raise ValueError("malformed index")
+    return value
+
+
+def _check_shared(column: tuple[Any, ...], ok: Callable[[Any], bool]) -> None:
+    """Check each distinct object of a column once (the index shares repeated tuples)."""
+    if not all(map(ok, dict(zip(map(id, column), column, strict=True)).values())):
+        raise ValueError("malformed index")
+
+
+def _str_tuple(value: object) -> bool:
+    return type(value) is tuple and all(type(v) is str for v in value)
+
+
+def _inputs_ok(value: object) -> bool:
+    return type(value) is tuple and all(
+        type(p) is tuple and len(p) == 2 and type(p[0]) is str and type(p[1]) in (str, _NONE) for p in value
+    )
+
+
+def _valid_listed(listed: object) -> bool:
+    if not (type(listed) is dict and listed.keys() == set(_LISTED)):
+        return False
+    for folder, entry in listed.items():
+        if not (type(entry) is tuple and len(entry) == 3):
+            return False
+        here, keys, leases = entry
+        if not (here is None or type(here) is tuple) or type(keys) is not dict:
+            return False
+        if not set(map(type, keys)) <= {str} or (leases is None) != (folder != "running"):
+            return False
+        if leases is not None and not (type(leases) is dict and set(map(type, leases)) <= {str}):
+            return False
+    return True
+
+
+def _valid_tree(item: tuple[object, object]) -> bool:
+    rel, entry = item
+    return type(rel) is str and type(entry) is tuple and len(entry) == 5 and type(entry[4]) in (str, _NONE)
+
+
+def _valid_config(config: object) -> bool:
+    if not (type(config) is tuple and len(config) == 5 and type(config[4]) is tuple and len(config[4]) == 2):
+        return False
+    required, fault = config[4]
+    return type(required) is bool and type(fault) in (str, _NONE)
 
 
 def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import shutil
 import time
+import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
-from corekit import dead_pid, mint, receive, sha, write_jobs, write_receipt
+from corekit import dead_pid, make_repo, mint, receive, sha, write_jobs, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from core import snapshot
 from core.apply import apply_job
 from core.layout import Layout
 from core.lifecycle import State
-from core.queue import claim, reject
+from core.queue import claim, reject, requeue
 from core.snapshot import Scanner, keys_from_paths, take_snapshot
 
 HOUR_NS = 3600 * 10**9
@@ -151,17 +155,125 @@ def test_a_bad_config_is_reported_not_raised(repo: Layout) -> None:
     assert not take_snapshot(repo).signature_required
 
 
-def test_the_index_is_reused_by_the_next_process_and_checked(repo: Layout) -> None:
+def settle(layout: Layout) -> None:
+    """Age every file under `.gen/`, so the index may keep what is read from them."""
+    for dirpath, _, names in os.walk(layout.gen):
+        for name in names:
+            age(Path(dirpath, name))
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files under `.gen/` a snapshot reads, as folder/name."""
+    seen: list[str] = []
+    real = snapshot.read_with_stat
+
+    def counting(path: str | Path, *args: Any, **kwargs: Any) -> tuple[bytes, os.stat_result]:
+        seen.append("/".join(Path(path).parts[-2:]))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "read_with_stat", counting)
+    return seen
+
+
+def replace_with(path: Path, data: bytes) -> None:
+    """Put a new file (a new inode) at `path`, as genjob's own writers do."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def test_the_index_is_reused_by_the_next_process_and_checked(repo: Layout, reads: list[str]) -> None:
     keys = write_jobs(repo, 5)
-    for k in keys:
-        age(repo.queue / f"{k}.json")
+    settle(repo)
     first = take_snapshot(repo)
-    assert (repo.cache / "snapshot.marshal").exists()
-    again = Scanner(repo)
-    assert sum(rel.startswith("queue/") for rel in again._files) == 5
-    assert again.scan().rows == first.rows
-    (repo.queue / f"{keys[0]}.json").write_bytes(b"{}")
+    assert (repo.cache / "snapshot.marshal").exists() and len(reads) == 5
+    reads.clear()
+    assert Scanner(repo).scan().rows == first.rows
+    assert reads == []
+    path = repo.queue / f"{keys[0]}.json"
+    replace_with(path, path.read_bytes())
+    age(path)
+    assert take_snapshot(repo).rows == first.rows
+    assert reads == [f"queue/{keys[0]}.json"], "a new inode under the same name is read again"
+    replace_with(path, b"{}")
     assert take_snapshot(repo).rows[keys[0]].state is State.INVALID
+
+
+def test_a_file_still_being_written_is_read_again_until_it_settles(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    path = repo.queue / f"{key}.json"
+    data = path.read_bytes()
+    path.write_bytes(data[:20])  # a writer that is not done yet, in place (same inode)
+    assert states(repo)[key] is State.INVALID
+    path.write_bytes(data)
+    assert states(repo)[key] is State.QUEUED
+
+
+def test_a_cached_row_follows_claims_requeues_and_attempts(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    settle(repo)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts) == (State.QUEUED, 0)
+    claim(repo, "w1", key)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts, row.worker) == (State.RUNNING, 1, "w1")
+    requeue(repo, key, force=True)  # back in queue/ under the same inode; the attempt recorded
+    settle(repo)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts, row.worker) == (State.QUEUED, 1, "w1")
+    claim(repo, "w2", key)
+    requeue(repo, key, force=True)
+    settle(repo)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts, row.worker) == (State.QUEUED, 2, "w2")
+
+
+def test_a_cached_queued_row_shows_running_once_claimed(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    settle(repo)
+    assert states(repo)[key] is State.QUEUED
+    claim(repo, "w1", key)
+    settle(repo)
+    assert states(repo)[key] is State.RUNNING
+    assert Scanner(repo).scan().rows[key].state is State.RUNNING
+
+
+def test_leases_are_read_on_every_scan(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    claim(repo, "w1", key)
+    settle(repo)
+    scanner = Scanner(repo)
+    assert scanner.scan().rows[key].state is State.RUNNING
+    scanner.save_cache()
+    lease = json.loads(repo.lease(key).read_bytes())
+    repo.lease(key).write_text(json.dumps({**lease, "heartbeat": 1.0, "ttl": 1.0}))
+    age(repo.lease(key))
+    assert scanner.scan().rows[key].state is State.ORPHANED
+    assert Scanner(repo).scan().rows[key].state is State.ORPHANED
+
+
+def test_a_received_job_turns_stale_in_the_next_process(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"x"}, signer)
+    settle(repo)
+    age(repo.root / "src/app.py")
+    assert states(repo)[job.key] is State.RECEIVED
+    (repo.root / "src/app.py").write_text("moved on\n")
+    assert states(repo)[job.key] is State.STALE
+
+
+def test_a_folder_recorded_as_settled_is_listed_again_once_it_changes(
+    repo: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot, "_RACY_NS", 0)  # everything counts as settled at once
+    a, b = write_jobs(repo, 2)
+    assert set(states(repo)) == {a, b}
+    (repo.queue / f"{a}.json").unlink()
+    c = write_jobs(repo, 1, prefix="later")[0]
+    assert set(states(repo)) == {b, c}
+    os.rename(repo.queue / f"{b}.json", repo.rejected / f"{b}.json")
+    assert states(repo)[b] is State.INVALID, "a bare job document is not a rejection record"
 
 
 def test_a_corrupt_index_is_ignored(repo: Layout) -> None:
@@ -172,6 +284,40 @@ def test_a_corrupt_index_is_ignored(repo: Layout) -> None:
     assert set(states(repo)) == set(keys)
     shutil.rmtree(repo.cache)
     assert set(states(repo)) == set(keys)
+
+
+def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path: Path) -> None:
+    write_jobs(repo, 3)
+    mint(repo, "x", ["src/app.py"])
+    settle(repo)
+    want = take_snapshot(repo).rows
+    index = repo.cache / "snapshot.marshal"
+    blob = index.read_bytes()
+    other = make_repo(tmp_path / "other")
+    write_jobs(other, 2)
+    settle(other)
+    take_snapshot(other)
+    start = len(snapshot._CACHE_HEADER) + 4
+
+    def sealed(data: object) -> bytes:
+        body = marshal.dumps(data)
+        return snapshot._CACHE_HEADER + zlib.crc32(body).to_bytes(4, "big") + body
+
+    candidates = [
+        blob[: len(blob) // 2],
+        blob[:-1],
+        bytes(b ^ 0xFF if i % 41 == 7 else b for i, b in enumerate(blob)),
+        marshal.dumps({"files": {}}),
+        sealed({"files": {}}),
+        sealed((None,) * 7),
+        sealed((*marshal.loads(blob[start:])[:5], (("k",), ("QUEUED",)), ())),
+        (other.cache / "snapshot.marshal").read_bytes(),
+    ]
+    for bad in candidates:
+        index.write_bytes(bad)
+        assert take_snapshot(repo).rows == want
+        index.write_bytes(bad)
+        assert Scanner(repo).refresh(want) == want
 
 
 def test_a_tree_file_rewritten_within_a_clock_tick_is_rehashed(
