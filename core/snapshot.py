@@ -7,14 +7,17 @@ loaded only for a document the quick check does not accept, to name its fault).
 clock) and asks `derive_state`.
 
 The index, kept in memory by a long-lived `Scanner` and in `.gen/cache/` for the next
-process, holds per key the identities of the files `_facts` read: with the finished row
-when the row depends on nothing else (queued, applied, rejected, failed, invalid and
-inconsistent jobs without a lease), else with the facts, so only `_finish` runs again.
-IDENTITY_RULE
-Leases are read on every scan; tree files are hashed again when their (inode, size,
-mtime, ctime) changed. What was read from a file changed within the last two seconds
-is used but not kept. The index only saves work: a missing, damaged or foreign one is
-ignored, and verification never reads it.
+process, holds the folders as last listed and, per key, what was made from the files
+listed: the finished row when it depends on nothing else (queued, applied, rejected,
+failed, invalid and inconsistent jobs without a lease), else the facts, so only
+`_finish` runs again. Job documents, receipts and applied/rejected records are never
+rewritten (each is a complete file linked into place), so such a file is known by its
+folder, name and inode as the listing gives them, without a stat: a file replaced under
+the same name is read again, a file edited in place is not. Attempts files grow, so
+theirs is (inode, size, mtime). Leases are read on every scan; tree files are hashed
+again when their (inode, size, mtime, ctime) changed. What was read from a file changed
+within the last two seconds is used but not kept. The index only saves work: a missing,
+damaged or foreign one is ignored, and verification never reads it.
 """
 
 from __future__ import annotations
