@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import shutil
 import statistics
 import subprocess
@@ -40,6 +41,8 @@ SOURCE = b"def add(a, b):\n    return a + b\n"
 ARRIVALS_PER_SECOND = 200
 RENAMES = 100
 RENAME_EVERY = 0.1
+# No child may take longer than this (a hung one is killed and reported).
+CHILD_TIMEOUT = 300.0
 
 
 def job_doc(i: int, created: int) -> tuple[str, bytes]:
@@ -69,18 +72,53 @@ def make_repo(root: Path, n: int) -> list[str]:
 
 
 def child(*args: str) -> subprocess.Popen[str]:
+    """A measured process; its stderr goes to a file (a pipe nobody reads could block it)."""
     return subprocess.Popen(
         [sys.executable, str(APPS), *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=tempfile.TemporaryFile(mode="w+"),
         text=True,
         cwd=PROJECT,
     )
 
 
-def lines(proc: subprocess.Popen[str]) -> list[dict[str, float]]:
-    out, _ = proc.communicate(timeout=900)
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+def errors(proc: subprocess.Popen[str]) -> str:
+    """The end of what a child wrote to stderr."""
+    err = proc.stderr
+    if err is None:
+        return ""
+    err.seek(0)
+    return err.read()[-2000:]
+
+
+def lines(proc: subprocess.Popen[str], timeout: float = CHILD_TIMEOUT) -> list[dict[str, float]]:
+    """The JSON lines a child printed; it is killed (and its error shown) if it overruns."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"{proc.args[2:4]} ran past {timeout:g}s: {errors(proc)}") from None
+    got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if proc.returncode or not got:
+        raise RuntimeError(f"{proc.args[2:4]} failed ({proc.returncode}): {errors(proc)}")
+    return got
+
+
+def wait_ready(proc: subprocess.Popen[str], timeout: float = CHILD_TIMEOUT) -> None:
+    """Read the child's lines until it says it is ready; kill it if it never does."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            line = proc.stdout.readline()
+            if '"ready"' in line:
+                return
+            if not line:
+                break
+    proc.kill()
+    proc.communicate()
+    raise RuntimeError(f"{proc.args[2:4]} never became ready: {errors(proc)}")
 
 
 def first_frame(app: str, root: Path) -> float:
@@ -110,13 +148,9 @@ def update_latency(root: Path, keys: list[str], work: Path) -> tuple[float, floa
         out.unlink(missing_ok=True)
         Path(str(out) + ".stop").unlink(missing_ok=True)
     board = child("board", "update", str(root), str(keys_file), str(board_out))
-    assert board.stdout is not None
-    while '"ready"' not in (line := board.stdout.readline()):
-        if not line:
-            raise RuntimeError("the board exited before it was ready")
+    wait_ready(board)
     raw = child("rawwatch", str(root), str(keys_file), str(raw_out))
-    assert raw.stdout is not None
-    raw.stdout.readline()
+    wait_ready(raw)
     time.sleep(0.5)
 
     stop = threading.Event()
@@ -150,8 +184,12 @@ def update_latency(root: Path, keys: list[str], work: Path) -> tuple[float, floa
         feeder.join()
         for out in (board_out, raw_out):
             Path(str(out) + ".stop").write_text("")
-        board.communicate(timeout=120)
-        raw.communicate(timeout=120)
+        for proc in (board, raw):
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
     board_seen = json.loads(board_out.read_text())
     raw_seen = json.loads(raw_out.read_text())
     missing = [k for k in renamed if k not in board_seen or k not in raw_seen]
