@@ -74,7 +74,7 @@ def reseal(doc: dict[str, Any]) -> None:
 ODD_VALUES: list[Any] = [None, True, False, 0, 1, -1, 2**40, 1.0, 1.5, "", "x", "a" * 201, "src/a.py"]
 ODD_VALUES += ["../x", ".gen/x", [], {}, ["x"], [1], ABC, "F" * 64, "f" * 32, "g" * 32, "0" * 64 + "\n"]
 ODD_VALUES += [{"src/a.py": ABC}, ["src/a.py", "src/a.py"]]
-ODD = st.sampled_from(ODD_VALUES)
+ODD = st.sampled_from(ODD_VALUES).map(copy.deepcopy)  # drawn values are mutated: never share them
 
 
 @st.composite
