@@ -104,6 +104,9 @@ def _depth(text: str) -> int:
 
 
 _STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
+# `JSONDecoder.decode` without its two Python layers: these are what it calls.
+_SCAN = _STRICT_DECODER.scan_once
+_SPACE = json.decoder.WHITESPACE.match
 
 
 def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -118,7 +121,14 @@ def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> A
     if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
         raise BadInput(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        return _STRICT_DECODER.decode(text)
+        try:
+            obj, end = _SCAN(text, _SPACE(text, 0).end())
+        except StopIteration as err:
+            raise json.JSONDecodeError("Expecting value", text, err.value) from None
+        end = _SPACE(text, end).end()
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
+        return obj
     except json.JSONDecodeError as exc:
         raise BadInput(f"{source}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:
@@ -142,11 +152,10 @@ def read_with_stat(
     path: Path | str, max_bytes: int = MAX_JSON_BYTES, source: str | None = None
 ) -> tuple[bytes, os.stat_result]:
     """`read_bytes`, and the stat of the file that was read (its identity: inode, size, mtime)."""
-    source = source or str(path)
     try:
         fd, st = _open_regular(path)
     except OSError as exc:
-        raise BadInput(f"{source}: cannot read ({exc.strerror})") from None
+        raise BadInput(f"{source or path}: cannot read ({exc.strerror})") from None
     try:
         # Sized by fstat, so a small file costs a small buffer. Exactly the size fstat
         # gave is the whole file as it was then; more (it grew) or less (a short read)
@@ -160,5 +169,5 @@ def read_with_stat(
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise BadInput(f"{source}: over the {max_bytes}-byte limit")
+        raise BadInput(f"{source or path}: over the {max_bytes}-byte limit")
     return data, st

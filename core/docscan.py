@@ -14,7 +14,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from core.paths import check_relpath
@@ -26,6 +26,8 @@ MAX_INSTRUCTION_CHARS = 256 * 1024
 MAX_PATHS = 1000
 KEY_RE = re.compile(r"[0-9a-f]{32}")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")
+_KEY_MATCH = KEY_RE.fullmatch
+_HEX64_MATCH = HEX64_RE.fullmatch
 
 _V1_FIELDS = frozenset(
     (
@@ -52,24 +54,25 @@ _LEASE_FIELDS = frozenset(("worker", "host", "pid", "token", "claimed_at", "hear
 JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float]
 
 
-def _encoder() -> Callable[[object], str]:
-    """Canonical JSON text, as `json.dumps(obj, sort_keys=True, separators=(",", ":"))` makes it.
+def _chunks() -> Callable[[object, int], Iterable[str]]:
+    """The pieces of canonical JSON text, as `json.dumps(obj, sort_keys=True,
+    separators=(",", ":"))` makes it.
 
     `json.dumps` builds a new encoder on every call; this one is built once. Without the
     cycle check, which changes nothing for a parsed document (it has no cycles).
     """
     make = json.encoder.c_make_encoder
     if make is None:
-        return json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False).encode
-    encode = make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
-    return lambda obj: "".join(encode(obj, 0))
+        encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+        return lambda obj, _: (encoder.encode(obj),)
+    return make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
 
 
-_canonical_text = _encoder()
+_CANONICAL_CHUNKS = _chunks()
 
 
 def _canonical_sha(obj: object) -> str:
-    return hashlib.sha256(_canonical_text(obj).encode()).hexdigest()
+    return hashlib.sha256("".join(_CANONICAL_CHUNKS(obj, 0)).encode()).hexdigest()
 
 
 def _key(v: object) -> bool:
@@ -133,26 +136,26 @@ def quick_job(obj: Any) -> JobSummary | None:
     else:
         return None
     paths, inputs, digest, key = obj["allowed_paths"], obj["inputs"], obj["digest"], obj["idempotency_key"]
+    instruction, created = obj["instruction"], obj["created_at"]
+    # The helpers above, written out: this runs once for every job file a listing reads.
     if not (
-        _key(key)
-        and _hex64(digest)
-        and _text(obj["instruction"], 1, MAX_INSTRUCTION_CHARS)
-        and _int(obj["created_at"])
+        type(key) is str
+        and _KEY_MATCH(key)
+        and type(digest) is str
+        and _HEX64_MATCH(digest)
+        and type(instruction) is str
+        and 1 <= len(instruction) <= MAX_INSTRUCTION_CHARS
+        and type(created) is int
         and _paths_ok(paths)
         and type(inputs) is dict
         and inputs.keys() == set(paths)
     ):
         return None
     for h in inputs.values():
-        if not (_hex64(h) or (h is None and schema == V2)):
+        if not ((type(h) is str and _HEX64_MATCH(h)) or (h is None and schema == V2)):
             return None
     if schema == V2:
-        body = {
-            "schema": V2,
-            "instruction": obj["instruction"],
-            "allowed_paths": sorted(paths),
-            "inputs": inputs,
-        }
+        body = {"schema": V2, "instruction": instruction, "allowed_paths": sorted(paths), "inputs": inputs}
         if replay_of is not None:
             body["replay_of"] = replay_of
         if _canonical_sha(body) != digest or key != digest[:32]:
@@ -160,16 +163,9 @@ def quick_job(obj: Any) -> JobSummary | None:
     else:
         if _canonical_sha({k: v for k, v in obj.items() if k != "digest"}) != digest:
             return None
-        if _canonical_sha({"instruction": obj["instruction"], "inputs": inputs})[:32] != key:
+        if _canonical_sha({"instruction": instruction, "inputs": inputs})[:32] != key:
             return None
-    return (
-        schema,
-        digest,
-        obj["instruction"],
-        tuple(paths),
-        tuple(sorted(inputs.items())),
-        float(obj["created_at"]),
-    )
+    return (schema, digest, instruction, tuple(paths), tuple(sorted(inputs.items())), float(created))
 
 
 def quick_receipt(obj: Any) -> tuple[str, str, str, str] | None:

@@ -26,6 +26,8 @@ import contextlib
 import json
 import marshal
 import os
+import re
+import sys
 import time
 import zlib
 from collections import Counter
@@ -34,11 +36,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from core.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat, sha256_file
-from core.docscan import KEY_RE, lease_fresh, quick_job, quick_lease, quick_receipt
-from core.durable import atomic_write
+from core.docscan import KEY_RE, V1, V2, lease_fresh, quick_job, quick_lease, quick_receipt
 from core.errors import BadInput, GenjobError
 from core.layout import JOB_FOLDERS, Layout
 from core.lifecycle import (
@@ -128,6 +129,9 @@ FileFacts = tuple[Any, ...]
 _NO_SUMMARY: JobSummary = ("", "", "", (), (), 0.0, "")
 # A folder as listed: its own (inode, mtime, ctime) if it had settled, `<key><suffix>`
 # by key with the file's identity, and for `running/` the keys with a lease.
+# A row made ahead of its turn: (row, whether it depends on its files alone, the facts,
+# whether they may be kept).
+Ahead = tuple["JobRow", bool, FileFacts, bool]
 Listed = tuple[tuple[int, int, int] | None, dict[str, Any], dict[str, Any] | None]
 
 # Values that repeat across many rows (paths, folder tuples, workers, statuses) are kept
@@ -175,12 +179,12 @@ def _rejection_reason(record: object) -> str:
     return str(rejection.get("reason") or "") if isinstance(rejection, dict) else ""
 
 
-def _job_parser(folder: str) -> Callable[[bytes, str], object]:
+def _job_parser(folder: str) -> Callable[[bytes, str, str], object]:
     is_record = folder in ("applied", "rejected")
     # Inputs matter only to a running job's base check; elsewhere they are not kept.
     keep_inputs = folder == "running"
 
-    def parse(data: bytes, path: str) -> object:
+    def parse(data: bytes, path: str, key: str) -> object:
         try:
             obj = loads_strict(data, path)
         except BadInput as exc:
@@ -191,11 +195,11 @@ def _job_parser(folder: str) -> Callable[[bytes, str], object]:
                 return _strict_job(path, folder)
             doc, note = obj["job"], _rejection_reason(obj)
         summary = quick_job(doc)
-        if summary is None or doc["idempotency_key"] != os.path.basename(path)[:-5]:
+        if summary is None or doc["idempotency_key"] != key:
             return _strict_job(path, folder)
         schema, digest, instruction, paths, inputs, created = summary
         inputs = _share(inputs) if keep_inputs else ()
-        return (_share(schema), digest, instruction, _share(paths), inputs, created, note)
+        return (V2 if schema == V2 else V1, digest, instruction, _share(paths), inputs, created, note)
 
     return parse
 
@@ -237,12 +241,23 @@ def _parse_lease(data: bytes, path: str) -> object:
     return (lease.worker, lease.host, lease.pid, lease.heartbeat, lease.ttl)
 
 
-def _parse_attempts(data: bytes, path: str) -> object:
+# A claim line as `core.queue` writes it (canonical JSON, a worker name without escapes):
+# what `json.loads` would make of it, read off directly. Integers are held to 20 digits,
+# well under the length `json.loads` refuses.
+_CLAIM_LINE = re.compile(
+    rb'\{"at":-?(?:0|[1-9][0-9]{0,19})(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?,'
+    rb'"attempt":-?(?:0|[1-9][0-9]{0,19}),"event":"claimed","worker":"([\x20\x21\x23-\x5b\x5d-\x7e]+)"\}'
+)
+
+
+def _parse_attempts(data: bytes) -> tuple[int, str]:
     """(claims, the worker of the last claim that names one); only claim lines are parsed."""
     if _CLAIMED not in data:
         return (0, "")
     claims = [line for line in data.splitlines() if _CLAIMED in line]
     for line in reversed(claims):
+        if plain := _CLAIM_LINE.fullmatch(line):
+            return (len(claims), _share(plain[1].decode()))
         try:
             obj = json.loads(line)  # evidence, not a contract: a bad line is skipped
         except (ValueError, RecursionError):
@@ -333,6 +348,29 @@ def _file_identity(path: str, growing: bool) -> Any:
     return _GROWING(st) if growing else st.st_ino
 
 
+# A full scan makes the rows of keys the index does not know in up to this many
+# processes, with at least this many keys for each, in at most 256 chunks of at least
+# this many keys.
+_WORKERS_MAX = 4
+_WORKER_KEYS_MIN = 2000
+_CHUNK_KEYS_MIN = 200
+
+
+def _threads() -> int:
+    threading = sys.modules.get("threading")
+    return threading.active_count() if threading is not None else 1
+
+
+# The folders holding a key's job document, from whether applied/, rejected/, running/
+# and queue/ hold it (in the order of JOB_FOLDERS), as one shared tuple each.
+_FOLDERS = {
+    (a, b, c, d): tuple(f for f, here in zip(JOB_FOLDERS, (a, b, c, d), strict=True) if here)
+    for a in (False, True)
+    for b in (False, True)
+    for c in (False, True)
+    for d in (False, True)
+}
+
 # What `Scanner._read` returns for a file that vanished since the folder was listed.
 _GONE = object()
 
@@ -354,6 +392,9 @@ class Scanner:
         self._volatile: dict[str, FileFacts] = {}
         self._tree: dict[str, tuple[int, int, int, int, str | None]] = {}
         self._tree_now: dict[str, str | None] = {}
+        # key -> (the bytes of its lease as last read, what they say): a lease is read on
+        # every scan and parsed again only when its bytes changed.
+        self._leases: dict[str, tuple[bytes, object]] = {}
         self._config: tuple[int, int, int, int, tuple[bool, str | None]] | None = None
         self._dirty = False
         self.rows: dict[str, JobRow] = {}
@@ -383,12 +424,13 @@ class Scanner:
             self._adopt(marshal.loads(memoryview(blob)[start:]))
         except (OSError, EOFError, ValueError, TypeError, KeyError):
             self._listed, self._fixed, self._volatile, self._tree, self._config = None, {}, {}, {}, None
+            self._leases = {}
 
     def _adopt(self, data: object) -> None:
         """Take what the index holds, or raise ValueError when it is not one of ours."""
-        if not (type(data) is tuple and len(data) == 7):
+        if not (type(data) is tuple and len(data) == 8):
             raise ValueError("not a snapshot index")
-        gen, device, config, tree, listed, fixed, volatile = data
+        gen, device, config, tree, listed, fixed, volatile, leases = data
         if gen != self._gen or device != self._device():
             raise ValueError("an index of another .gen/")
         if not (
@@ -396,6 +438,8 @@ class Scanner:
             and type(tree) is dict
             and all(map(_valid_tree, tree.items()))
             and (config is None or _valid_config(config))
+            and type(leases) is dict
+            and all(map(_valid_lease, leases.items()))
         ):
             raise ValueError("malformed index")
         keys, states, *fields = _columns_of(fixed, _ROW_TYPES)
@@ -409,6 +453,7 @@ class Scanner:
         _check_shared(columns[6], _inputs_ok)
         self._volatile = dict(zip(keys, zip(*columns, strict=True), strict=True))
         self._fixed, self._listed, self._tree, self._config = fixed_rows, listed, tree, config
+        self._leases = leases
 
     def save_cache(self) -> None:
         if not self._dirty or not self.disk_cache or self._listed is None:
@@ -416,7 +461,18 @@ class Scanner:
         rows = _transpose(self._fixed.values(), len(JobRow._fields))
         fixed = (rows[0], tuple(s.value for s in rows[1]), *rows[2:])
         volatile = (tuple(self._volatile), *_transpose(self._volatile.values(), len(_FACT_TYPES) - 1))
-        index = (self._gen, self._device(), self._config, self._tree, self._listed, fixed, volatile)
+        from core.durable import atomic_write
+
+        index = (
+            self._gen,
+            self._device(),
+            self._config,
+            self._tree,
+            self._listed,
+            fixed,
+            volatile,
+            self._leases,
+        )
         with contextlib.suppress(OSError, ValueError):
             blob = bytearray(_CACHE_HEADER)
             blob += bytes(4)
@@ -428,11 +484,10 @@ class Scanner:
             self._dirty = False
 
     # -- reading files ---------------------------------------------------------------------
-    def _read(
-        self, rel: str, parse: Callable[[bytes, str], object], racy: int, limit: int = MAX_JSON_BYTES
-    ) -> tuple[object, bool]:
-        """What `parse` makes of `rel` (`_GONE` if it vanished), and whether it may be kept."""
-        path = f"{self._gen}/{rel}"
+    @staticmethod
+    def _read(path: str, racy: int, limit: int = MAX_JSON_BYTES) -> tuple[object, bool]:
+        """The bytes of a file, or why it cannot be read, or `_GONE` if it vanished; and
+        whether what is made of it may be kept."""
         try:
             data, st = read_with_stat(path, limit)
         except BadInput as exc:
@@ -441,7 +496,7 @@ class Scanner:
             except FileNotFoundError:
                 return _GONE, False
             return str(exc), st.st_mtime_ns < racy
-        return parse(data, path), st.st_mtime_ns < racy
+        return data, st.st_mtime_ns < racy
 
     def _tree_hash(self, rel: str) -> str | None:
         """The hash of a tree file; None when it is absent, "" when it is not a safe regular file."""
@@ -545,7 +600,6 @@ class Scanner:
         jobs, so a board can show what matters before all of a large `.gen/` is read.
         `self.rows` holds the whole result once the iterator is exhausted.
         """
-        self._read_config()
         self._tree_now = {}
         listed, changed = self._list()
         now = time.time() if now is None else now
@@ -562,22 +616,122 @@ class Scanner:
         leases = listed["running"][2] or {}
         order = maps["receipts"] | maps["running"] | maps["queue"] | maps["applied"] | maps["rejected"]
         keys = list(order)
+        unknown = [k for k in keys if k not in fixed and k not in volatile]
+        ahead = self._read_ahead(unknown, maps, leases, now, racy)
         rows: dict[str, JobRow] = {}
         for start in range(0, len(keys), size):
             chunk = keys[start : start + size]
             batch = dict(zip(chunk, map(fixed.get, chunk), strict=True))
             for key in [k for k, row in batch.items() if row is None]:
-                batch[key] = self._row(key, maps, key in leases, now, racy, True)
+                batch[key] = self._row(key, maps, key in leases, now, racy, True, ahead.pop(key, None))
             rows.update(batch)
             yield batch
         for key in fixed.keys() - order.keys():
             del fixed[key]
         for key in volatile.keys() - order.keys():
             del volatile[key]
+        for key in self._leases.keys() - leases.keys():
+            del self._leases[key]
         old = self._listed
         self._dirty = self._dirty or old is None or any(listed[f] is not old.get(f) for f in _LISTED)
         self._listed = listed
         self.rows = rows
+
+    def _read_ahead(
+        self, keys: list[str], maps: dict[str, dict[str, Any]], leases: dict[str, Any], now: float, racy: int
+    ) -> dict[str, Ahead]:
+        """The rows of many `keys` made by several processes at once; the config is read
+        meanwhile.
+
+        The keys go out in chunks, each taken by whichever process asks first (a byte
+        read from a pipe), so a slow or busy process takes fewer. Only from a process with
+        no other thread (a fork copies the calling thread alone), and only for enough keys
+        to pay for the processes; a worker that fails leaves its keys to be read as usual.
+        """
+        workers = min(len(os.sched_getaffinity(0)), _WORKERS_MAX, len(keys) // _WORKER_KEYS_MIN)
+        ahead: dict[str, Ahead] = {}
+        if workers < 2 or _threads() > 1:
+            self._read_config()
+            return ahead
+        step = max(_CHUNK_KEYS_MIN, -(-len(keys) // 256))
+        chunks = [keys[i : i + step] for i in range(0, len(keys), step)]
+        tasks, queue = os.pipe()
+        os.write(queue, bytes(range(len(chunks))))
+        os.close(queue)
+        children: list[tuple[int, int]] = []
+        try:
+            for _ in range(workers - 1):
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(r)
+                    self._worker(chunks, tasks, maps, leases, now, racy, w)
+                os.close(w)
+                children.append((pid, r))
+            self._read_config()
+            while task := os.read(tasks, 1):
+                for key in chunks[task[0]]:
+                    ahead[key] = self._ahead(key, maps, key in leases, now, racy)
+        finally:
+            os.close(tasks)
+            for pid, r in children:
+                with os.fdopen(r, "rb") as fh:
+                    data = fh.read()
+                _, status = os.waitpid(pid, 0)
+                if status == 0:
+                    with contextlib.suppress(ValueError, EOFError, TypeError, KeyError, IndexError):
+                        self._take(marshal.loads(data), chunks, ahead)
+        return ahead
+
+    def _worker(
+        self,
+        chunks: list[list[str]],
+        tasks: int,
+        maps: dict[str, dict[str, Any]],
+        leases: dict[str, Any],
+        now: float,
+        racy: int,
+        out: int,
+    ) -> NoReturn:
+        """A forked worker: takes chunks until there are none left, sends what it made
+        (rows as plain tuples) with the tree hashes and leases it read, and exits."""
+        code = 1
+        try:
+            done = {}
+            while task := os.read(tasks, 1):
+                made = []
+                for key in chunks[task[0]]:
+                    row, fixed, facts, settled = self._ahead(key, maps, key in leases, now, racy)
+                    made.append((row.state.value, row[2:], fixed, facts, settled))
+                done[task[0]] = made
+            data = marshal.dumps((done, self._tree, self._leases))
+            with os.fdopen(out, "wb") as fh:
+                fh.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+
+    def _take(self, data: Any, chunks: list[list[str]], ahead: dict[str, Ahead]) -> None:
+        """Adopt what a worker sent."""
+        done, tree, leases = data
+        for task, made in done.items():
+            for key, (state, rest, fixed, facts, settled) in zip(chunks[task], made, strict=True):
+                ahead[key] = (_make_row((key, _STATES[state], *rest)), fixed, facts, settled)
+        for rel, entry in tree.items():
+            if rel not in self._tree:
+                self._tree[rel] = entry
+                self._dirty = True
+        for key, entry in leases.items():
+            if self._leases.get(key) != entry:
+                self._leases[key] = entry
+                self._dirty = True
+
+    def _ahead(
+        self, key: str, maps: dict[str, dict[str, Any]], has_lease: bool, now: float, racy: int
+    ) -> Ahead:
+        facts, settled = self._facts(key, maps, racy)
+        row, fixed = self._finish(key, facts, has_lease, now)
+        return row, fixed, facts, settled
 
     def refresh(self, keys: Iterable[str]) -> dict[str, JobRow | None]:
         """Re-derive just `keys` (after file events); None for a key that is gone."""
@@ -620,17 +774,24 @@ class Scanner:
 
     # -- one key -----------------------------------------------------------------------------
     def _row(
-        self, key: str, maps: dict[str, dict[str, Any]], has_lease: bool, now: float, racy: int, keep: bool
+        self,
+        key: str,
+        maps: dict[str, dict[str, Any]],
+        has_lease: bool,
+        now: float,
+        racy: int,
+        keep: bool,
+        ahead: Ahead | None = None,
     ) -> JobRow:
         """The row of `key`, from its cached facts if there are any, else from its files
-        (as `maps`, folder -> key -> identity, lists them); what was read is cached when
-        `keep` and every file read had settled."""
+        (as `maps`, folder -> key -> identity, lists them) or as made ahead; what was read
+        is cached when `keep` and every file read had settled."""
         facts = self._volatile.get(key)
         if facts is not None:
             return self._finish(key, facts, has_lease, now)[0]
-        folders = tuple(f for f in JOB_FOLDERS if key in maps[f])
-        facts, settled = self._facts(key, folders, key in maps["receipts"], key in maps["attempts"], racy)
-        row, fixed = self._finish(key, facts, has_lease, now)
+        row, fixed, facts, settled = (
+            ahead if ahead is not None else self._ahead(key, maps, has_lease, now, racy)
+        )
         if keep and settled:
             self._dirty = True
             if fixed:
@@ -639,20 +800,24 @@ class Scanner:
                 self._volatile[key] = facts
         return row
 
-    def _facts(
-        self, key: str, folders: tuple[str, ...], has_receipt: bool, has_attempts: bool, racy: int
-    ) -> tuple[FileFacts, bool]:
-        """What the key's files say, and whether all of them had settled."""
-        name = f"{key}.json"
-        folders = _share(folders)
+    def _facts(self, key: str, maps: dict[str, dict[str, Any]], racy: int) -> tuple[FileFacts, bool]:
+        """What the key's files (as `maps`, folder -> key -> identity, lists them) say, and
+        whether all of them had settled."""
+        gen, name = self._gen, f"{key}.json"
+        folders = _FOLDERS[
+            key in maps["applied"], key in maps["rejected"], key in maps["running"], key in maps["queue"]
+        ]
         settled = True
         summary: JobSummary | None = None
         invalid = None if KEY_RE.fullmatch(key) else f"{name}: file name is not a job key"
         for folder in folders:
-            parsed, ok = self._read(f"{folder}/{name}", _JOB_PARSERS[folder], racy)
+            path = f"{gen}/{folder}/{name}"
+            parsed, ok = self._read(path, racy)
             settled = settled and ok
             if parsed is _GONE:
                 continue
+            if type(parsed) is bytes:
+                parsed = _JOB_PARSERS[folder](parsed, path, key)
             if isinstance(parsed, str):
                 invalid = invalid or parsed
             elif summary is None:
@@ -660,9 +825,12 @@ class Scanner:
         receipt: str | None = None
         problems: tuple[str, ...] = ()
         worker = ""
-        if has_receipt:
-            parsed, ok = self._read(f"receipts/{name}", _parse_receipt, racy)
+        if key in maps["receipts"]:
+            path = f"{gen}/receipts/{name}"
+            parsed, ok = self._read(path, racy)
             settled = settled and ok
+            if type(parsed) is bytes:
+                parsed = _parse_receipt(parsed, path)
             if isinstance(parsed, str):
                 receipt = "invalid"
                 problems = (parsed,)
@@ -671,9 +839,11 @@ class Scanner:
                 if summary is not None and parsed[3] != summary[1]:  # type: ignore[index]
                     problems = ("receipt names another job digest",)
         attempts = 0
-        if has_attempts:
-            parsed, ok = self._read(f"attempts/{key}.jsonl", _parse_attempts, racy, _ATTEMPTS_BYTES)
+        if key in maps["attempts"]:
+            parsed, ok = self._read(f"{gen}/attempts/{key}.jsonl", racy, _ATTEMPTS_BYTES)
             settled = settled and ok
+            if type(parsed) is bytes:
+                parsed = _parse_attempts(parsed)
             if isinstance(parsed, tuple):
                 attempts, last = parsed
                 worker = worker or last
@@ -772,7 +942,13 @@ class Scanner:
             except BadInput as exc:
                 parsed = str(exc) if os.path.lexists(path) else _GONE
             else:
-                parsed = _parse_lease(data, path)
+                known = self._leases.get(key)
+                if known is not None and known[0] == data:
+                    parsed = known[1]
+                else:
+                    parsed = _parse_lease(data, path)
+                    self._leases[key] = (data, parsed)
+                    self._dirty = True
         if parsed is _GONE:
             running = ("running",)
             either = _derive(running, LEASE_MISSING, receipt, base_fresh, invalid)
@@ -877,6 +1053,16 @@ def _valid_listed(listed: object) -> bool:
         if leases is not None and not (type(leases) is dict and set(map(type, leases)) <= {str}):
             return False
     return True
+
+
+def _valid_lease(item: tuple[object, object]) -> bool:
+    key, entry = item
+    if not (type(key) is str and type(entry) is tuple and len(entry) == 2 and type(entry[0]) is bytes):
+        return False
+    parsed = entry[1]
+    if type(parsed) is str:
+        return True
+    return type(parsed) is tuple and tuple(map(type, parsed)) == (str, str, int, float, float)
 
 
 def _valid_tree(item: tuple[object, object]) -> bool:

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from corekit import dead_pid, make_repo, mint, receive, sha, write_jobs, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import snapshot
 from core.apply import apply_job
@@ -390,3 +392,75 @@ def test_odd_but_valid_records_and_leases_never_crash_a_listing(repo: Layout) ->
     repo.lease(running).write_text(json.dumps({**lease, "pid": 10**25}))
     got = states(repo)
     assert got == {rejected: State.REJECTED, running: State.RUNNING}
+
+
+def attempts_reference(data: bytes) -> tuple[int, str]:
+    """Every claim line parsed with `json.loads`: what the listing must agree with."""
+    claimed, worker = 0, ""
+    for line in data.splitlines():
+        if b'"event":"claimed"' in line:
+            claimed += 1
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                worker = str(obj.get("worker") or worker)
+    return claimed, worker
+
+
+NUMBERS = st.one_of(
+    st.integers(-(10**25), 10**25),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["01", "1.", "-0", "1e5", "1E+5", "2.5e-3", "7" * 30, "NaN", "-Infinity"]),
+)
+WORKERS = st.one_of(st.text(max_size=12), st.sampled_from(["w1", "", 'a"b', "a\\b", "é", "\x7f", "x\n"]))
+
+
+@st.composite
+def claim_lines(draw: st.DrawFn) -> bytes:
+    at, attempt = draw(NUMBERS), draw(NUMBERS)
+    worker = draw(st.one_of(WORKERS, st.integers(), st.none()))
+    parts = {"at": at, "attempt": attempt, "event": "claimed", "worker": worker}
+    if draw(st.booleans()):
+        parts.pop(draw(st.sampled_from(sorted(parts))))
+    text = ",".join(
+        f"{json.dumps(k)}:{v if isinstance(v, str) and k in ('at', 'attempt') else json.dumps(v)}"
+        for k, v in parts.items()
+    )
+    line = "{" + text + "}"
+    mangle = draw(st.sampled_from(["", "space", "dup", "cut", "bytes"]))
+    if mangle == "space":
+        line = line.replace(":", ": ", 1)
+    elif mangle == "dup":
+        line = line[:-1] + ',"worker":"dup"}'
+    elif mangle == "cut":
+        line = line[: draw(st.integers(0, len(line)))]
+    data = line.encode("utf-8", "surrogatepass")
+    if mangle == "bytes":
+        data = data.replace(b"w", b"\xff")
+    return data
+
+
+@st.composite
+def written_claims(draw: st.DrawFn) -> bytes:
+    """Claim lines as genjob writes them, some just off that form."""
+    entry = {
+        "at": draw(st.one_of(st.floats(0, 4e9), st.integers(0, 10**22))),
+        "event": "claimed",
+        "attempt": draw(st.integers(-5, 10**21)),
+        "worker": draw(st.text(st.characters(min_codepoint=0x1F, max_codepoint=0x80), max_size=8)),
+    }
+    return json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(
+        st.one_of(claim_lines(), written_claims(), st.sampled_from([b"", b'{"event":"requeued"}', b"[1]"])),
+        max_size=4,
+    )
+)
+def test_attempts_are_counted_as_json_loads_reads_them(lines: list[bytes]) -> None:
+    data = b"\n".join(lines)
+    assert snapshot._parse_attempts(data) == attempts_reference(data)
