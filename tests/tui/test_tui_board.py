@@ -12,7 +12,6 @@ from pathlib import Path
 from boardkit import Notes, app_for, loaded, plain, screen_lines, select, state_of, wait_for
 from textual.widgets import Log, OptionList, Static
 
-from core.board import visible
 from core.demo import Demo
 from core.layout import Layout
 from core.mint import build_job
@@ -421,13 +420,6 @@ async def test_narrow_terminal_puts_detail_below(demo: Demo) -> None:
         assert b.maximized is detail
         await pilot.press("enter")
         assert b.maximized is None
-
-
-def test_visible_never_passes_controls() -> None:
-    raw = "a\x1b[2Jb\x00c\x7fd\x9be\u202ef\u200bg\r\n"
-    shown = visible(raw)
-    assert all(c.isprintable() for c in shown)
-    assert "␛[2J" in shown and "␀" in shown and "<U+202E>" in shown and "\\x9b" in shown
 
 
 async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) -> None:

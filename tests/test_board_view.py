@@ -1,11 +1,11 @@
-"""BoardView keeps the order and the filter under any sequence of updates (a property test)."""
+"""core.board: the view keeps its order and filter under any updates; untrusted text shows visibly."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.board import BoardView, sort_key
+from core.board import BoardView, sort_key, visible
 from core.lifecycle import State
 from core.snapshot import JobRow
 
@@ -52,3 +52,10 @@ def test_view_matches_a_fresh_sort(
             assert view.index_of(r.key) == i
         assert sum(view.counts.values()) == len(truth)
         assert view.tracked == {k for k, r in truth.items() if r.state in view.track}
+
+
+def test_visible_never_passes_controls() -> None:
+    raw = "a\x1b[2Jb\x00c\x7fd\x9be\u202ef\u200bg\r\n"
+    shown = visible(raw)
+    assert all(c.isprintable() for c in shown)
+    assert "␛[2J" in shown and "␀" in shown and "<U+202E>" in shown and "\\x9b" in shown
