@@ -127,11 +127,11 @@ JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None],
 # problems, worker named by the receipt or the attempts, attempts).
 FileFacts = tuple[Any, ...]
 _NO_SUMMARY: JobSummary = ("", "", "", (), (), 0.0, "")
+# A row made from its key's files: (row, whether it depends on those files alone, the
+# facts, whether they may be kept).
+Made = tuple[JobRow, bool, FileFacts, bool]
 # A folder as listed: its own (inode, mtime, ctime) if it had settled, `<key><suffix>`
 # by key with the file's identity, and for `running/` the keys with a lease.
-# A row made ahead of its turn: (row, whether it depends on its files alone, the facts,
-# whether they may be kept).
-Ahead = tuple["JobRow", bool, FileFacts, bool]
 Listed = tuple[tuple[int, int, int] | None, dict[str, Any], dict[str, Any] | None]
 
 # Values that repeat across many rows (paths, folder tuples, workers, statuses) are kept
@@ -359,6 +359,13 @@ _CHUNK_KEYS_MIN = 200
 def _threads() -> int:
     threading = sys.modules.get("threading")
     return threading.active_count() if threading is not None else 1
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 # The folders holding a key's job document, from whether applied/, rejected/, running/
@@ -617,7 +624,7 @@ class Scanner:
         order = maps["receipts"] | maps["running"] | maps["queue"] | maps["applied"] | maps["rejected"]
         keys = list(order)
         unknown = [k for k in keys if k not in fixed and k not in volatile]
-        ahead = self._read_ahead(unknown, maps, leases, now, racy)
+        ahead = self._read_ahead(unknown, maps, leases, now, racy, meanwhile=self._read_config)
         rows: dict[str, JobRow] = {}
         for start in range(0, len(keys), size):
             chunk = keys[start : start + size]
@@ -638,20 +645,26 @@ class Scanner:
         self.rows = rows
 
     def _read_ahead(
-        self, keys: list[str], maps: dict[str, dict[str, Any]], leases: dict[str, Any], now: float, racy: int
-    ) -> dict[str, Ahead]:
-        """The rows of many `keys` made by several processes at once; the config is read
-        meanwhile.
+        self,
+        keys: list[str],
+        maps: dict[str, dict[str, Any]],
+        leases: dict[str, Any],
+        now: float,
+        racy: int,
+        meanwhile: Callable[[], None],
+    ) -> dict[str, Made]:
+        """The rows of many `keys` made by several processes at once, with `meanwhile`
+        run in this one (else just `meanwhile`, and nothing made).
 
         The keys go out in chunks, each taken by whichever process asks first (a byte
         read from a pipe), so a slow or busy process takes fewer. Only from a process with
         no other thread (a fork copies the calling thread alone), and only for enough keys
         to pay for the processes; a worker that fails leaves its keys to be read as usual.
         """
-        workers = min(len(os.sched_getaffinity(0)), _WORKERS_MAX, len(keys) // _WORKER_KEYS_MIN)
-        ahead: dict[str, Ahead] = {}
+        workers = min(_cpus(), _WORKERS_MAX, len(keys) // _WORKER_KEYS_MIN)
+        ahead: dict[str, Made] = {}
         if workers < 2 or _threads() > 1:
-            self._read_config()
+            meanwhile()
             return ahead
         step = max(_CHUNK_KEYS_MIN, -(-len(keys) // 256))
         chunks = [keys[i : i + step] for i in range(0, len(keys), step)]
@@ -668,10 +681,10 @@ class Scanner:
                     self._worker(chunks, tasks, maps, leases, now, racy, w)
                 os.close(w)
                 children.append((pid, r))
-            self._read_config()
+            meanwhile()
             while task := os.read(tasks, 1):
                 for key in chunks[task[0]]:
-                    ahead[key] = self._ahead(key, maps, key in leases, now, racy)
+                    ahead[key] = self._from_files(key, maps, key in leases, now, racy)
         finally:
             os.close(tasks)
             for pid, r in children:
@@ -701,7 +714,7 @@ class Scanner:
             while task := os.read(tasks, 1):
                 made = []
                 for key in chunks[task[0]]:
-                    row, fixed, facts, settled = self._ahead(key, maps, key in leases, now, racy)
+                    row, fixed, facts, settled = self._from_files(key, maps, key in leases, now, racy)
                     made.append((row.state.value, row[2:], fixed, facts, settled))
                 done[task[0]] = made
             data = marshal.dumps((done, self._tree, self._leases))
@@ -711,7 +724,7 @@ class Scanner:
         finally:
             os._exit(code)
 
-    def _take(self, data: Any, chunks: list[list[str]], ahead: dict[str, Ahead]) -> None:
+    def _take(self, data: Any, chunks: list[list[str]], ahead: dict[str, Made]) -> None:
         """Adopt what a worker sent."""
         done, tree, leases = data
         for task, made in done.items():
@@ -726,9 +739,9 @@ class Scanner:
                 self._leases[key] = entry
                 self._dirty = True
 
-    def _ahead(
+    def _from_files(
         self, key: str, maps: dict[str, dict[str, Any]], has_lease: bool, now: float, racy: int
-    ) -> Ahead:
+    ) -> Made:
         facts, settled = self._facts(key, maps, racy)
         row, fixed = self._finish(key, facts, has_lease, now)
         return row, fixed, facts, settled
@@ -781,7 +794,7 @@ class Scanner:
         now: float,
         racy: int,
         keep: bool,
-        ahead: Ahead | None = None,
+        ahead: Made | None = None,
     ) -> JobRow:
         """The row of `key`, from its cached facts if there are any, else from its files
         (as `maps`, folder -> key -> identity, lists them) or as made ahead; what was read
@@ -790,7 +803,7 @@ class Scanner:
         if facts is not None:
             return self._finish(key, facts, has_lease, now)[0]
         row, fixed, facts, settled = (
-            ahead if ahead is not None else self._ahead(key, maps, has_lease, now, racy)
+            ahead if ahead is not None else self._from_files(key, maps, has_lease, now, racy)
         )
         if keep and settled:
             self._dirty = True
@@ -988,13 +1001,14 @@ _FACT_TYPES: tuple[set[type], ...] = (
     {str},  # key
     {tuple},  # folders
     {bool},  # has a summary
+    # the summary: schema, digest, instruction, allowed paths, inputs, created_at, note
     {str},
     {str},
     {str},
     {tuple},
     {tuple},
     {float},
-    {str},  # the summary
+    {str},
     {str, _NONE},  # invalid
     {str, _NONE},  # receipt
     {tuple},  # receipt problems

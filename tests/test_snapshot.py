@@ -464,3 +464,40 @@ def written_claims(draw: st.DrawFn) -> bytes:
 def test_attempts_are_counted_as_json_loads_reads_them(lines: list[bytes]) -> None:
     data = b"\n".join(lines)
     assert snapshot._parse_attempts(data) == attempts_reference(data)
+
+
+def test_rows_made_by_forked_workers_are_the_rows_made_here(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running, orphaned, rejected = write_jobs(repo, 3)
+    write_jobs(repo, 30, prefix="queued")
+    claim(repo, "w1", running)
+    claim(repo, "w2", orphaned, pid=dead_pid())
+    reject(repo, rejected, "no")
+    ok = mint(repo, "ok", ["src/app.py"])
+    receive(repo, ok.key, {"src/app.py": b"x"}, signer)
+    stale = mint(repo, "stale", ["src/util.py"])
+    receive(repo, stale.key, {"src/util.py": b"y"}, signer)
+    (repo.root / "src/util.py").write_text("moved on\n")
+    (repo.queue / ("0" * 32 + ".json")).write_bytes(b"{not json")
+    (repo.queue / "not-a-key.json").write_bytes(b"{}")
+    settle(repo)
+    here = Scanner(repo, disk_cache=False).scan().rows
+    assert here[stale.key].state is State.STALE and here[orphaned].state is State.ORPHANED
+
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def counted_fork() -> int:
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", counted_fork)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(snapshot, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot, "_WORKER_KEYS_MIN", 1)
+    monkeypatch.setattr(snapshot, "_CHUNK_KEYS_MIN", 1)
+    assert take_snapshot(repo).rows == here
+    assert len(forks) == 2
+    assert Scanner(repo).scan().rows == here
+    assert len(forks) == 2, "the index the workers' rows went into serves the next scan"
