@@ -31,7 +31,6 @@ from core.errors import BadInput
 from core.layout import Layout
 from core.models import Job, Receipt, receipt_from_bytes
 from core.paths import check_relpath, lstat_inside
-from core.signing import check_signature, trusted_keys
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -239,6 +238,10 @@ def _check_signature(v: Verification, layout: Layout, rec: Receipt, config: Conf
         else:
             v.add("signature", True, "unsigned; not required by policy (require_signature = false)")
         return
+    # Imported here: cryptography is needed only once a signature is read, and a board
+    # that lists 100,000 jobs should not carry it from the start.
+    from core.signing import check_signature, trusted_keys
+
     try:
         signer = check_signature(
             read_bytes(sig_path, 16 * 1024),
