@@ -364,6 +364,22 @@ def test_refresh_rederives_single_keys(repo: Layout) -> None:
     assert set(scanner.snapshot().rows) == {a}
 
 
+def test_refresh_reads_only_what_changed_since_the_scan(repo: Layout, reads: list[str]) -> None:
+    a, b = write_jobs(repo, 2)
+    settle(repo)
+    scanner = Scanner(repo)
+    first = scanner.scan()
+    reads.clear()
+    assert scanner.refresh([a, b]) == {a: first.rows[a], b: first.rows[b]}
+    assert reads == []
+    path = repo.queue / f"{b}.json"
+    replace_with(path, b"[]")
+    row = scanner.refresh([a, b])[b]
+    assert row is not None and row.state is State.INVALID
+    assert reads == [f"queue/{b}.json"]
+    assert scanner.scan().rows[b].state is State.INVALID
+
+
 def test_keys_from_paths(repo: Layout) -> None:
     key = "e" * 32
     paths = [
