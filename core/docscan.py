@@ -29,19 +29,19 @@ HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_MATCH = KEY_RE.fullmatch
 _HEX64_MATCH = HEX64_RE.fullmatch
 
-_V1_FIELDS = frozenset(
-    (
-        "schema",
-        "job_id",
-        "idempotency_key",
-        "created_at",
-        "instruction",
-        "allowed_paths",
-        "inputs",
-        "attempt",
-        "digest",
-    )
+# The v1 document's fields in the order the seed writes them.
+V1_FIELD_ORDER = (
+    "schema",
+    "job_id",
+    "idempotency_key",
+    "created_at",
+    "instruction",
+    "allowed_paths",
+    "inputs",
+    "attempt",
+    "digest",
 )
+_V1_FIELDS = frozenset(V1_FIELD_ORDER)
 _V2_REQUIRED = frozenset(
     ("schema", "idempotency_key", "instruction", "allowed_paths", "digest", "inputs", "created_at")
 )

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from core.canonical import canonical, loads_strict, sha256_bytes
 from core.docscan import HEX64_RE as HEX64_RE
 from core.docscan import KEY_RE as KEY_RE
-from core.docscan import MAX_INSTRUCTION_CHARS, MAX_PATHS, V1, V2
+from core.docscan import MAX_INSTRUCTION_CHARS, MAX_PATHS, V1, V1_FIELD_ORDER, V2
 from core.docscan import RECEIPT_STATUSES as RECEIPT_STATUSES
 from core.errors import BadInput
 from core.paths import check_relpath
@@ -183,24 +183,13 @@ def job_from_bytes(data: bytes, source: str) -> Job:
     return job_from_obj(loads_strict(data, source), source)
 
 
-_V1_ORDER = (
-    "schema",
-    "job_id",
-    "idempotency_key",
-    "created_at",
-    "instruction",
-    "allowed_paths",
-    "inputs",
-    "attempt",
-    "digest",
-)
 
 
 def job_bytes(job: Job) -> bytes:
     """The on-disk bytes of a freshly minted job, laid out as the seed writes them."""
     doc = job.document()
     if isinstance(job, JobV1):
-        doc = {name: doc[name] for name in _V1_ORDER}
+        doc = {name: doc[name] for name in V1_FIELD_ORDER}
     return json.dumps(doc, indent=2).encode()
 
 
