@@ -548,14 +548,9 @@ class BoardScreen(Screen[None]):
             requeue(self.repo, key)
             return f"requeued {key[:12]}"
 
-        if len(keys) > 1:
-            self._run("requeue", keys, one)
-            return
         body = Text(f"Put {keys[0]} back in the queue?\n", style="bold")
         body.append("Its worker is gone; the attempt is recorded and the job will run again.")
-        self.app.push_screen(
-            ConfirmDialog("Requeue", body, yes="Requeue"), lambda yes: yes and self._run("requeue", keys, one)
-        )
+        self._confirm_one("requeue", keys, one, ConfirmDialog("Requeue", body, yes="Requeue"))
 
     def _do_replay(self, keys: list[str]) -> None:
         def one(key: str) -> str:
@@ -571,15 +566,20 @@ class BoardScreen(Screen[None]):
             request_cancel(self.repo, key)
             return f"cancel requested for {key[:12]}: its worker ends it with an aborted receipt"
 
-        if len(keys) > 1:
-            self._run("cancel", keys, one)
-            return
         body = Text(f"Cancel the running job {keys[0]}?\n", style="bold")
         body.append("The worker stops the generator and writes an aborted receipt.")
-        self.app.push_screen(
-            ConfirmDialog("Cancel job", body, yes="Cancel job", danger=True),
-            lambda yes: yes and self._run("cancel", keys, one),
+        self._confirm_one(
+            "cancel", keys, one, ConfirmDialog("Cancel job", body, yes="Cancel job", danger=True)
         )
+
+    def _confirm_one(
+        self, action: str, keys: list[str], one: Callable[[str], str], dialog: ConfirmDialog
+    ) -> None:
+        """A single job asks with `dialog` first; a bulk action was confirmed with its count already."""
+        if len(keys) > 1:
+            self._run(action, keys, one)
+            return
+        self.app.push_screen(dialog, lambda yes: yes and self._run(action, keys, one))
 
     def _do_apply(self, keys: list[str]) -> None:
         def one(key: str) -> str:
