@@ -14,6 +14,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from core.config import load_config
@@ -35,6 +36,23 @@ SortKey = tuple[int, float, str]
 
 def sort_key(row: JobRow) -> SortKey:
     return (_RANK[row.state], -row.created_at, row.key)
+
+
+def _sorted(rows: list[JobRow]) -> list[JobRow]:
+    """`rows` in `sort_key` order, by three stable sorts on one field each: unlike one sort
+    on `sort_key`, it makes no key object per row (100,000 tuples at once, on a big board)."""
+    rows.sort(key=_KEY)
+    rows.sort(key=_CREATED, reverse=True)
+    rows.sort(key=_rank)
+    return rows
+
+
+_KEY = attrgetter("key")
+_CREATED = attrgetter("created_at")
+
+
+def _rank(row: JobRow) -> int:
+    return _RANK[row.state]
 
 
 def _visible_char(c: str) -> str:
@@ -136,7 +154,7 @@ class BoardView:
             self.states = frozenset(states)
         if text is not None:
             self.text = text.strip().casefold()
-        self._order = sorted((r for r in self.rows.values() if self.matches(r)), key=sort_key)
+        self._order = _sorted([r for r in self.rows.values() if self.matches(r)])
 
     def update(self, changed: Mapping[str, JobRow | None]) -> None:
         """Apply changed rows (None: the job is gone), keeping the order by bisection."""

@@ -86,8 +86,6 @@ def resolve_key(layout: Layout, given: str) -> str:
     return found.pop()
 
 
-
-
 def _print_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
 
@@ -186,7 +184,6 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
             f"{(r.worker or '-')[:16]:16} {first[:80]}"
         )
     click.echo("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
-
 
 
 def _print_policy(snap: Snapshot) -> None:

@@ -13,7 +13,7 @@ import errno
 import fcntl
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from core.errors import DurabilityError
@@ -36,13 +36,14 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(folder: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> Path:
+def _write_temp(folder: Path, data: bytes | Iterable[bytes], mode: int = 0o644, durable: bool = True) -> Path:
     tmp = folder / f"{TMP_PREFIX}{secrets.token_hex(8)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        for chunk in (data,) if isinstance(data, bytes) else data:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
         if durable:
             fsync_fd(fd, tmp)
     except BaseException:
@@ -53,8 +54,9 @@ def _write_temp(folder: Path, data: bytes, mode: int = 0o644, durable: bool = Tr
     return tmp
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
-    """Replace `path` with `data` so that readers see the old or the new bytes, never a mix.
+def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `data` (bytes, or chunks of them made as they are written) so
+    that readers see the old or the new bytes, never a mix.
 
     `durable=False` skips the fsyncs, for files whose loss is safe (a lease: a job
     without one reads as orphaned and is requeued).

@@ -183,8 +183,6 @@ def job_from_bytes(data: bytes, source: str) -> Job:
     return job_from_obj(loads_strict(data, source), source)
 
 
-
-
 def job_bytes(job: Job) -> bytes:
     """The on-disk bytes of a freshly minted job, laid out as the seed writes them."""
     doc = job.document()

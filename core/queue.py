@@ -76,8 +76,8 @@ def same_work(a: Job, b: Job) -> bool:
     if a.digest == b.digest:
         return True
     meaning = ("schema_", "instruction", "allowed_paths", "inputs")
-    return isinstance(a, JobV1) and isinstance(b, JobV1) and all(
-        getattr(a, f) == getattr(b, f) for f in meaning
+    return (
+        isinstance(a, JobV1) and isinstance(b, JobV1) and all(getattr(a, f) == getattr(b, f) for f in meaning)
     )
 
 

@@ -29,7 +29,6 @@ import os
 import re
 import sys
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -54,11 +53,8 @@ from core.lifecycle import (
     inconsistency_rule,
 )
 from core.paths import lstat_inside
+from core.snapshot_index import Index, read_index, write_index
 
-# The index file: this header, the CRC-32 of the rest (4 bytes, big-endian), then marshal
-# data. The checksum turns a truncated or damaged file into a missing one before marshal
-# reads lengths from it.
-_CACHE_HEADER = b"genjob snapshot index 3\n"
 _CACHE_NAME = "snapshot.marshal"
 _LEASE_BYTES = 64 * 1024
 _ATTEMPTS_BYTES = 64 * 1024 * 1024
@@ -118,6 +114,12 @@ class Snapshot:
 _state_of = attrgetter("state")
 _make_row: Callable[[tuple[object, ...]], JobRow] = partial(tuple.__new__, JobRow)
 _STATES = {s.value: s for s in State}
+
+
+def _row_of_values(values: tuple[Any, ...]) -> JobRow:
+    """A row from its plain values, the state by name (as the index keeps it)."""
+    return _make_row((values[0], _STATES[values[1]], *values[2:]))
+
 
 # A parsed job document: (schema, digest, instruction, allowed_paths, inputs, created_at,
 # rejection reason), or its fault.
@@ -418,7 +420,6 @@ class Scanner:
         self._leases: dict[str, tuple[bytes, object]] = {}
         self._config: tuple[int, int, int, int, tuple[bool, str | None]] | None = None
         self._dirty = False
-        self.rows: dict[str, JobRow] = {}
         self.signature_required = True
         self.config_error: str | None = None
         if disk_cache:
@@ -436,72 +437,18 @@ class Scanner:
             return -1
 
     def _load_cache(self) -> None:
-        try:
-            with open(self._cache_path, "rb") as fh:
-                blob = fh.read()
-            start = len(_CACHE_HEADER) + 4
-            if blob[: len(_CACHE_HEADER)] != _CACHE_HEADER or blob[start - 4 : start] != _crc(blob, start):
-                return
-            self._adopt(marshal.loads(memoryview(blob)[start:]))
-        except (OSError, EOFError, ValueError, TypeError, KeyError):
-            self._listed, self._fixed, self._volatile, self._tree, self._config = None, {}, {}, {}, None
-            self._leases = {}
-
-    def _adopt(self, data: object) -> None:
-        """Take what the index holds, or raise ValueError when it is not one of ours."""
-        if not (type(data) is tuple and len(data) == 8):
-            raise ValueError("not a snapshot index")
-        gen, device, config, tree, listed, fixed, volatile, leases = data
-        if gen != self._gen or device != self._device():
-            raise ValueError("an index of another .gen/")
-        if not (
-            _valid_listed(listed)
-            and type(tree) is dict
-            and all(map(_valid_tree, tree.items()))
-            and (config is None or _valid_config(config))
-            and type(leases) is dict
-            and all(map(_valid_lease, leases.items()))
-        ):
-            raise ValueError("malformed index")
-        keys, states, *fields = _columns_of(fixed, _ROW_TYPES)
-        for col in (fields[3], fields[8], fields[9]):  # allowed paths, folders, problems
-            _check_shared(col, _str_tuple)
-        rows = map(_make_row, zip(keys, map(_STATES.__getitem__, states), *fields, strict=True))
-        fixed_rows = dict(zip(keys, rows, strict=True))
-        keys, *columns = _columns_of(volatile, _FACT_TYPES)
-        for col in (columns[0], columns[5], columns[11]):  # folders, allowed paths, receipt problems
-            _check_shared(col, _str_tuple)
-        _check_shared(columns[6], _inputs_ok)
-        self._volatile = dict(zip(keys, zip(*columns, strict=True), strict=True))
-        self._fixed, self._listed, self._tree, self._config = fixed_rows, listed, tree, config
-        self._leases = leases
+        index = read_index(self._cache_path, self._gen, self._device(), _LISTED, _row_of_values)
+        if index is not None:
+            self._config, self._tree, self._listed, self._fixed, self._volatile, self._leases = index
 
     def save_cache(self) -> None:
         if not self._dirty or not self.disk_cache or self._listed is None:
             return
-        rows = _transpose(self._fixed.values(), len(JobRow._fields))
-        fixed = (rows[0], tuple(s.value for s in rows[1]), *rows[2:])
-        volatile = (tuple(self._volatile), *_transpose(self._volatile.values(), len(_FACT_TYPES) - 1))
-        from core.durable import atomic_write
-
-        index = (
-            self._gen,
-            self._device(),
-            self._config,
-            self._tree,
-            self._listed,
-            fixed,
-            volatile,
-            self._leases,
-        )
+        index = Index(self._config, self._tree, self._listed, self._fixed, self._volatile, self._leases)
+        rows = ((r[0], r[1].value, *r[2:]) for r in self._fixed.values())
         with contextlib.suppress(OSError, ValueError):
-            blob = bytearray(_CACHE_HEADER)
-            blob += bytes(4)
-            blob += marshal.dumps(index)
-            start = len(_CACHE_HEADER) + 4
-            blob[start - 4 : start] = _crc(blob, start)
             self.layout.cache.mkdir(exist_ok=True)
-            atomic_write(self._cache_path, bytes(blob), durable=False)
+            write_index(self._cache_path, self._gen, self._device(), index, rows)
             self._dirty = False
 
     # -- reading files ---------------------------------------------------------------------
@@ -610,16 +557,16 @@ class Scanner:
     def scan(self) -> Snapshot:
         """A full snapshot; the index makes an unchanged key cost a few dictionary lookups."""
         now = time.time()
-        for _ in self.scan_batches(now=now):
-            pass
-        return Snapshot(dict(self.rows), now, self.signature_required, self.config_error)
+        rows: dict[str, JobRow] = {}
+        for batch in self.scan_batches(now=now):
+            rows.update(batch)
+        return Snapshot(rows, now, self.signature_required, self.config_error)
 
     def scan_batches(self, size: int = 4096, now: float | None = None) -> Iterator[dict[str, JobRow]]:
         """A full scan delivered `size` rows at a time, the jobs that need an operator first.
 
         Keys with a receipt or in `running/` come first, then the queue, then finished
         jobs, so a board can show what matters before all of a large `.gen/` is read.
-        `self.rows` holds the whole result once the iterator is exhausted.
         """
         self._tree_now = {}
         listed, changed = self._list()
@@ -639,13 +586,11 @@ class Scanner:
         keys = list(order)
         unknown = [k for k in keys if k not in fixed and k not in volatile]
         ahead = self._read_ahead(unknown, maps, leases, now, racy, meanwhile=self._read_config)
-        rows: dict[str, JobRow] = {}
         for start in range(0, len(keys), size):
             chunk = keys[start : start + size]
             batch = dict(zip(chunk, map(fixed.get, chunk), strict=True))
             for key in [k for k, row in batch.items() if row is None]:
                 batch[key] = self._row(key, maps, key in leases, now, racy, True, ahead.pop(key, None))
-            rows.update(batch)
             yield batch
         for key in fixed.keys() - order.keys():
             del fixed[key]
@@ -656,7 +601,6 @@ class Scanner:
         old = self._listed
         self._dirty = self._dirty or old is None or any(listed[f] is not old.get(f) for f in _LISTED)
         self._listed = listed
-        self.rows = rows
 
     def _read_ahead(
         self,
@@ -760,6 +704,11 @@ class Scanner:
         row, fixed = self._finish(key, facts, has_lease, now)
         return row, fixed, facts, settled
 
+    def found(self, key: str) -> bool:
+        """Whether the last full scan delivered a row for `key`."""
+        listed = self._listed
+        return listed is not None and any(key in listed[f][1] for f in _LISTED[:5])
+
     def refresh(self, keys: Iterable[str]) -> dict[str, JobRow | None]:
         """Re-derive just `keys` (after file events); None for a key that is gone."""
         now = time.time()
@@ -772,7 +721,6 @@ class Scanner:
             has_lease = os.path.lexists(f"{gen}/running/{key}.lease")
             attempts_id = _file_identity(f"{gen}/attempts/{key}.jsonl", True)
             if not any(now_ids):
-                self.rows.pop(key, None)
                 changed[key] = None
                 continue
             # What is cached for the key holds only while its files are the ones listed.
@@ -791,13 +739,8 @@ class Scanner:
                 maps = {f: {key: i} if i is not None else {} for f, i in zip(_LISTED, now_ids, strict=False)}
                 maps["attempts"] = {key: attempts_id} if attempts_id is not None else {}
                 row = self._row(key, maps, has_lease, now, racy, same)
-            self.rows[key] = row
             changed[key] = row
         return changed
-
-    def snapshot(self) -> Snapshot:
-        """The rows as last scanned or refreshed."""
-        return Snapshot(dict(self.rows), time.time(), self.signature_required, self.config_error)
 
     # -- one key -----------------------------------------------------------------------------
     def _row(
@@ -992,117 +935,6 @@ class Scanner:
             return LEASE_STALE, ""
         worker, host, pid, heartbeat, ttl = parsed  # type: ignore[misc]
         return (LEASE_FRESH if lease_fresh(heartbeat, ttl, host, pid, now) else LEASE_STALE), worker
-
-
-# -- checking what the index holds ---------------------------------------------------------------
-_NONE = type(None)
-# Column types of a finished row (key, state, then the rest of `JobRow`) and of file facts.
-_ROW_TYPES: tuple[set[type], ...] = (
-    {str},
-    {str},
-    {str},
-    {str},
-    {str},
-    {tuple},
-    {float},
-    {int},
-    {str},
-    {str, _NONE},
-    {tuple},
-    {tuple},
-)
-_FACT_TYPES: tuple[set[type], ...] = (
-    {str},  # key
-    {tuple},  # folders
-    {bool},  # has a summary
-    # the summary: schema, digest, instruction, allowed paths, inputs, created_at, note
-    {str},
-    {str},
-    {str},
-    {tuple},
-    {tuple},
-    {float},
-    {str},
-    {str, _NONE},  # invalid
-    {str, _NONE},  # receipt
-    {tuple},  # receipt problems
-    {str},  # worker
-    {int},  # attempts
-)
-
-
-def _crc(blob: bytes | bytearray, start: int) -> bytes:
-    return zlib.crc32(memoryview(blob)[start:]).to_bytes(4, "big")
-
-
-def _transpose(rows: Iterable[tuple[Any, ...]], width: int) -> tuple[tuple[Any, ...], ...]:
-    columns = tuple(zip(*rows, strict=True))
-    return columns if columns else ((),) * width
-
-
-def _columns_of(value: object, types: tuple[set[type], ...]) -> tuple[tuple[Any, ...], ...]:
-    """`value` as equal columns of the given types, or ValueError."""
-    if type(value) is not tuple or len(value) != len(types):
-        raise ValueError("malformed index")
-    size = len(value[0]) if type(value[0]) is tuple else -1
-    for col, allowed in zip(value, types, strict=True):
-        if type(col) is not tuple or len(col) != size or not set(map(type, col)) <= allowed:
-            raise ValueError("malformed index")
-    return value
-
-
-def _check_shared(column: tuple[Any, ...], ok: Callable[[Any], bool]) -> None:
-    """Check each distinct object of a column once (the index shares repeated tuples)."""
-    if not all(map(ok, dict(zip(map(id, column), column, strict=True)).values())):
-        raise ValueError("malformed index")
-
-
-def _str_tuple(value: object) -> bool:
-    return type(value) is tuple and all(type(v) is str for v in value)
-
-
-def _inputs_ok(value: object) -> bool:
-    return type(value) is tuple and all(
-        type(p) is tuple and len(p) == 2 and type(p[0]) is str and type(p[1]) in (str, _NONE) for p in value
-    )
-
-
-def _valid_listed(listed: object) -> bool:
-    if not (type(listed) is dict and listed.keys() == set(_LISTED)):
-        return False
-    for folder, entry in listed.items():
-        if not (type(entry) is tuple and len(entry) == 3):
-            return False
-        here, keys, leases = entry
-        if not (here is None or type(here) is tuple) or type(keys) is not dict:
-            return False
-        if not set(map(type, keys)) <= {str} or (leases is None) != (folder != "running"):
-            return False
-        if leases is not None and not (type(leases) is dict and set(map(type, leases)) <= {str}):
-            return False
-    return True
-
-
-def _valid_lease(item: tuple[object, object]) -> bool:
-    key, entry = item
-    if not (type(key) is str and type(entry) is tuple and len(entry) == 2 and type(entry[0]) is bytes):
-        return False
-    parsed = entry[1]
-    if type(parsed) is str:
-        return True
-    return type(parsed) is tuple and tuple(map(type, parsed)) == (str, str, int, float, float)
-
-
-def _valid_tree(item: tuple[object, object]) -> bool:
-    rel, entry = item
-    return type(rel) is str and type(entry) is tuple and len(entry) == 5 and type(entry[4]) in (str, _NONE)
-
-
-def _valid_config(config: object) -> bool:
-    if not (type(config) is tuple and len(config) == 5 and type(config[4]) is tuple and len(config[4]) == 2):
-        return False
-    required, fault = config[4]
-    return type(required) is bool and type(fault) in (str, _NONE)
 
 
 def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:

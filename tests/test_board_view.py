@@ -54,6 +54,26 @@ def test_view_matches_a_fresh_sort(
         assert view.tracked == {k for k, r in truth.items() if r.state in view.track}
 
 
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(list(State)), st.sampled_from([1.0, 2.0, 3.0, 1e9])),
+        min_size=65,
+        max_size=300,
+    ),
+    st.frozensets(st.sampled_from(list(State)), max_size=3),
+)
+def test_a_big_update_and_a_new_filter_sort_like_sort_key(
+    made: list[tuple[State, float]], states: frozenset[State]
+) -> None:
+    rows = {f"{i:032x}": row(f"{i:032x}", state, created, "x") for i, (state, created) in enumerate(made)}
+    view = BoardView()
+    view.update(rows)
+    assert view.keys() == [r.key for r in sorted(rows.values(), key=sort_key)]
+    view.set_filter(states)
+    want = sorted((r for r in rows.values() if not states or r.state in states), key=sort_key)
+    assert view.keys() == [r.key for r in want]
+
+
 def test_visible_never_passes_controls() -> None:
     raw = "a\x1b[2Jb\x00c\x7fd\x9be\u202ef\u200bg\r\n"
     shown = visible(raw)

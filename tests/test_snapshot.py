@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import marshal
 import os
@@ -17,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import snapshot
+from core import snapshot, snapshot_index
 from core.apply import apply_job
 from core.layout import Layout
 from core.lifecycle import State
@@ -288,6 +289,15 @@ def test_a_corrupt_index_is_ignored(repo: Layout) -> None:
     assert set(states(repo)) == set(keys)
 
 
+def framed(*frames: object) -> bytes:
+    """An index file made of these frames, each sealed with a true length and checksum."""
+    out = bytearray(snapshot_index.HEADER)
+    for frame in frames:
+        body = marshal.dumps(frame)
+        out += len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+    return bytes(out)
+
+
 def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path: Path) -> None:
     write_jobs(repo, 3)
     mint(repo, "x", ["src/app.py"])
@@ -299,20 +309,24 @@ def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path:
     write_jobs(other, 2)
     settle(other)
     take_snapshot(other)
-    start = len(snapshot._CACHE_HEADER) + 4
-
-    def sealed(data: object) -> bytes:
-        body = marshal.dumps(data)
-        return snapshot._CACHE_HEADER + zlib.crc32(body).to_bytes(4, "big") + body
+    head = snapshot_index._read_frame(io.BytesIO(blob[len(snapshot_index.HEADER) :]))
+    key = next(iter(want))
+    row = ("QUEUED", "genjob.v2", "d", "i", (), 0.0, 0, "", None, ("queue",), ())
 
     candidates = [
         blob[: len(blob) // 2],
         blob[:-1],
+        blob + b"\0",
         bytes(b ^ 0xFF if i % 41 == 7 else b for i, b in enumerate(blob)),
         marshal.dumps({"files": {}}),
-        sealed({"files": {}}),
-        sealed((None,) * 7),
-        sealed((*marshal.loads(blob[start:])[:5], (("k",), ("QUEUED",)), ())),
+        blob.replace(b"index 4", b"index 3", 1),
+        framed(("head",) + (None,) * 6, ("end", 2)),
+        framed(head),
+        framed(head, ("end", 5)),
+        framed(head, ("nonsense",), ("end", 3)),
+        framed(head, ("listed", "queue", (key,), ()), ("end", 3)),
+        framed(head, ("fixed", (key,), *((v,) for v in ("NOT-A-STATE", *row[1:]))), ("end", 3)),
+        framed(head, ("fixed", (key,), *((v,) for v in (*row[:-1], (1,)))), ("end", 3)),
         (other.cache / "snapshot.marshal").read_bytes(),
     ]
     for bad in candidates:
@@ -320,6 +334,26 @@ def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path:
         assert take_snapshot(repo).rows == want
         index.write_bytes(bad)
         assert Scanner(repo).refresh(want) == want
+
+
+def test_an_index_of_many_frames_loads_whole(
+    repo: Layout, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot_index, "SLICE", 3)
+    keys = write_jobs(repo, 10)
+    claim(repo, "w1")
+    settle(repo)
+    first = take_snapshot(repo).rows
+    reads.clear()
+    scanner = Scanner(repo)
+    rows = scanner.scan().rows
+    assert rows == first
+    assert len(reads) == 1 and reads[0].startswith("running/") and reads[0].endswith(".lease"), reads
+    assert set(first) == set(keys)
+    listed = scanner._listed
+    assert listed is not None
+    for row in rows.values():
+        assert any(row.key is k for f in listed.values() for k in f[1]), "one string per key"
 
 
 def test_a_tree_file_rewritten_within_a_clock_tick_is_rehashed(
@@ -361,7 +395,7 @@ def test_refresh_rederives_single_keys(repo: Layout) -> None:
     assert changed[b] is None
     row = changed[a]
     assert row is not None and row.state is State.RUNNING
-    assert set(scanner.snapshot().rows) == {a}
+    assert set(scanner.scan().rows) == {a}
 
 
 def test_refresh_reads_only_what_changed_since_the_scan(repo: Layout, reads: list[str]) -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 from rich.console import Group
 from rich.style import Style
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -201,11 +200,15 @@ def verification_text(
     return Group(head, table, Text(""), tail)
 
 
-def _lexer(path: str, code: str) -> str:
+def _highlighted(path: str, code: str) -> Text:
+    # Pygments and its lexers cost a few MB: loaded with the first diff shown, not at start.
+    from rich.syntax import Syntax
+
     try:
-        return Syntax.guess_lexer(path, code)
+        lexer = Syntax.guess_lexer(path, code)
     except Exception:
-        return "text"
+        lexer = "text"
+    return Syntax("", lexer, theme=THEME, background_color="default").highlight(code)
 
 
 def file_diff_text(diff: FileDiff) -> Text:
@@ -220,7 +223,7 @@ def file_diff_text(diff: FileDiff) -> Text:
     lines = diff.text.splitlines()
     body = [ln for ln in lines if not ln.startswith(("--- ", "+++ "))]
     code = "\n".join(visible(ln[1:]) if ln[:1] in "+- " else "" for ln in body)
-    highlighted = Syntax("", _lexer(diff.path, code), theme=THEME, background_color="default").highlight(code)
+    highlighted = _highlighted(diff.path, code)
     highlighted.rstrip()
     code_lines = highlighted.split("\n", allow_blank=True)
     if len(code_lines) != len(body):

@@ -34,6 +34,7 @@ from core.board import BoardView, preflight, receipt_verdict, visible
 from core.config import load_config
 from core.errors import GenjobError
 from core.events import actor
+from core.heap import release_free_memory
 from core.inspect_job import JobDetail, job_detail
 from core.layout import Layout
 from core.lifecycle import ACTIONS, STATE_ORDER, State, allowed
@@ -209,8 +210,8 @@ class BoardScreen(Screen[None]):
     @work(exclusive=True, group="process", exit_on_error=False)
     async def _process(self) -> None:
         """The only user of the scanner: a full scan, then incremental refreshes."""
-        scanner = Scanner(self.repo)
         started = time.monotonic()
+        scanner = await asyncio.to_thread(Scanner, self.repo)  # loads the index: off the loop
         await self._full_scan(scanner)
         every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * (time.monotonic() - started))
         last_full = last_tick = time.monotonic()
@@ -243,25 +244,24 @@ class BoardScreen(Screen[None]):
     async def _full_scan(self, scanner: Scanner) -> None:
         self.scanning = True
         self._show_status()
-        seen: set[str] = set()
         batches = scanner.scan_batches(SCAN_BATCH)
         gathered: dict[str, JobRow] = {}
         shown_at = 0.0
         try:
             while (batch := await asyncio.to_thread(next, batches, None)) is not None:
-                seen.update(batch)
                 gathered.update(batch)
                 if time.monotonic() - shown_at > 0.3:
                     self._apply(gathered)
                     gathered = {}
                     shown_at = time.monotonic()
             self._apply(gathered)
-            gone = [k for k in self.view.rows if k not in seen]
+            gone = [k for k in self.view.rows if not scanner.found(k)]
             if gone:
                 self._apply(dict.fromkeys(gone))
             self.signature_required, self.config_error = scanner.signature_required, scanner.config_error
             self.query_one(DetailPane).signature_required = self.signature_required
             await asyncio.to_thread(scanner.save_cache)
+            await asyncio.to_thread(release_free_memory)
             # The rows live as long as the board: keep the cyclic GC from walking them
             # again and again (a pause that grows with the number of jobs).
             gc.collect()
