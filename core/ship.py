@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 from collections import deque
 from collections.abc import Callable
@@ -236,13 +237,12 @@ async def run_claimed(
     refused: str | None = None
     interrupted: BaseException | None = None
     try:
-        files = await asyncio.to_thread(read_inputs, layout, claim)
         outcome, info = await run_job(
             pool.transport(name),
             job_doc=await asyncio.to_thread(read_bytes, claim.path),
             instruction=claim.job.instruction,
             allowed_paths=list(claim.job.allowed_paths),
-            files=files,
+            files=functools.partial(read_inputs, layout, claim),
             generator=host_cfg.generator,
             timeout=host_cfg.timeout,
             dest_dir=staged,

@@ -19,7 +19,7 @@ import pytest
 from core import runner
 from core.bundle import Limits, make_bundle, make_header
 from core.runner import BOOTSTRAP, check_relpath, read_tar, render_command, write_tar
-from core.transport.base import stdin_payload
+from core.transport.base import header_line, runner_preamble
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,6 +98,11 @@ def start(
     bundle = make_bundle(doc, instruction, paths, files or {}, limits=limits)
     header = make_header(generator, timeout, limits, bundle)
     return Run(stdin_payload(header, bundle), tmp)
+
+
+def stdin_payload(header: dict, bundle: bytes) -> bytes:
+    """Everything a transport writes to the runner's stdin, at once."""
+    return runner_preamble() + header_line(header, bundle) + bundle
 
 
 def run(

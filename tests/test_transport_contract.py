@@ -11,7 +11,9 @@ import json
 import shlex
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncssh
@@ -19,6 +21,7 @@ import pytest
 from ssh_servers import SSHServer, known_hosts_line, write_key
 
 from core.bundle import Limits
+from core.errors import BadInput
 from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,7 +71,7 @@ async def job(
     tmp: Path,
     generator: str,
     paths: list[str],
-    files: dict[str, bytes] | None = None,
+    files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
     *,
     instruction: str = "Tidy up.",
     timeout: float = 30,
@@ -83,7 +86,7 @@ async def job(
         job_doc=doc,
         instruction=instruction,
         allowed_paths=paths,
-        files=files or {},
+        files=files if callable(files) else lambda: files or {},
         generator=generator,
         timeout=timeout,
         dest_dir=tmp / dest,
@@ -361,3 +364,77 @@ async def test_cancelling_the_task_stops_the_remote(transport: Transport, tmp_pa
     with pytest.raises(asyncio.CancelledError):
         await task
     await check_stopped(report)
+
+
+def runners() -> set[int]:
+    """The pids of every runner on this machine (all three servers are local)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"genjob-runner" in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def wait_for_runner(before: set[int]) -> None:
+    deadline = time.monotonic() + 30
+    while not runners() - before:
+        assert time.monotonic() < deadline, "the runner never started"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_job_that_cannot_be_prepared_stops_the_started_runner(
+    transport: Transport, tmp_path: Path
+) -> None:
+    before = runners()
+    go = threading.Event()
+
+    def files() -> dict[str, bytes]:
+        go.wait(30)
+        raise BadInput("a.py: changed since the job was minted; replay the job")
+
+    marker = tmp_path / "ran"
+    task = asyncio.ensure_future(
+        job(transport, tmp_path, f"touch {shlex.quote(str(marker))}", ["a.py"], files)
+    )
+    await wait_for_runner(before)  # started while the files are still being read
+    go.set()
+    with pytest.raises(BadInput, match=r"a\.py: changed since the job was minted"):
+        await task
+    assert await wait_dead(list(runners() - before)) == []
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    outcome, info = await job(transport, tmp_path, "true", ["a.py"], {"a.py": b"x"}, dest="next")
+    assert outcome.error is None and info is not None and info.ok, "the transport still works"
+
+
+async def test_a_cancel_while_the_job_is_prepared(transport: Transport, tmp_path: Path) -> None:
+    before = runners()
+    release = threading.Event()
+    cancel = asyncio.Event()
+
+    def files() -> dict[str, bytes]:
+        release.wait(30)
+        return {"a.py": b"x"}
+
+    task = asyncio.ensure_future(job(transport, tmp_path, "touch ran", ["a.py"], files, cancel=cancel))
+    await wait_for_runner(before)
+    cancel.set()
+    outcome, info = await task
+    release.set()
+    assert outcome.error == "cancelled" and info is None
+    assert await wait_dead(list(runners() - before)) == []
+
+
+async def test_inputs_over_the_limits_are_refused_before_anything_is_sent(
+    transport: Transport, tmp_path: Path
+) -> None:
+    big = {"a.bin": b"x" * (LIMITS.max_file_bytes + 1)}
+    marker = tmp_path / "ran"
+    with pytest.raises(
+        BadInput, match=r"cannot bundle the job: files/a\.bin: 65537 bytes, over max_file_bytes"
+    ):
+        await job(transport, tmp_path, f"touch {shlex.quote(str(marker))}", ["a.bin"], big)
+    assert not marker.exists() and not (tmp_path / "out").exists()

@@ -1,14 +1,17 @@
 """What every transport shares: the outcome type, the stdin payload and the job loop.
 
 A transport starts ``core/runner.py`` somewhere (a local subprocess, an SSH session),
-writes the bootstrap line, the runner's source, the header and the bundle to its stdin,
-keeps stdin open until the job is done (EOF there means "cancel" to the runner), streams
-its stderr to ``on_output`` and reads its stdout, the result tar, fully.
+writes the length line and the runner's source to its stdin at once, then the header and
+the bundle once they are ready, keeps stdin open until the job is done (EOF there means
+"cancel" to the runner), streams its stderr to ``on_output`` and reads its stdout, the
+result tar, fully. The runner is started before the job's files are read and bundled,
+so that work overlaps with connecting and with the remote shell and interpreter start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shlex
 from collections.abc import Awaitable, Callable, Mapping
@@ -17,9 +20,20 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core import runner
-from core.bundle import DEFAULT_LIMITS, Limits, ResultInfo, extract_result, make_bundle, make_header
+from core.bundle import (
+    DEFAULT_LIMITS,
+    BundleError,
+    Limits,
+    ResultInfo,
+    extract_result,
+    make_bundle,
+    make_header,
+)
+from core.errors import BadInput
 
 OutputCallback = Callable[[bytes], None]
+# The runner's header line, as a mapping, and the bundle it announces.
+Prepared = tuple[Mapping[str, Any], bytes]
 
 STDERR_TAIL_BYTES = 64 << 10
 CHUNK = 1 << 16
@@ -43,16 +57,17 @@ class RunOutcome:
 class Transport(Protocol):
     """Runs the runner on some host.
 
-    ``run`` reports a failed attempt in the outcome's ``error`` instead of raising. It
-    raises only for an untrusted host key (SSH's ``HostKeyError``: that needs an
-    operator, not a retry), for an exception from ``on_output``, and when its task is
-    cancelled; in the last two cases the remote side is stopped first.
+    ``run`` starts the runner, then awaits ``job`` for the header and bundle to send it.
+    It reports a failed attempt in the outcome's ``error`` instead of raising. It raises
+    only for an untrusted host key (SSH's ``HostKeyError``: that needs an operator, not a
+    retry), for an exception from ``job`` or ``on_output``, and when its task is
+    cancelled; in the last three cases the remote side is stopped first. When it returns
+    or raises before awaiting ``job``, ``job`` is the caller's to cancel.
     """
 
     async def run(
         self,
-        header: Mapping[str, Any],
-        bundle: bytes,
+        job: Awaitable[Prepared],
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome: ...
@@ -92,12 +107,17 @@ def remote_command(python: str) -> str:
     return f"{shlex.quote(python)} -c {shlex.quote(runner.BOOTSTRAP)}"
 
 
-def stdin_payload(header: Mapping[str, Any], bundle: bytes) -> bytes:
+def runner_preamble() -> bytes:
+    """What ``runner.BOOTSTRAP`` reads first: the source's length on a line, then the source."""
+    source = runner_source()
+    return b"%d\n" % len(source) + source
+
+
+def header_line(header: Mapping[str, Any], bundle: bytes) -> bytes:
+    """The header as the runner reads it, after the preamble and before the bundle."""
     if header.get("bundle_bytes") != len(bundle):
         raise ValueError("header bundle_bytes does not match the bundle's length")
-    source = runner_source()
-    line = json.dumps(dict(header), sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return b"%d\n" % len(source) + source + line + b"\n" + bundle
+    return json.dumps(dict(header), sort_keys=True, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
 def max_result_bytes(header: Mapping[str, Any]) -> int:
@@ -129,23 +149,36 @@ class _TooLarge(Exception):
 
 async def drive(
     session: Session,
-    payload: bytes,
-    header: Mapping[str, Any],
+    job: Awaitable[Prepared],
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
-    deadline: float,
+    slack: float,
 ) -> RunOutcome:
     """Feed the runner, stream its stderr, read its stdout, and stop it if need be.
 
-    Stops the runner (``session.stop``) on cancel, on ``deadline`` seconds passing, on a
-    lost connection, on an oversized result, and when this coroutine is itself cancelled.
+    The preamble goes out at once; the header and bundle when ``job`` has them. Stops the
+    runner (``session.stop``) when ``job`` raises (and raises that), on cancel, once the
+    header's timeout plus ``slack`` has passed, on a lost connection, on an oversized
+    result, and when this coroutine is itself cancelled.
     """
     tail = _Tail(STDERR_TAIL_BYTES)
+    with contextlib.suppress(*session.lost, OSError):
+        session.stdin.write(runner_preamble())
+    try:
+        header, bundle = await _unless_cancelled(job, cancel)
+        line = b"" if header is _CANCELLED else header_line(header, bundle)
+    except BaseException:
+        await session.stop()
+        raise
+    if header is _CANCELLED:
+        await session.stop()
+        return RunOutcome(None, b"", None, "cancelled")
     limit = max_result_bytes(header)
 
     async def feed() -> None:
         try:
-            session.stdin.write(payload)
+            session.stdin.write(line)
+            session.stdin.write(bundle)
             await session.stdin.drain()
         except (*session.lost, OSError):
             return
@@ -174,28 +207,28 @@ async def drive(
         finally:
             feeder.cancel()
 
-    job = asyncio.ensure_future(whole())
-    waiters: set[asyncio.Future[Any]] = {job}
+    running = asyncio.ensure_future(whole())
+    waiters: set[asyncio.Future[Any]] = {running}
     cancel_wait = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
     if cancel_wait is not None:
         waiters.add(cancel_wait)
     try:
-        await asyncio.wait(waiters, timeout=deadline, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waiters, timeout=header["timeout"] + slack, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
-        job.cancel()
+        running.cancel()
         await session.stop()
         raise
     finally:
         if cancel_wait is not None:
             cancel_wait.cancel()
 
-    if not job.done():
-        job.cancel()
+    if not running.done():
+        running.cancel()
         await session.stop()
         reason = "cancelled" if cancel is not None and cancel.is_set() else "deadline exceeded"
         return RunOutcome(None, bytes(tail.data), None, reason)
     try:
-        stdout, status = job.result()
+        stdout, status = running.result()
     except _TooLarge as exc:
         await session.stop()
         return RunOutcome(None, bytes(tail.data), None, str(exc))
@@ -206,6 +239,25 @@ async def drive(
         await session.stop()
         raise
     return _outcome(stdout, status, bytes(tail.data), session.python)
+
+
+# What `_unless_cancelled` gives when the cancel came first.
+_CANCELLED: Any = object()
+
+
+async def _unless_cancelled(job: Awaitable[Prepared], cancel: asyncio.Event | None) -> Prepared:
+    """``job``'s result, or (_CANCELLED, b"") if ``cancel`` is set first."""
+    ready = asyncio.ensure_future(job)
+    if cancel is None:
+        return await ready
+    cancel_wait = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({ready, cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancel_wait.cancel()
+    if not ready.done():
+        return _CANCELLED, b""
+    return ready.result()
 
 
 def _outcome(stdout: bytes, status: int | None, tail: bytes, python: str) -> RunOutcome:
@@ -228,7 +280,7 @@ async def run_job(
     job_doc: bytes,
     instruction: str,
     allowed_paths: list[str],
-    files: Mapping[str, bytes | Path],
+    files: Callable[[], Mapping[str, bytes | Path]],
     generator: str,
     timeout: float,
     dest_dir: Path,
@@ -238,17 +290,34 @@ async def run_job(
 ) -> tuple[RunOutcome, ResultInfo | None]:
     """Bundle, run and check one job: the whole client side in one call.
 
+    ``files`` gives the job's input files; it is called in a thread while the transport
+    starts the runner. What it raises is raised here once the runner is stopped, and a
+    bundle it cannot make (a file over the limits) raises BadInput.
+
     Returns the outcome and, when the runner finished and sent a result, the locally
     checked ``ResultInfo`` (outputs written under the new ``dest_dir``). A result that
     fails the checks raises ``BundleError``; a failed attempt returns ``(outcome, None)``.
     Cancelled while the outputs are being written, it returns (raising) once they are,
     so ``dest_dir`` may then exist and is the caller's to remove.
     """
-    # Building the bundle and writing the outputs take a while for big files: threads keep
-    # the event loop (heartbeats, other jobs' streams) moving meanwhile.
-    bundle = await asyncio.to_thread(make_bundle, job_doc, instruction, allowed_paths, files, limits=limits)
-    header = make_header(generator, timeout, limits, bundle)
-    outcome = await transport.run(header, bundle, on_output, cancel)
+
+    def prepare() -> Prepared:
+        try:
+            bundle = make_bundle(job_doc, instruction, allowed_paths, files(), limits=limits)
+        except BundleError as exc:
+            raise BadInput(f"cannot bundle the job: {exc}") from None
+        return make_header(generator, timeout, limits, bundle), bundle
+
+    # Threads keep the event loop (heartbeats, other jobs' streams) moving while big
+    # files are read, bundled and, below, written.
+    prepared = asyncio.ensure_future(asyncio.to_thread(prepare))
+    try:
+        outcome = await transport.run(prepared, on_output, cancel)
+    finally:
+        if not prepared.done():
+            prepared.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prepared
     if outcome.error is not None or outcome.result_tar is None:
         return outcome, None
     extracting = asyncio.ensure_future(

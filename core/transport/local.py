@@ -7,18 +7,17 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 from core import runner
 from core.transport.base import (
     STOP_WAIT,
     OutputCallback,
+    Prepared,
     RunOutcome,
     Session,
     drive,
-    stdin_payload,
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +47,10 @@ class LocalTransport:
 
     async def run(
         self,
-        header: Mapping[str, Any],
-        bundle: bytes,
+        job: Awaitable[Prepared],
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:
-        payload = stdin_payload(header, bundle)
         try:
             proc = await asyncio.create_subprocess_exec(
                 self.python,
@@ -94,7 +91,7 @@ class LocalTransport:
             python=self.python,
         )
         try:
-            return await drive(session, payload, header, on_output, cancel, header["timeout"] + self.slack)
+            return await drive(session, job, on_output, cancel, self.slack)
         finally:
             proc.stdin.close()
 

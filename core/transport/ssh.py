@@ -13,20 +13,19 @@ import asyncio
 import contextlib
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 import asyncssh
 
 from core.transport.base import (
     STOP_WAIT,
     OutputCallback,
+    Prepared,
     RunOutcome,
     Session,
     drive,
     remote_command,
-    stdin_payload,
 )
 
 # AES-GCM first: asyncssh does it in one AEAD call per packet (AES-NI where the CPU has
@@ -203,12 +202,10 @@ class SSHTransport:
 
     async def run(
         self,
-        header: Mapping[str, Any],
-        bundle: bytes,
+        job: Awaitable[Prepared],
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:
-        payload = stdin_payload(header, bundle)
         try:
             proc = await self._start()
         except (OSError, asyncssh.Error, asyncssh.KeyImportError) as exc:
@@ -240,7 +237,7 @@ class SSHTransport:
             python=self.python,
         )
         try:
-            return await drive(session, payload, header, on_output, cancel, header["timeout"] + self.slack)
+            return await drive(session, job, on_output, cancel, self.slack)
         finally:
             proc.close()
 
