@@ -131,6 +131,7 @@ def make_bundle(
         raise BundleError("job.json: allowed_paths differs from the paths being shipped")
     if "instruction" in job and job["instruction"] != instruction:
         raise BundleError("instruction.txt: differs from the job document's instruction")
+    # The runner unpacks as the bytes arrive: it needs the allowed paths before any file.
     members = [("job.json", job_doc), ("instruction.txt", instruction.encode("utf-8"))]
     total = 0
     for rel in sorted(files):
@@ -150,7 +151,7 @@ def make_bundle(
     for name, content in members[:2]:
         if len(content) > limits.max_file_bytes:
             raise BundleError(f"{name}: {len(content)} bytes, over max_file_bytes")
-    return write_tar(sorted(members))
+    return write_tar(members)
 
 
 def make_header(generator: str, timeout: float, limits: Limits, bundle: bytes) -> dict[str, Any]:

@@ -6,10 +6,11 @@ whole job, so EOF on stdin means the client is gone and the job is cancelled.
 
 stdin:  ``<len(source)>\\n`` + source (read by BOOTSTRAP), one JSON header line
         ``{"v": 1, "generator": str, "timeout": float, "limits": {...}, "bundle_bytes": int}``,
-        then ``bundle_bytes`` of an uncompressed tar: ``job.json``, ``instruction.txt``,
-        ``files/<path>`` for each allowed path that exists on the client.
+        then ``bundle_bytes`` of an uncompressed tar: ``job.json``, ``instruction.txt``, then
+        ``files/<path>`` for each allowed path that exists on the client, in that order.
 stderr: the generator's merged stdout and stderr, live, plus ``[genjob-runner]`` notes.
-stdout: an uncompressed tar: ``result.json`` and ``outputs/<path>`` for each collected file.
+stdout: an uncompressed tar: ``outputs/<path>`` for each collected file, then ``result.json``
+        (last, so each output's hash is taken as it is sent).
 
 Written for any python3 from 3.8 on, since the generator host's interpreter is not ours.
 """
@@ -142,6 +143,33 @@ _TAR_KINDS = {
 }
 
 
+class _MemberCheck:
+    """What every tar member must be, in archive order: a plain regular file, not named
+    before, within the count and the per-member and total sizes. Raises ValueError."""
+
+    def __init__(self, max_members: int, max_member_bytes: int, max_total_bytes: int) -> None:
+        self.limits = (max_members, max_member_bytes, max_total_bytes)
+        self.seen: set[str] = set()
+        self.total = 0
+
+    def __call__(self, info: tarfile.TarInfo) -> None:
+        max_members, max_member_bytes, max_total_bytes = self.limits
+        name = info.name
+        if len(self.seen) >= max_members:
+            raise ValueError(f"{name!r}: more than {max_members} members")
+        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
+            raise ValueError(f"{name!r}: {kind}, not a regular file")
+        if name in self.seen:
+            raise ValueError(f"{name!r}: duplicate member")
+        self.seen.add(name)
+        if info.size > max_member_bytes:
+            raise ValueError(f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}")
+        self.total += info.size
+        if self.total > max_total_bytes:
+            raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
+
+
 def read_tar(
     data: bytes, max_members: int, max_member_bytes: int, max_total_bytes: int
 ) -> list[tuple[str, bytes]]:
@@ -153,8 +181,7 @@ def read_tar(
     returned as stored (after pax/GNU long-name headers); callers check them.
     """
     members: list[tuple[str, bytes]] = []
-    seen = set()
-    total = 0
+    check = _MemberCheck(max_members, max_member_bytes, max_total_bytes)
     try:
         with tarfile.open(
             fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape"
@@ -163,25 +190,12 @@ def read_tar(
                 info = archive.next()
                 if info is None:
                     break
-                name = info.name
-                if len(members) >= max_members:
-                    raise ValueError(f"{name!r}: more than {max_members} members")
-                if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-                    kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
-                    raise ValueError(f"{name!r}: {kind}, not a regular file")
-                if name in seen:
-                    raise ValueError(f"{name!r}: duplicate member")
-                seen.add(name)
-                if info.size > max_member_bytes:
-                    raise ValueError(f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}")
-                total += info.size
-                if total > max_total_bytes:
-                    raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
+                check(info)
                 handle = archive.extractfile(info)
                 content = handle.read() if handle is not None else b""
                 if len(content) != info.size:
-                    raise ValueError(f"{name!r}: truncated member")
-                members.append((name, content))
+                    raise ValueError(f"{info.name!r}: truncated member")
+                members.append((info.name, content))
     except tarfile.TarError as exc:
         raise ValueError(f"damaged tar: {exc}") from None
     except EOFError:
@@ -205,30 +219,49 @@ class _Counted:
         return self.position
 
 
-def write_tar_to(out: typing.BinaryIO, members: list[tuple[str, bytes]]) -> None:
-    """Write an uncompressed pax tar of regular files to ``out``, in the given order, with
-    fixed metadata (mode 0644, mtime 0, uid/gid 0), so equal content gives equal bytes."""
+class _Hashed(io.BytesIO):
+    """A member's content that feeds ``digest`` as tarfile reads it."""
+
+    def __init__(self, content: bytes, digest: typing.Any) -> None:
+        super().__init__(content)
+        self.digest = digest
+
+    def read(self, size: int | None = -1) -> bytes:
+        chunk = super().read(size)
+        self.digest.update(chunk)
+        return chunk
+
+
+@contextlib.contextmanager
+def tar_writer(out: typing.BinaryIO) -> typing.Iterator[typing.Callable[..., None]]:
+    """Write an uncompressed pax tar of regular files to ``out`` as members are added, with
+    fixed metadata (mode 0644, mtime 0, uid/gid 0), so equal content gives equal bytes.
+
+    Yields ``add(name, content, digest=None)``; a ``digest`` (a hashlib object) is fed
+    the content as it is written, a megabyte at a time.
+    """
     with tarfile.open(
-        fileobj=_Counted(out),
-        mode="w",
-        format=tarfile.PAX_FORMAT,
-        encoding="utf-8",
-        copybufsize=1 << 20,
+        fileobj=_Counted(out), mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8", copybufsize=1 << 20
     ) as tf:
-        for name, content in members:
+
+        def add(name: str, content: bytes, digest: typing.Any = None) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(content)
             info.mode = 0o644
             info.mtime = 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""
-            tf.addfile(info, io.BytesIO(content))
+            tf.addfile(info, _Hashed(content, digest) if digest is not None else io.BytesIO(content))
+
+        yield add
 
 
 def write_tar(members: list[tuple[str, bytes]]) -> bytes:
-    """The bytes of ``write_tar_to`` for ``members``."""
+    """The bytes of a tar of ``members``, in the given order."""
     buf = io.BytesIO()
-    write_tar_to(buf, members)
+    with tar_writer(buf) as add:
+        for name, content in members:
+            add(name, content)
     return buf.getvalue()
 
 
@@ -441,58 +474,104 @@ def read_header(stream: io.BufferedReader) -> dict:
     return header
 
 
-def read_bundle(stream: io.BufferedReader, size: int) -> bytes:
-    data = stream.read(size)
-    if len(data) != size:
-        raise Cancelled("input closed before the bundle was complete")
-    return data
+class _Exactly:
+    """The next ``size`` bytes of a stream, then EOF; Cancelled if the stream ends first."""
+
+    def __init__(self, stream: typing.BinaryIO, size: int) -> None:
+        self.stream = stream
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        want = self.left if n is None or n < 0 else min(n, self.left)
+        data = self.stream.read(want) if want else b""
+        if len(data) < want:
+            raise Cancelled("input closed before the bundle was complete")
+        self.left -= len(data)
+        return data
+
+    def finish(self) -> None:
+        """Read what is left (the archive's end padding), so the stream stays in step."""
+        while self.read(1 << 16):
+            pass
 
 
-def unpack_bundle(data: bytes, limits: dict) -> tuple[bytes, bytes, list[str], dict[str, bytes]]:
-    """Validate the bundle; return job bytes, instruction bytes, allowed paths and files."""
+def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, meta: str) -> list[str]:
+    """Unpack the bundle as it arrives: ``job.json`` and ``instruction.txt`` into ``meta``,
+    then each ``files/<allowed path>`` straight into ``work``; return the allowed paths.
+
+    Writing while the client is still sending means the job's files are in place almost as
+    soon as the last byte is in. Raises ProtocolError for a bundle that breaks the rules,
+    Cancelled when stdin ends before ``size`` bytes.
+    """
+    source = _Exactly(stream, size)
+    check = _MemberCheck(limits["max_files"] + 2, limits["max_file_bytes"], limits["max_total_bytes"])
+    allowed: list[str] | None = None
+    instruction = False
     try:
-        members = dict(
-            read_tar(
-                data,
-                limits["max_files"] + 2,
-                limits["max_file_bytes"],
-                limits["max_total_bytes"],
-            )
-        )
+        with tarfile.open(
+            fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
+        ) as archive:
+            for info in archive:
+                check(info)
+                name = info.name
+                handle = archive.extractfile(info)
+                if allowed is None:
+                    if name != "job.json":
+                        raise ValueError("job.json is missing (it comes first)")
+                    job_bytes = handle.read() if handle is not None else b""
+                    allowed = _allowed_of(job_bytes, limits["max_files"])
+                    write_new_file(meta, "job.json", io.BytesIO(job_bytes), info.size)
+                elif not instruction:
+                    if name != "instruction.txt":
+                        raise ValueError("instruction.txt is missing (it comes second)")
+                    write_new_file(meta, "instruction.txt", handle, info.size)
+                    instruction = True
+                else:
+                    rel = name[len("files/") :] if name.startswith("files/") else None
+                    if rel is None or rel not in allowed:
+                        raise ValueError(f"{name!r}: not files/<an allowed path>")
+                    write_new_file(work, rel, handle, info.size)
+    except tarfile.TarError as exc:
+        raise ProtocolError(f"bundle: damaged tar: {exc}") from None
+    except EOFError:
+        raise ProtocolError("bundle: damaged tar: unexpected end of data") from None
     except ValueError as exc:
         raise ProtocolError(f"bundle: {exc}") from None
-    for required in ("job.json", "instruction.txt"):
-        if required not in members:
-            raise ProtocolError(f"bundle: {required} is missing")
-    job_bytes = members.pop("job.json")
-    instruction = members.pop("instruction.txt")
+    if allowed is None:
+        raise ProtocolError("bundle: job.json is missing")
+    if not instruction:
+        raise ProtocolError("bundle: instruction.txt is missing")
+    source.finish()
+    return allowed
+
+
+def _allowed_of(job_bytes: bytes, max_files: int) -> list[str]:
     try:
         job = loads_strict(job_bytes)
         if not isinstance(job, dict):
             raise ValueError("not a JSON object")
-        allowed = check_allowed_paths(job.get("allowed_paths"), limits["max_files"])
+        return check_allowed_paths(job.get("allowed_paths"), max_files)
     except ValueError as exc:
-        raise ProtocolError(f"bundle: job.json: {exc}") from None
-    files = {}
-    for name, content in members.items():
-        rel = name[len("files/") :] if name.startswith("files/") else None
-        if rel is None or rel not in allowed:
-            raise ProtocolError(f"bundle: {name!r}: not files/<an allowed path>")
-        files[rel] = content
-    return job_bytes, instruction, allowed, files
+        raise ValueError(f"job.json: {exc}") from None
 
 
-def write_new_file(root: str, rel: str, content: bytes) -> None:
-    """Create ``root/rel`` and its parent folders; never follow or replace anything."""
+def write_new_file(root: str, rel: str, content: typing.BinaryIO | None, size: int) -> None:
+    """Create ``root/rel`` and its parent folders from the ``size`` bytes ``content`` holds;
+    never follow or replace anything."""
     parent = os.path.dirname(rel)
     try:
         if parent:
             os.makedirs(os.path.join(root, parent), mode=0o755, exist_ok=True)
         fd = os.open(os.path.join(root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
-        raise ProtocolError(f"bundle: cannot create {rel!r}: {exc.strerror}") from None
+        raise ValueError(f"cannot create {rel!r}: {exc.strerror}") from None
+    written = 0
     with os.fdopen(fd, "wb") as handle:
-        handle.write(content)
+        while content is not None and (chunk := content.read(1 << 20)):
+            handle.write(chunk)
+            written += len(chunk)
+    if written != size:
+        raise ValueError(f"{rel!r}: truncated member")
 
 
 def render_command(template: str, values: dict[str, str]) -> str:
@@ -627,25 +706,21 @@ def generator_env(home: str, work: str, instruction_file: str, job_file: str) ->
     return env
 
 
-def run_job(header: dict, bundle: bytes, watch: Watch, result: dict) -> dict[str, bytes]:
-    """Unpack, run and collect one job, filling ``result``; return the collected outputs.
+def run_job(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) -> dict[str, bytes]:
+    """Receive, run and collect one job, filling ``result``; return the collected outputs.
 
     The workspace is ``<tmp>/work`` (the generator's cwd, holding only the repository
     files), beside ``<tmp>/meta`` (job and instruction) and an empty ``<tmp>/home``.
     """
     limits = header["limits"]
-    job_bytes, instruction, allowed, files = unpack_bundle(bundle, limits)
     base = tempfile.mkdtemp(prefix="genjob-")
     try:
         work, meta, home = (os.path.join(base, name) for name in ("work", "meta", "home"))
         for folder in (work, meta, home):
             os.mkdir(folder, 0o700)
+        allowed = receive_bundle(stdin, header["bundle_bytes"], limits, work, meta)
         instruction_file = os.path.join(meta, "instruction.txt")
         job_file = os.path.join(meta, "job.json")
-        write_new_file(meta, "instruction.txt", instruction)
-        write_new_file(meta, "job.json", job_bytes)
-        for rel in sorted(files):
-            write_new_file(work, rel, files[rel])
         command = render_command(
             header["generator"],
             {
@@ -698,23 +773,31 @@ def main() -> int:
     stdin = sys.stdin.buffer
     try:
         header = read_header(stdin)
-        bundle = read_bundle(stdin, header["bundle_bytes"])
-        outputs = run_job(header, bundle, Watch(), result)
+        outputs = run_job(header, stdin, Watch(), result)
     except Cancelled as exc:
         result.update(cancelled=True, error=str(exc))
     except ProtocolError as exc:
         result["error"] = str(exc)
     except OSError as exc:
         result["error"] = f"runner: {exc}"
-    result["outputs"] = {rel: hashlib.sha256(data).hexdigest() for rel, data in outputs.items()}
-    members = [("result.json", json.dumps(result, sort_keys=True).encode("utf-8"))]
-    members += [("outputs/" + rel, outputs[rel]) for rel in sorted(outputs)]
     try:
-        write_tar_to(sys.stdout.buffer, members)
+        write_result(sys.stdout.buffer, result, outputs)
         sys.stdout.buffer.flush()
     except OSError:
         return 1
     return 0
+
+
+def write_result(out: typing.BinaryIO, result: dict, outputs: dict[str, bytes]) -> None:
+    """The result tar: the outputs first, each hashed as it goes out (so hashing overlaps
+    sending), then ``result.json`` with those hashes."""
+    hashes = {}
+    with tar_writer(out) as add:
+        for rel in sorted(outputs):
+            digest = hashlib.sha256()
+            add("outputs/" + rel, outputs[rel], digest)
+            hashes[rel] = digest.hexdigest()
+        add("result.json", json.dumps({**result, "outputs": hashes}, sort_keys=True).encode("utf-8"))
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def test_make_bundle_is_deterministic_and_normalised(tmp_path: Path) -> None:
     assert first == second
     with tarfile.open(fileobj=io.BytesIO(first)) as tf:
         infos = tf.getmembers()
-        assert [i.name for i in infos] == ["files/a.py", "files/b.py", "instruction.txt", "job.json"]
+        assert [i.name for i in infos] == ["job.json", "instruction.txt", "files/a.py", "files/b.py"]
         for info in infos:
             assert (info.mtime, info.uid, info.gid, info.mode) == (0, 0, 0, 0o644)
             assert info.isreg()

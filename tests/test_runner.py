@@ -25,6 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 
 PY = shlex.quote(sys.executable)
 LIMITS = Limits(max_file_bytes=4096, max_total_bytes=10_000, max_files=10, max_tail_bytes=64)
+LIMITS_BIG = Limits(max_file_bytes=1 << 20, max_total_bytes=1 << 21, max_files=10, max_tail_bytes=64)
 
 
 class Run:
@@ -320,6 +321,54 @@ def test_runner_refuses_bad_bundles(tmp_path: Path, members: list[tuple[str, byt
     run_ = Run(stdin_payload(make_header("true", 5, LIMITS, bundle), bundle), tmp_path)
     result, _ = run_.finish()
     assert fault in result["error"] and result["exit_code"] is None
+
+
+@pytest.mark.parametrize(
+    ("members", "fault"),
+    [
+        (
+            [("files/a", b""), ("job.json", b'{"allowed_paths": ["a"]}'), ("instruction.txt", b"x")],
+            "job.json is missing (it comes first)",
+        ),
+        (
+            [("job.json", b'{"allowed_paths": ["a"]}'), ("files/a", b""), ("instruction.txt", b"x")],
+            "instruction.txt is missing (it comes second)",
+        ),
+        (
+            [
+                ("job.json", b'{"allowed_paths": ["a"]}'),
+                ("instruction.txt", b"x"),
+                ("files/a", b"1"),
+                ("files/a", b"2"),
+            ],
+            "'files/a': duplicate member",
+        ),
+        ([], "job.json is missing"),
+    ],
+)
+def test_runner_refuses_bundles_out_of_order(
+    tmp_path: Path, members: list[tuple[str, bytes]], fault: str
+) -> None:
+    bundle = write_tar(members)
+    result, _ = Run(stdin_payload(make_header("true", 5, LIMITS, bundle), bundle), tmp_path).finish()
+    assert fault in result["error"] and result["exit_code"] is None
+
+
+def test_files_are_written_while_the_bundle_still_arrives(tmp_path: Path) -> None:
+    big, rest = os.urandom(512 * 1024), os.urandom(128 * 1024)
+    doc = json.dumps({"instruction": "x", "allowed_paths": ["a.bin", "b.bin"]}).encode()
+    bundle = make_bundle(doc, "x", ["a.bin", "b.bin"], {"a.bin": big, "b.bin": rest}, limits=LIMITS_BIG)
+    payload = stdin_payload(make_header("cat b.bin >> a.bin", 5, LIMITS_BIG, bundle), bundle)
+    run_ = Run(payload[:-1024], tmp_path)  # all but the end of b.bin and the archive
+    deadline = time.monotonic() + 30
+    while not any(p.stat().st_size == len(big) for p in run_.tmpdir.glob("genjob-*/work/a.bin")):
+        assert time.monotonic() < deadline, "a.bin was not written before the bundle was complete"
+        time.sleep(0.02)
+    assert run_.proc.stdin is not None
+    run_.proc.stdin.write(payload[-1024:])
+    run_.proc.stdin.flush()
+    result, outputs = run_.finish()
+    assert result["exit_code"] == 0 and outputs["a.bin"] == big + rest
 
 
 def test_runner_refuses_link_members(tmp_path: Path) -> None:
