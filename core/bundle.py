@@ -2,19 +2,22 @@
 
 The bundle is an uncompressed, deterministic tar: ``job.json`` (the job document's
 bytes), ``instruction.txt`` and ``files/<path>`` for each allowed path that exists
-locally. The result tar holds ``result.json`` and ``outputs/<path>``; ``extract_result``
-trusts none of it: every member is checked before anything is written, each file is
-created with ``O_EXCL | O_NOFOLLOW`` under a fresh folder, and hashes are taken from the
-bytes actually written.
+locally. The result tar holds ``outputs/<path>`` and ``result.json``; ``extract_result``
+trusts none of it and reads it as it arrives: every member is checked before its bytes
+are written, each file is created with ``O_EXCL | O_NOFOLLOW`` under a fresh folder, the
+hashes are taken from the bytes written, and any refusal removes the whole folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import shutil
 import stat
+import tarfile
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,10 +25,10 @@ from typing import Any
 
 from core.runner import (
     PROTOCOL_VERSION,
+    MemberCheck,
     check_allowed_paths,
     check_relpath,
     loads_strict,
-    read_tar,
     write_tar,
 )
 
@@ -203,105 +206,64 @@ def _open_parent(root_fd: int, rel: str) -> int:
     return fd
 
 
-def _sha256_of(path: Path) -> str:
-    """Hash what is on disk now, not what was meant to be written."""
+def _write_output(root_fd: int, rel: str, content: typing.BinaryIO, size: int) -> str:
+    """Create ``rel`` under the folder ``root_fd`` from ``size`` bytes of ``content``, made
+    durable; return the sha256 of the bytes written."""
+    try:
+        parent = _open_parent(root_fd, rel)
+        try:
+            fd = os.open(
+                rel.rsplit("/", 1)[-1],
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                0o644,
+                dir_fd=parent,
+            )
+        finally:
+            os.close(parent)
+    except OSError as exc:
+        raise BundleError(f"outputs/{rel}: cannot be written: {exc.strerror}") from None
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
+    written = 0
+    with os.fdopen(fd, "wb") as handle:
+        while chunk := content.read(1 << 20):
+            handle.write(chunk)
             digest.update(chunk)
+            written += len(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    if written != size:
+        raise BundleError(f"result: 'outputs/{rel}': truncated member")
     return digest.hexdigest()
 
 
-def _write_outputs(dest_dir: Path, files: dict[str, bytes]) -> dict[str, str]:
-    root_fd = os.open(dest_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    written = {}
-    try:
-        for rel in sorted(files):
-            try:
-                parent = _open_parent(root_fd, rel)
-                try:
-                    fd = os.open(
-                        rel.rsplit("/", 1)[-1],
-                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                        0o644,
-                        dir_fd=parent,
-                    )
-                finally:
-                    os.close(parent)
-            except OSError as exc:
-                raise BundleError(f"outputs/{rel}: cannot be written: {exc.strerror}") from None
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(files[rel])
-                handle.flush()
-                os.fsync(handle.fileno())
-            written[rel] = _sha256_of(dest_dir / rel)
-    finally:
-        os.close(root_fd)
-    return written
-
-
 def extract_result(
-    result_tar: bytes, allowed_paths: Iterable[str], limits: Limits, dest_dir: Path
+    source: typing.BinaryIO, allowed_paths: Iterable[str], limits: Limits, dest_dir: Path
 ) -> ResultInfo:
-    """Validate a runner's result tar and write its outputs into a new ``dest_dir``.
+    """Validate a runner's result tar, read from ``source`` as it arrives, and write its
+    outputs into a new ``dest_dir``.
 
-    Steps: 1. read every member: plain regular files only, no duplicates, within count
-    and size limits; 2. check every name: ``result.json`` or ``outputs/<allowed path>``;
-    3. parse ``result.json`` strictly; 4. create ``dest_dir`` (it must not exist) and
-    write each output with ``O_EXCL | O_NOFOLLOW``, hashing the bytes written;
-    5. compare with the runner's claimed hashes. Any refusal raises BundleError and
-    leaves no ``dest_dir`` behind.
+    Each member must be a plain regular file, not seen before, within the count and size
+    limits, named ``result.json`` or ``outputs/<allowed path>``; each output is written
+    with ``O_EXCL | O_NOFOLLOW`` and hashed as it is written. Then ``result.json`` is
+    parsed strictly and its claimed hashes compared. ``dest_dir`` must not exist; any
+    refusal raises BundleError and leaves no ``dest_dir`` behind.
     """
-    allowed = set(allowed_paths)
-    budget = limits.max_total_bytes + MAX_RESULT_JSON_BYTES + 4 * limits.max_tail_bytes
-    try:
-        members = read_tar(
-            result_tar,
-            limits.max_files + 1,
-            max(limits.max_file_bytes, MAX_RESULT_JSON_BYTES + 4 * limits.max_tail_bytes),
-            budget,
-        )
-    except ValueError as exc:
-        raise BundleError(f"result: {exc}") from None
-    raw_result: bytes | None = None
-    files: dict[str, bytes] = {}
-    total = 0
-    for name, content in members:
-        if name == "result.json":
-            raw_result = content
-            continue
-        rel = name[len("outputs/") :] if name.startswith("outputs/") else ""
-        try:
-            check_relpath(rel)
-        except ValueError as exc:
-            raise BundleError(f"result: {name!r}: {exc}") from None
-        if rel not in allowed:
-            raise BundleError(f"result: {name!r}: not an allowed path of this job")
-        if len(content) > limits.max_file_bytes:
-            raise BundleError(f"result: {name!r}: {len(content)} bytes, over max_file_bytes")
-        total += len(content)
-        if total > limits.max_total_bytes:
-            raise BundleError(f"result: {name!r}: outputs over max_total_bytes")
-        files[rel] = content
-    if raw_result is None:
-        raise BundleError("result: result.json is missing")
-    if len(raw_result) > MAX_RESULT_JSON_BYTES + 4 * limits.max_tail_bytes:
-        raise BundleError(f"result: result.json is {len(raw_result)} bytes, too large")
-    result = _parse_result(raw_result)
-    claimed: dict[str, str] = result["outputs"]
-
     dest_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
         dest_dir.mkdir()
     except FileExistsError:
         raise BundleError(f"{dest_dir}: already exists; results go into a new folder") from None
     try:
-        written = _write_outputs(dest_dir, files)
+        root_fd = os.open(dest_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            raw_result, written = _receive(source, set(allowed_paths), limits, root_fd)
+        finally:
+            os.close(root_fd)
+        result = _parse_result(raw_result)
     except BaseException:
         shutil.rmtree(dest_dir, ignore_errors=True)
         raise
-
+    claimed: dict[str, str] = result["outputs"]
     mismatches = [
         f"{rel}: runner claimed sha256 {claimed.get(rel)}, received {written.get(rel)}"
         for rel in sorted(set(claimed) | set(written))
@@ -316,3 +278,52 @@ def extract_result(
         outputs=written,
         violations=(*result["violations"], *mismatches),
     )
+
+
+def _receive(
+    source: typing.BinaryIO, allowed: set[str], limits: Limits, root_fd: int
+) -> tuple[bytes, dict[str, str]]:
+    """Read the result tar: write each output under ``root_fd``; return the raw
+    ``result.json`` and the hash of each output written."""
+    max_json = MAX_RESULT_JSON_BYTES + 4 * limits.max_tail_bytes
+    check = MemberCheck(
+        limits.max_files + 1,
+        max(limits.max_file_bytes, max_json),
+        limits.max_total_bytes + max_json,
+    )
+    raw_result: bytes | None = None
+    written: dict[str, str] = {}
+    total = 0
+    try:
+        with tarfile.open(
+            fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
+        ) as archive:
+            for info in archive:
+                check(info)
+                name = info.name
+                handle = archive.extractfile(info) or io.BytesIO()
+                if name == "result.json":
+                    if info.size > max_json:
+                        raise BundleError(f"result: result.json is {info.size} bytes, too large")
+                    raw_result = handle.read()
+                    continue
+                rel = name[len("outputs/") :] if name.startswith("outputs/") else ""
+                try:
+                    check_relpath(rel)
+                except ValueError as exc:
+                    raise BundleError(f"result: {name!r}: {exc}") from None
+                if rel not in allowed:
+                    raise BundleError(f"result: {name!r}: not an allowed path of this job")
+                if info.size > limits.max_file_bytes:
+                    raise BundleError(f"result: {name!r}: {info.size} bytes, over max_file_bytes")
+                total += info.size
+                if total > limits.max_total_bytes:
+                    raise BundleError(f"result: {name!r}: outputs over max_total_bytes")
+                written[rel] = _write_output(root_fd, rel, handle, info.size)
+    except (tarfile.TarError, EOFError) as exc:
+        raise BundleError(f"result: damaged tar: {exc or 'unexpected end of data'}") from None
+    except ValueError as exc:
+        raise BundleError(f"result: {exc}") from None
+    if raw_result is None:
+        raise BundleError("result: result.json is missing")
+    return raw_result, written

@@ -143,7 +143,7 @@ _TAR_KINDS = {
 }
 
 
-class _MemberCheck:
+class MemberCheck:
     """What every tar member must be, in archive order: a plain regular file, not named
     before, within the count and the per-member and total sizes. Raises ValueError."""
 
@@ -181,7 +181,7 @@ def read_tar(
     returned as stored (after pax/GNU long-name headers); callers check them.
     """
     members: list[tuple[str, bytes]] = []
-    check = _MemberCheck(max_members, max_member_bytes, max_total_bytes)
+    check = MemberCheck(max_members, max_member_bytes, max_total_bytes)
     try:
         with tarfile.open(
             fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape"
@@ -504,7 +504,7 @@ def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, 
     Cancelled when stdin ends before ``size`` bytes.
     """
     source = _Exactly(stream, size)
-    check = _MemberCheck(limits["max_files"] + 2, limits["max_file_bytes"], limits["max_total_bytes"])
+    check = MemberCheck(limits["max_files"] + 2, limits["max_file_bytes"], limits["max_total_bytes"])
     allowed: list[str] | None = None
     instruction = False
     try:

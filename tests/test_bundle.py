@@ -9,6 +9,9 @@ import json
 import os
 import re
 import tarfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -183,11 +186,47 @@ def test_make_bundle_refuses_symlink_and_oversize(tmp_path: Path) -> None:
 def test_extract_result_writes_and_hashes(tmp_path: Path) -> None:
     outputs = {"a.py": b"a = 1\n", "pkg/deep/b.py": b"b = 2\n"}
     dest = tmp_path / "out"
-    info = extract_result(result_tar(outputs), ["a.py", "pkg/deep/b.py"], SMALL, dest)
+    info = extract_result(io.BytesIO(result_tar(outputs)), ["a.py", "pkg/deep/b.py"], SMALL, dest)
     assert info.ok
     assert info.outputs == {rel: sha(data) for rel, data in outputs.items()}
     assert (dest / "pkg/deep/b.py").read_bytes() == b"b = 2\n"
     assert info.tail == "done\n"
+
+
+class Trickle:
+    """A result arriving a few bytes at a time, stalled after `hold` bytes until released."""
+
+    def __init__(self, data: bytes, hold: int) -> None:
+        self.data, self.hold, self.pos = data, hold, 0
+        self.release = threading.Event()
+
+    def read(self, n: int = -1) -> bytes:
+        if self.pos >= self.hold:
+            self.release.wait(30)
+        end = min(self.pos + 7, len(self.data), self.hold if not self.release.is_set() else len(self.data))
+        out, self.pos = self.data[self.pos : end], end
+        return out
+
+
+def test_extract_result_writes_each_output_as_it_arrives(tmp_path: Path) -> None:
+    outputs = {"a.py": b"a" * 1000, "b.py": b"b" * 1000}
+    raw = result_json(outputs)
+    tar = tar_of(
+        (member("outputs/a.py", outputs["a.py"]), outputs["a.py"]),
+        (member("outputs/b.py", outputs["b.py"]), outputs["b.py"]),
+        (member("result.json", raw), raw),
+    )
+    source = Trickle(tar, tar.index(b"b" * 1000))
+    dest = tmp_path / "out"
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(extract_result, source, ["a.py", "b.py"], SMALL, dest)
+        deadline = time.monotonic() + 30
+        while not ((dest / "a.py").exists() and (dest / "a.py").stat().st_size == 1000):
+            assert time.monotonic() < deadline and not done.done(), "a.py not written before the rest came"
+            time.sleep(0.01)
+        source.release.set()
+        info = done.result()
+    assert info.ok and info.outputs == {rel: sha(data) for rel, data in outputs.items()}
 
 
 def test_extract_result_reports_hash_mismatch_and_unclaimed(tmp_path: Path) -> None:
@@ -197,7 +236,7 @@ def test_extract_result_reports_hash_mismatch_and_unclaimed(tmp_path: Path) -> N
         (member("outputs/a.py", b"what arrived"), b"what arrived"),
         (member("outputs/b.py", b"unclaimed"), b"unclaimed"),
     )
-    info = extract_result(tar, ["a.py", "b.py"], SMALL, tmp_path / "out")
+    info = extract_result(io.BytesIO(tar), ["a.py", "b.py"], SMALL, tmp_path / "out")
     assert not info.ok
     assert info.outputs["a.py"] == sha(b"what arrived")
     assert any(v.startswith("a.py: runner claimed") for v in info.violations)
@@ -206,7 +245,7 @@ def test_extract_result_reports_hash_mismatch_and_unclaimed(tmp_path: Path) -> N
 
 def test_extract_result_passes_runner_findings_on(tmp_path: Path) -> None:
     tar = result_tar({}, exit_code=None, timed_out=True, violations=["x: symlink"])
-    info = extract_result(tar, ["x"], SMALL, tmp_path / "out")
+    info = extract_result(io.BytesIO(tar), ["x"], SMALL, tmp_path / "out")
     assert (info.exit_code, info.timed_out, info.violations) == (None, True, ("x: symlink",))
     assert not info.ok
 
@@ -256,14 +295,14 @@ RAW = result_json({})
 def test_extract_result_refuses(tmp_path: Path, tar: bytes, fault: str) -> None:
     dest = tmp_path / "out"
     with pytest.raises(BundleError, match=fault):
-        extract_result(tar, ["a.py", "0", "1", "2", "3", "4"], SMALL, dest)
+        extract_result(io.BytesIO(tar), ["a.py", "0", "1", "2", "3", "4"], SMALL, dest)
     assert not dest.exists()
 
 
 def test_extract_result_refuses_total_over_limit(tmp_path: Path) -> None:
     outputs = {"a": b"x" * 1000, "b": b"x" * 1000, "c": b"x" * 1000}
     with pytest.raises(BundleError, match=r"outputs/c.: outputs over max_total_bytes"):
-        extract_result(result_tar(outputs), ["a", "b", "c"], SMALL, tmp_path / "out")
+        extract_result(io.BytesIO(result_tar(outputs)), ["a", "b", "c"], SMALL, tmp_path / "out")
 
 
 def test_extract_result_refuses_pax_path_override(tmp_path: Path) -> None:
@@ -272,14 +311,14 @@ def test_extract_result_refuses_pax_path_override(tmp_path: Path) -> None:
     info.pax_headers = {"path": "outputs/../../../etc/cron.d/x"}
     tar = tar_of((member("result.json", RAW), RAW), (info, b"x"))
     with pytest.raises(BundleError, match=r"'\.\.'"):
-        extract_result(tar, ["a.py"], SMALL, tmp_path / "out")
+        extract_result(io.BytesIO(tar), ["a.py"], SMALL, tmp_path / "out")
 
 
 def test_extract_result_refuses_gnu_longname_escape(tmp_path: Path) -> None:
     name = "outputs/" + "a/" * 60 + "../" * 70 + "x"
     tar = tar_of((member(name, b"x"), b"x"), fmt=tarfile.GNU_FORMAT)
     with pytest.raises(BundleError, match=r"'\.\.'"):
-        extract_result(tar, ["x"], SMALL, tmp_path / "out")
+        extract_result(io.BytesIO(tar), ["x"], SMALL, tmp_path / "out")
 
 
 def test_extract_result_needs_a_fresh_folder(tmp_path: Path) -> None:
@@ -287,7 +326,7 @@ def test_extract_result_needs_a_fresh_folder(tmp_path: Path) -> None:
     dest.mkdir()
     (dest / "keep").write_text("mine")
     with pytest.raises(BundleError, match="already exists"):
-        extract_result(result_tar({"a.py": b"x"}), ["a.py"], SMALL, dest)
+        extract_result(io.BytesIO(result_tar({"a.py": b"x"})), ["a.py"], SMALL, dest)
     assert (dest / "keep").read_text() == "mine"
 
 
@@ -295,7 +334,7 @@ def test_extract_result_removes_folder_when_writing_fails(tmp_path: Path) -> Non
     """``a`` and ``a/b`` cannot both be files: the second write fails after the first."""
     dest = tmp_path / "out"
     with pytest.raises(BundleError, match="outputs/a/b: cannot be written"):
-        extract_result(result_tar({"a": b"1", "a/b": b"2"}), ["a", "a/b"], SMALL, dest)
+        extract_result(io.BytesIO(result_tar({"a": b"1", "a/b": b"2"})), ["a", "a/b"], SMALL, dest)
     assert not dest.exists()
 
 
@@ -328,7 +367,7 @@ def test_extract_result_arbitrary_names(
         return
     dest = tmp_path_factory.mktemp("hyp") / "out"
     try:
-        info = extract_result(tar, allowed, SMALL, dest)
+        info = extract_result(io.BytesIO(tar), allowed, SMALL, dest)
     except BundleError as exc:
         assert not dest.exists()
         event(f"refused: {str(exc).split(':')[-1][:30]}")
@@ -358,6 +397,6 @@ def test_damaged_archives_raise_only_bundle_error(
     damaged = bytes(original[:cut])
     dest = tmp_path_factory.mktemp("dmg") / "out"
     try:
-        extract_result(damaged, ["a"], SMALL, dest)
+        extract_result(io.BytesIO(damaged), ["a"], SMALL, dest)
     except BundleError:
         assert not dest.exists()

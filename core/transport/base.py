@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import queue
 import shlex
+import shutil
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,11 +46,12 @@ STOP_WAIT = runner.KILL_GRACE + 8.0
 class RunOutcome:
     """How one run ended, before the result tar is checked.
 
-    ``result_tar`` is the runner's stdout when it produced any; ``error`` is None only
-    when the runner exited 0 and the session ended normally.
+    ``result_bytes`` counts the runner's stdout, the result tar, which went to the
+    ``on_result`` given to ``run`` as it arrived; ``error`` is None only when the runner
+    exited 0 and the session ended normally.
     """
 
-    result_tar: bytes | None = field(repr=False)
+    result_bytes: int
     stderr_tail: bytes
     exit_status: int | None
     error: str | None
@@ -57,7 +60,8 @@ class RunOutcome:
 class Transport(Protocol):
     """Runs the runner on some host.
 
-    ``run`` starts the runner, then awaits ``job`` for the header and bundle to send it.
+    ``run`` starts the runner, then awaits ``job`` for the header and bundle to send it;
+    the runner's stdout goes to ``on_result`` and its stderr to ``on_output`` as they come.
     It reports a failed attempt in the outcome's ``error`` instead of raising. It raises
     only for an untrusted host key (SSH's ``HostKeyError``: that needs an operator, not a
     retry), for an exception from ``job`` or ``on_output``, and when its task is
@@ -68,6 +72,7 @@ class Transport(Protocol):
     async def run(
         self,
         job: Awaitable[Prepared],
+        on_result: OutputCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome: ...
@@ -150,11 +155,12 @@ class _TooLarge(Exception):
 async def drive(
     session: Session,
     job: Awaitable[Prepared],
+    on_result: OutputCallback,
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
     slack: float,
 ) -> RunOutcome:
-    """Feed the runner, stream its stderr, read its stdout, and stop it if need be.
+    """Feed the runner, stream its stdout and stderr, and stop it if need be.
 
     The preamble goes out at once; the header and bundle when ``job`` has them. Stops the
     runner (``session.stop``) when ``job`` raises (and raises that), on cancel, once the
@@ -172,7 +178,7 @@ async def drive(
         raise
     if header is _CANCELLED:
         await session.stop()
-        return RunOutcome(None, b"", None, "cancelled")
+        return RunOutcome(0, b"", None, "cancelled")
     limit = max_result_bytes(header)
 
     async def feed() -> None:
@@ -189,21 +195,21 @@ async def drive(
             if on_output is not None:
                 on_output(chunk)
 
-    async def read_stdout() -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := await session.stdout.read(CHUNK):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise _TooLarge(f"runner output over {limit} bytes")
-        return b"".join(chunks)
+    received = 0
 
-    async def whole() -> tuple[bytes, int | None]:
+    async def pump_stdout() -> None:
+        nonlocal received
+        while chunk := await session.stdout.read(CHUNK):
+            received += len(chunk)
+            if received > limit:
+                raise _TooLarge(f"runner output over {limit} bytes")
+            on_result(chunk)
+
+    async def whole() -> int | None:
         feeder = asyncio.ensure_future(feed())
         try:
-            out, _ = await asyncio.gather(read_stdout(), pump_stderr())
-            return out, await session.wait()
+            await asyncio.gather(pump_stdout(), pump_stderr())
+            return await session.wait()
         finally:
             feeder.cancel()
 
@@ -226,19 +232,19 @@ async def drive(
         running.cancel()
         await session.stop()
         reason = "cancelled" if cancel is not None and cancel.is_set() else "deadline exceeded"
-        return RunOutcome(None, bytes(tail.data), None, reason)
+        return RunOutcome(received, bytes(tail.data), None, reason)
     try:
-        stdout, status = running.result()
+        status = running.result()
     except _TooLarge as exc:
         await session.stop()
-        return RunOutcome(None, bytes(tail.data), None, str(exc))
+        return RunOutcome(received, bytes(tail.data), None, str(exc))
     except (*session.lost, OSError) as exc:
         await session.stop()
-        return RunOutcome(None, bytes(tail.data), None, f"connection lost: {exc}")
+        return RunOutcome(received, bytes(tail.data), None, f"connection lost: {exc}")
     except BaseException:
         await session.stop()
         raise
-    return _outcome(stdout, status, bytes(tail.data), session.python)
+    return _outcome(received, status, bytes(tail.data), session.python)
 
 
 # What `_unless_cancelled` gives when the cancel came first.
@@ -260,18 +266,18 @@ async def _unless_cancelled(job: Awaitable[Prepared], cancel: asyncio.Event | No
     return ready.result()
 
 
-def _outcome(stdout: bytes, status: int | None, tail: bytes, python: str) -> RunOutcome:
-    if status == 127 and not stdout:
+def _outcome(received: int, status: int | None, tail: bytes, python: str) -> RunOutcome:
+    if status == 127 and not received:
         error: str | None = f"{python} not found on the generator host"
     elif status is None:
         error = "connection lost: the runner ended without an exit status"
     elif status != 0:
         error = f"runner exited with status {status}"
-    elif not stdout:
+    elif not received:
         error = "runner produced no result"
     else:
         error = None
-    return RunOutcome(stdout or None, tail, status, error)
+    return RunOutcome(received, tail, status, error)
 
 
 async def run_job(
@@ -309,24 +315,71 @@ async def run_job(
         return make_header(generator, timeout, limits, bundle), bundle
 
     # Threads keep the event loop (heartbeats, other jobs' streams) moving while big
-    # files are read, bundled and, below, written.
+    # files are read and bundled, and while the outputs are written as they arrive.
     prepared = asyncio.ensure_future(asyncio.to_thread(prepare))
+    pipe = _Pipe()
+
+    def extract() -> ResultInfo:
+        try:
+            return extract_result(pipe, allowed_paths, limits, dest_dir)
+        finally:
+            pipe.abandoned = True
+
+    extracting = asyncio.ensure_future(asyncio.to_thread(extract))
     try:
-        outcome = await transport.run(prepared, on_output, cancel)
+        outcome = await transport.run(prepared, pipe.put, on_output, cancel)
+    except BaseException:
+        pipe.close()
+        # A thread cannot be stopped: let it see the end of what came (and remove
+        # `dest_dir`, cut short) before the caller cleans up.
+        await asyncio.wait([extracting])
+        extracting.exception()
+        raise
     finally:
+        pipe.close()
         if not prepared.done():
             prepared.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await prepared
-    if outcome.error is not None or outcome.result_tar is None:
+    if outcome.error is not None:
+        await asyncio.wait([extracting])
+        if not extracting.exception():
+            shutil.rmtree(dest_dir, ignore_errors=True)
         return outcome, None
-    extracting = asyncio.ensure_future(
-        asyncio.to_thread(extract_result, outcome.result_tar, allowed_paths, limits, dest_dir)
-    )
     try:
         return outcome, await asyncio.shield(extracting)
     except asyncio.CancelledError:
-        # A thread cannot be stopped: let it finish writing `dest_dir` before the caller
-        # cleans up after the cancelled run.
         await asyncio.wait([extracting])
         raise
+
+
+class _Pipe:
+    """The runner's stdout, from the event loop to the thread that extracts it: `put`
+    never blocks, `read` blocks until there is data or the end. Once the reader stops
+    (the result was refused), what still arrives is dropped."""
+
+    def __init__(self) -> None:
+        self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._head = memoryview(b"")
+        self._ended = False
+        self.abandoned = False
+
+    def put(self, chunk: bytes) -> None:
+        if not self.abandoned:
+            self._chunks.put(chunk)
+
+    def close(self) -> None:
+        self._chunks.put(None)
+
+    def read(self, n: int = -1) -> bytes:
+        while not self._head:
+            if self._ended:
+                return b""
+            chunk = self._chunks.get()
+            if chunk is None:
+                self._ended = True
+                return b""
+            self._head = memoryview(chunk)
+        n = len(self._head) if n is None or n < 0 else n
+        out, self._head = self._head[:n], self._head[n:]
+        return bytes(out)

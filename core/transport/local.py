@@ -48,6 +48,7 @@ class LocalTransport:
     async def run(
         self,
         job: Awaitable[Prepared],
+        on_result: OutputCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:
@@ -63,9 +64,9 @@ class LocalTransport:
                 start_new_session=True,
             )
         except FileNotFoundError:
-            return RunOutcome(None, b"", None, f"{self.python} not found")
+            return RunOutcome(0, b"", None, f"{self.python} not found")
         except OSError as exc:
-            return RunOutcome(None, b"", None, f"cannot start {self.python}: {exc.strerror}")
+            return RunOutcome(0, b"", None, f"cannot start {self.python}: {exc.strerror}")
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
 
         async def stop() -> None:
@@ -91,7 +92,7 @@ class LocalTransport:
             python=self.python,
         )
         try:
-            return await drive(session, job, on_output, cancel, self.slack)
+            return await drive(session, job, on_result, on_output, cancel, self.slack)
         finally:
             proc.stdin.close()
 

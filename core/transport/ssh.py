@@ -203,6 +203,7 @@ class SSHTransport:
     async def run(
         self,
         job: Awaitable[Prepared],
+        on_result: OutputCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:
@@ -212,7 +213,7 @@ class SSHTransport:
             reason = str(exc)
             if isinstance(exc, OSError) and exc.errno:
                 reason = os.strerror(exc.errno) + (f": {exc.filename}" if exc.filename else "")
-            return RunOutcome(None, b"", None, f"ssh {self.address} port {self.port}: {reason}")
+            return RunOutcome(0, b"", None, f"ssh {self.address} port {self.port}: {reason}")
 
         async def wait() -> int | None:
             await proc.wait()
@@ -237,7 +238,7 @@ class SSHTransport:
             python=self.python,
         )
         try:
-            return await drive(session, job, on_output, cancel, self.slack)
+            return await drive(session, job, on_result, on_output, cancel, self.slack)
         finally:
             proc.close()
 
