@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import shutil
 import stat
@@ -28,6 +27,7 @@ from core.runner import (
     MemberCheck,
     check_allowed_paths,
     check_relpath,
+    checked_members,
     loads_strict,
     write_tar,
 )
@@ -295,31 +295,25 @@ def _receive(
     written: dict[str, str] = {}
     total = 0
     try:
-        with tarfile.open(
-            fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
-        ) as archive:
-            for info in archive:
-                check(info)
-                name = info.name
-                handle = archive.extractfile(info) or io.BytesIO()
-                if name == "result.json":
-                    if info.size > max_json:
-                        raise BundleError(f"result: result.json is {info.size} bytes, too large")
-                    raw_result = handle.read()
-                    continue
-                rel = name[len("outputs/") :] if name.startswith("outputs/") else ""
-                try:
-                    check_relpath(rel)
-                except ValueError as exc:
-                    raise BundleError(f"result: {name!r}: {exc}") from None
-                if rel not in allowed:
-                    raise BundleError(f"result: {name!r}: not an allowed path of this job")
-                if info.size > limits.max_file_bytes:
-                    raise BundleError(f"result: {name!r}: {info.size} bytes, over max_file_bytes")
-                total += info.size
-                if total > limits.max_total_bytes:
-                    raise BundleError(f"result: {name!r}: outputs over max_total_bytes")
-                written[rel] = _write_output(root_fd, rel, handle, info.size)
+        for name, size, handle in checked_members(source, check):
+            if name == "result.json":
+                if size > max_json:
+                    raise BundleError(f"result: result.json is {size} bytes, too large")
+                raw_result = handle.read()
+                continue
+            rel = name[len("outputs/") :] if name.startswith("outputs/") else ""
+            try:
+                check_relpath(rel)
+            except ValueError as exc:
+                raise BundleError(f"result: {name!r}: {exc}") from None
+            if rel not in allowed:
+                raise BundleError(f"result: {name!r}: not an allowed path of this job")
+            if size > limits.max_file_bytes:
+                raise BundleError(f"result: {name!r}: {size} bytes, over max_file_bytes")
+            total += size
+            if total > limits.max_total_bytes:
+                raise BundleError(f"result: {name!r}: outputs over max_total_bytes")
+            written[rel] = _write_output(root_fd, rel, handle, size)
     except (tarfile.TarError, EOFError) as exc:
         raise BundleError(f"result: damaged tar: {exc or 'unexpected end of data'}") from None
     except ValueError as exc:

@@ -170,6 +170,19 @@ class MemberCheck:
             raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
 
 
+def checked_members(
+    source: typing.Any, check: MemberCheck
+) -> typing.Iterator[tuple[str, int, typing.BinaryIO]]:
+    """Each member of the tar read from ``source`` as it arrives, once ``check`` accepts
+    it: its name, its size and a reader of its content (good until the next member)."""
+    with tarfile.open(
+        fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
+    ) as archive:
+        for info in archive:
+            check(info)
+            yield info.name, info.size, archive.extractfile(info) or io.BytesIO()
+
+
 def read_tar(
     data: bytes, max_members: int, max_member_bytes: int, max_total_bytes: int
 ) -> list[tuple[str, bytes]]:
@@ -508,29 +521,23 @@ def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, 
     allowed: list[str] | None = None
     instruction = False
     try:
-        with tarfile.open(
-            fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
-        ) as archive:
-            for info in archive:
-                check(info)
-                name = info.name
-                handle = archive.extractfile(info)
-                if allowed is None:
-                    if name != "job.json":
-                        raise ValueError("job.json is missing (it comes first)")
-                    job_bytes = handle.read() if handle is not None else b""
-                    allowed = _allowed_of(job_bytes, limits["max_files"])
-                    write_new_file(meta, "job.json", io.BytesIO(job_bytes), info.size)
-                elif not instruction:
-                    if name != "instruction.txt":
-                        raise ValueError("instruction.txt is missing (it comes second)")
-                    write_new_file(meta, "instruction.txt", handle, info.size)
-                    instruction = True
-                else:
-                    rel = name[len("files/") :] if name.startswith("files/") else None
-                    if rel is None or rel not in allowed:
-                        raise ValueError(f"{name!r}: not files/<an allowed path>")
-                    write_new_file(work, rel, handle, info.size)
+        for name, size, handle in checked_members(source, check):
+            if allowed is None:
+                if name != "job.json":
+                    raise ValueError("job.json is missing (it comes first)")
+                job_bytes = handle.read()
+                allowed = _allowed_of(job_bytes, limits["max_files"])
+                write_new_file(meta, "job.json", io.BytesIO(job_bytes), size)
+            elif not instruction:
+                if name != "instruction.txt":
+                    raise ValueError("instruction.txt is missing (it comes second)")
+                write_new_file(meta, "instruction.txt", handle, size)
+                instruction = True
+            else:
+                rel = name[len("files/") :] if name.startswith("files/") else None
+                if rel is None or rel not in allowed:
+                    raise ValueError(f"{name!r}: not files/<an allowed path>")
+                write_new_file(work, rel, handle, size)
     except tarfile.TarError as exc:
         raise ProtocolError(f"bundle: damaged tar: {exc}") from None
     except EOFError:
@@ -555,7 +562,7 @@ def _allowed_of(job_bytes: bytes, max_files: int) -> list[str]:
         raise ValueError(f"job.json: {exc}") from None
 
 
-def write_new_file(root: str, rel: str, content: typing.BinaryIO | None, size: int) -> None:
+def write_new_file(root: str, rel: str, content: typing.BinaryIO, size: int) -> None:
     """Create ``root/rel`` and its parent folders from the ``size`` bytes ``content`` holds;
     never follow or replace anything."""
     parent = os.path.dirname(rel)
@@ -567,7 +574,7 @@ def write_new_file(root: str, rel: str, content: typing.BinaryIO | None, size: i
         raise ValueError(f"cannot create {rel!r}: {exc.strerror}") from None
     written = 0
     with os.fdopen(fd, "wb") as handle:
-        while content is not None and (chunk := content.read(1 << 20)):
+        while chunk := content.read(1 << 20):
             handle.write(chunk)
             written += len(chunk)
     if written != size:
