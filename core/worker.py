@@ -21,6 +21,10 @@ from core.ship import Hosts, ShipResult, run_claimed, signing_key
 Report = Callable[[str], None]
 
 
+# After a claim fails for another reason than an empty queue, the loop waits this long.
+CLAIM_RETRY = 5.0
+
+
 async def run_worker(
     layout: Layout,
     host_names: list[str] | None = None,
@@ -82,23 +86,28 @@ async def run_worker(
 
     try:
         while not stop.is_set():
-            empty = False
+            empty = failed = False
             for name in names:
-                while len(busy[name]) < config.hosts[name].concurrency and not stop.is_set():
+                while len(busy[name]) < config.hosts[name].concurrency and not (stop.is_set() or failed):
                     try:
                         claim = await asyncio.to_thread(claimer.claim)
                     except NothingToClaim:
                         empty = True
                         break
+                    except (GenjobError, OSError) as exc:
+                        # A full disk or a folder that cannot be written is the operator's
+                        # to fix: say so, and try again later (with --once, stop claiming).
+                        report(f"claim failed: {exc}" + ("" if once else f"; retrying in {CLAIM_RETRY:g}s"))
+                        failed = True
+                        break
                     report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
                     busy[name].add(asyncio.create_task(one(name, claim)))
             running = set().union(*busy.values())
-            if once and empty and not running:
+            if once and (empty or failed) and not running:
                 break
             stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait(
-                [stopping, *running], timeout=None if full() else poll, return_when=asyncio.FIRST_COMPLETED
-            )
+            wait = CLAIM_RETRY if failed else None if full() else poll
+            await asyncio.wait([stopping, *running], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
             collect()
     finally:

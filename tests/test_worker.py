@@ -64,6 +64,51 @@ async def test_once_runs_every_queued_job_and_returns(
     assert {r.status for r in results} == {"ok"} and all(r.won for r in results)
 
 
+async def test_a_failing_claim_is_reported_and_retried(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(repo, host_block("gen", None, "true"))
+    job = mint(repo)
+    real = Claimer.claim
+    failures = iter([OSError(28, "No space left on device")])
+
+    def flaky(self: Claimer, key: str | None = None):  # type: ignore[no-untyped-def]
+        for exc in failures:
+            raise exc
+        return real(self, key)
+
+    monkeypatch.setattr(Claimer, "claim", flaky)
+    monkeypatch.setattr("core.worker.CLAIM_RETRY", 0.05)
+    lines: list[str] = []
+    stop = asyncio.Event()
+    worker = asyncio.ensure_future(run_worker(repo, stop=stop, report=lines.append, worker_id="w", poll=0.05))
+    await asyncio.wait_for(_until(lambda: any(f"{job.key} gen attempt 1: ok" in ln for ln in lines)), 60)
+    stop.set()
+    results = await worker
+    assert [r.key for r in results] == [job.key]
+    assert "claim failed: [Errno 28] No space left on device; retrying in 0.05s" in lines
+
+
+async def test_with_once_a_failing_claim_ends_the_loop(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(repo, host_block("gen", None, "true"))
+    mint(repo)
+
+    def broken(self: Claimer, key: str | None = None):  # type: ignore[no-untyped-def]
+        raise PermissionError(13, "Permission denied", str(repo.running))
+
+    monkeypatch.setattr(Claimer, "claim", broken)
+    lines: list[str] = []
+    assert await run_worker(repo, once=True, report=lines.append, worker_id="w") == []
+    assert lines[-1] == f"claim failed: [Errno 13] Permission denied: '{repo.running}'"
+
+
+async def _until(ok) -> None:  # type: ignore[no-untyped-def]
+    while not ok():
+        await asyncio.sleep(0.02)
+
+
 def test_a_late_receipt_is_kept_aside(repo: Layout, signer: Ed25519PrivateKey) -> None:
     """Worker A's lease expires; the job is requeued and claimed by B; A's receipt,
     committed late, is kept aside, and B's is the one that counts."""
@@ -84,15 +129,11 @@ def test_a_late_receipt_is_kept_aside(repo: Layout, signer: Ed25519PrivateKey) -
     assert json.loads(late.path.read_bytes())["worker_id"] == "worker-a"
     assert not repo.receipt(job.key).exists()
 
-    won = commit_receipt(
-        repo, job, make_receipt(job, "aborted", {}, "worker-b"), 2, "worker-b", None, signer
-    )
+    won = commit_receipt(repo, job, make_receipt(job, "aborted", {}, "worker-b"), 2, "worker-b", None, signer)
     assert won.won and won.path == repo.receipt(job.key)
     assert json.loads(repo.receipt(job.key).read_bytes())["worker_id"] == "worker-b"
     assert not heartbeat(repo, job.key, b.lease.token, "worker-b"), "the lease ends with the receipt"
-    again = commit_receipt(
-        repo, job, make_receipt(job, "ok", {}, "worker-a"), 1, "worker-a", None, signer
-    )
+    again = commit_receipt(repo, job, make_receipt(job, "ok", {}, "worker-a"), 1, "worker-a", None, signer)
     assert not again.won
     assert json.loads(repo.receipt(job.key).read_bytes())["worker_id"] == "worker-b"
 
