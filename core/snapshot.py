@@ -116,11 +116,6 @@ _make_row: Callable[[tuple[object, ...]], JobRow] = partial(tuple.__new__, JobRo
 _STATES = {s.value: s for s in State}
 
 
-def _row_of_values(values: tuple[Any, ...]) -> JobRow:
-    """A row from its plain values, the state by name (as the index keeps it)."""
-    return _make_row((values[0], _STATES[values[1]], *values[2:]))
-
-
 # A parsed job document: (schema, digest, instruction, allowed_paths, inputs, created_at,
 # rejection reason), or its fault.
 JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float, str]
@@ -437,7 +432,9 @@ class Scanner:
             return -1
 
     def _load_cache(self) -> None:
-        index = read_index(self._cache_path, self._gen, self._device(), _LISTED, _row_of_values)
+        index = read_index(
+            self._cache_path, self._gen, self._device(), _LISTED, _make_row, _STATES.__getitem__
+        )
         if index is not None:
             self._config, self._tree, self._listed, self._fixed, self._volatile, self._leases = index
 

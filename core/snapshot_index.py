@@ -118,18 +118,23 @@ def _chunks(gen: str, device: int, index: Index, fixed_rows: Iterable[tuple[Any,
 
 # -- reading -----------------------------------------------------------------------------------
 def read_index(
-    path: Path, gen: str, device: int, folders: tuple[str, ...], make_row: Callable[[tuple[Any, ...]], Any]
+    path: Path,
+    gen: str,
+    device: int,
+    folders: tuple[str, ...],
+    make_row: Callable[[tuple[Any, ...]], Any],
+    state_of: Callable[[str], Any],
 ) -> Index | None:
     """The index at `path` if it is a whole one of this `.gen/` (listing `folders`), else None.
 
-    `make_row` turns a finished row's plain values into the row the scanner keeps, or
-    raises KeyError or ValueError.
+    `make_row` turns a finished row's values, its state by `state_of` its name (which
+    raises KeyError for an unknown one), into the row the scanner keeps.
     """
     try:
         with open(path, "rb") as fh:
             if fh.read(len(HEADER)) != HEADER:
                 return None
-            return _read_frames(fh, gen, device, folders, make_row)
+            return _read_frames(fh, gen, device, folders, make_row, state_of)
     except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError):
         return None
 
@@ -149,7 +154,12 @@ def _read_frame(fh: Any) -> tuple[Any, ...]:
 
 
 def _read_frames(
-    fh: Any, gen: str, device: int, folders: tuple[str, ...], make_row: Callable[[tuple[Any, ...]], Any]
+    fh: Any,
+    gen: str,
+    device: int,
+    folders: tuple[str, ...],
+    make_row: Callable[[tuple[Any, ...]], Any],
+    state_of: Callable[[str], Any],
 ) -> Index:
     head = _read_frame(fh)
     if len(head) != 7 or head[0] != "head":
@@ -171,6 +181,7 @@ def _read_frames(
     volatile: dict[str, tuple[Any, ...]] = {}
     # One string per key, however many frames name it.
     canon: dict[str, str] = {}
+    same = canon.setdefault
     frames = 1
     while (frame := _read_frame(fh))[0] != "end":
         frames += 1
@@ -181,23 +192,20 @@ def _read_frames(
                 raise ValueError("malformed index")
             if not set(map(type, keys)) <= {str}:
                 raise ValueError("malformed index")
-            into = listed[frame[1]][1]
-            for key, ident in zip(keys, ids, strict=True):
-                into[canon.setdefault(key, key)] = ident
+            listed[frame[1]][1].update(zip(map(same, keys, keys), ids, strict=True))
         elif tag == "fixed":
             keys, *rest = _columns_of(frame[1:], ROW_TYPES)
             for col in (rest[4], rest[9], rest[10]):  # allowed paths, folders, problems
                 _check_shared(col, _str_tuple)
-            for key, *values in zip(keys, *rest, strict=True):
-                key = canon.setdefault(key, key)
-                fixed[key] = make_row((key, *values))
+            keys = tuple(map(same, keys, keys))
+            states = map(state_of, rest[0])
+            fixed.update(zip(keys, map(make_row, zip(keys, states, *rest[1:], strict=True)), strict=True))
         elif tag == "volatile":
             keys, *columns = _columns_of(frame[1:], FACT_TYPES)
             for col in (columns[0], columns[5], columns[11]):  # folders, allowed paths, receipt problems
                 _check_shared(col, _str_tuple)
             _check_shared(columns[6], _inputs_ok)
-            for key, facts in zip(keys, zip(*columns, strict=True), strict=True):
-                volatile[canon.setdefault(key, key)] = facts
+            volatile.update(zip(map(same, keys, keys), zip(*columns, strict=True), strict=True))
         else:
             raise ValueError("malformed index")
     if frame != ("end", frames + 1) or fh.read(1):
