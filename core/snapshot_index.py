@@ -14,6 +14,8 @@ no index at all: it only saves work, and nothing that verifies or applies a job 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import marshal
 import struct
 import zlib
@@ -131,12 +133,26 @@ def read_index(
     raises KeyError for an unknown one), into the row the scanner keeps.
     """
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb") as fh, _collector_paused():
             if fh.read(len(HEADER)) != HEADER:
                 return None
             return _read_frames(fh, gen, device, folders, make_row, state_of)
     except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError):
         return None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector out while the index loads: it would walk the
+    growing heap of rows again and again (a third of the load time at 100,000 jobs),
+    and what the index holds has no cycles to find."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _read_frame(fh: Any) -> tuple[Any, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import marshal
@@ -334,6 +335,22 @@ def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path:
         assert take_snapshot(repo).rows == want
         index.write_bytes(bad)
         assert Scanner(repo).refresh(want) == want
+
+
+def test_loading_the_index_leaves_the_collector_as_it_found_it(repo: Layout) -> None:
+    write_jobs(repo, 3)
+    settle(repo)
+    take_snapshot(repo)
+    index = repo.cache / "snapshot.marshal"
+    good = index.read_bytes()
+    for data, enabled in [(good, True), (good[:-3], True), (good, False)]:
+        index.write_bytes(data)
+        (gc.enable if enabled else gc.disable)()
+        try:
+            Scanner(repo)
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
 
 
 def test_an_index_of_many_frames_loads_whole(
