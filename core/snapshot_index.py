@@ -2,9 +2,9 @@
 the next process re-reads only what changed.
 
 The file is a header line, then frames. A frame is its length and CRC-32 (4 bytes each,
-big-endian), then a marshal'd tuple whose first item names it: one `head`; the folders as
-listed and the rows, in slices of at most `SLICE` entries; then an `end` that counts the
-frames before it. Slices keep saving and loading small in memory: serialising 100,000
+big-endian), then a marshal'd tuple whose first item names it: one `head`; the rows and
+the folders as listed, in slices of at most `SLICE` entries; then an `end` that counts
+the frames before it. Slices keep saving and loading small in memory: serialising 100,000
 rows in one piece makes a copy of all of them whose pages a long-running board keeps
 long after the copy is freed.
 
