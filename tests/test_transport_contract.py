@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import asyncssh
@@ -438,3 +439,24 @@ async def test_inputs_over_the_limits_are_refused_before_anything_is_sent(
     ):
         await job(transport, tmp_path, f"touch {shlex.quote(str(marker))}", ["a.bin"], big)
     assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+async def test_running_jobs_leave_the_thread_pool_free(transport: Transport, tmp_path: Path) -> None:
+    """A job waits for its result through the whole run; that must not hold a pool thread,
+    or as many jobs as the pool has threads would leave none for anything else (a worker's
+    heartbeats among them). Here the generators wait for a file that only the pool writes."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=2))
+    flag = tmp_path / "go"
+    gen = f"while [ ! -e {shlex.quote(str(flag))} ]; do sleep 0.05; done; echo done >> a.txt"
+    before = runners()
+    runs = asyncio.gather(
+        *(job(transport, tmp_path, gen, ["a.txt"], {"a.txt": b"x"}, dest=f"out{i}") for i in range(3))
+    )
+    deadline = time.monotonic() + 30
+    while len(runners() - before) < 3:
+        assert time.monotonic() < deadline, "the runners never started"
+        await asyncio.sleep(0.02)
+    await asyncio.wait_for(asyncio.to_thread(flag.touch), 30)
+    for outcome, info in await asyncio.wait_for(runs, 60):
+        assert outcome.error is None and info is not None and info.ok, outcome
+    assert all((tmp_path / f"out{i}/a.txt").read_bytes() == b"xdone\n" for i in range(3))

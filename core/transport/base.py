@@ -16,10 +16,11 @@ import json
 import queue
 import shlex
 import shutil
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from core import runner
 from core.bundle import (
@@ -34,6 +35,7 @@ from core.bundle import (
 from core.errors import BadInput
 
 OutputCallback = Callable[[bytes], None]
+T = TypeVar("T")
 # The runner's header line, as a mapping, and the bundle it announces.
 Prepared = tuple[Mapping[str, Any], bytes]
 
@@ -325,7 +327,9 @@ async def run_job(
         finally:
             pipe.abandoned = True
 
-    extracting = asyncio.ensure_future(asyncio.to_thread(extract))
+    # Its own thread, not the shared pool: it waits for the result through the whole
+    # run, and jobs enough to fill the pool would leave none to prepare the bundles.
+    extracting = _in_own_thread(extract)
     try:
         outcome = await transport.run(prepared, pipe.put, on_output, cancel)
     except BaseException:
@@ -351,6 +355,31 @@ async def run_job(
     except asyncio.CancelledError:
         await asyncio.wait([extracting])
         raise
+
+
+def _in_own_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """`fn()` run in a new thread, as a future of this event loop."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name="genjob-result", daemon=True).start()
+    return future
 
 
 class _Pipe:
