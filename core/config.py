@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from core.canonical import read_bytes
 from core.errors import BadInput
+
+MAX_CONFIG_BYTES = 1 << 20
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -104,10 +108,9 @@ class Config(BaseModel):
 
 def load_config(path: Path) -> Config:
     """Read config.toml; a missing file means the defaults, a bad one is a BadInput."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return Config()
+    data = read_bytes(path, MAX_CONFIG_BYTES)
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

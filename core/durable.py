@@ -13,10 +13,11 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from core.errors import DurabilityError
+from core.errors import BadInput, DurabilityError
 
 TMP_PREFIX = ".tmp-"
 
@@ -108,9 +109,20 @@ def move(src: Path, dst: Path, sync_source: bool = True) -> None:
 
 
 def append_line(path: Path, line: bytes, durable: bool = False) -> None:
-    """Append one line with a single write to an O_APPEND file (fsynced when `durable`)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    """Append one line with a single write to an O_APPEND file (fsynced when `durable`).
+
+    Only to a regular file: opened without blocking, a FIFO put in its place is refused
+    (BadInput) instead of waiting for a reader forever.
+    """
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ELOOP):
+            raise BadInput(f"{path}: not a regular file; nothing appended") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(f"{path}: not a regular file; nothing appended")
         os.write(fd, line if line.endswith(b"\n") else line + b"\n")
         if durable:
             fsync_fd(fd, path)

@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.canonical import canonical
+from core.canonical import canonical, read_bytes
 from core.durable import append_line
 from core.layout import Layout
+
+# A log or attempts file past this size is refused rather than read into memory.
+MAX_LOG_BYTES = 256 << 20
 
 
 @functools.cache
@@ -41,10 +44,9 @@ def record_attempt(layout: Layout, key: str, event: str, **fields: Any) -> None:
 
 def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Parse a JSON-lines file, skipping lines that do not parse (an audit log is evidence)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return []
+    data = read_bytes(path, MAX_LOG_BYTES)
     out = []
     for line in data.splitlines():
         try:
@@ -67,10 +69,9 @@ def claims(records: list[dict[str, Any]]) -> int:
 
 def job_events(layout: Layout, key: str) -> list[dict[str, Any]]:
     """The audit log's lines about `key` (a byte search first: the log grows large)."""
-    try:
-        data = layout.events.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(layout.events):
         return []
+    data = read_bytes(layout.events, MAX_LOG_BYTES)
     needle = key.encode()
     out = []
     for line in data.splitlines():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from core.errors import NotFound
+from core.errors import BadInput, NotFound
 
 GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
@@ -120,9 +121,21 @@ def find_root(start: Path | None = None, explicit: Path | None = None) -> Layout
         root = Path(os.path.abspath(explicit))
         if not (root / GEN).is_dir():
             raise NotFound(f"{root}: no {GEN}/ here (run `genjob init` there first)")
-        return Layout(root)
+        return _checked(Layout(root))
     here = Path(os.path.abspath(start or Path.cwd()))
     for candidate in (here, *here.parents):
         if (candidate / GEN).is_dir():
-            return Layout(candidate)
+            return _checked(Layout(candidate))
     raise NotFound(f"{here}: not inside a genjob repository (no {GEN}/ above; run `genjob init`)")
+
+
+def _checked(layout: Layout) -> Layout:
+    """Refuse at once a `.gen/` whose audit log is not a regular file: most commands
+    append to it after their work is done, and would fail then, half done."""
+    try:
+        st = os.lstat(layout.events)
+    except FileNotFoundError:
+        return layout
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{layout.events}: not a regular file (the audit log must be one)")
+    return layout

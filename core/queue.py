@@ -197,11 +197,14 @@ class Claimer:
             job = job_from_bytes(read_bytes(dst, source=str(src)), str(src))
             if job.key != key:
                 raise BadInput(f"{src}: file name does not match its key {job.key}")
+            # Read only now that the rename has made this claim the one: the attempt
+            # number is the lease's fencing token.
+            token = claims(attempts(self.layout, key)) + 1
         except BadInput:
-            # Not ours to run: put it back so it shows as INVALID in the queue.
+            # Not ours to run (or its attempts file cannot be read): put it back, so it
+            # shows in the queue with its fault.
             os.rename(dst, src)
             raise
-        token = claims(attempts(self.layout, key)) + 1
         lease = new_lease(self.worker, token, self.ttl, self.pid)
         write_lease(self.layout, key, lease)
         record_attempt(self.layout, key, "claimed", attempt=token, worker=self.worker)

@@ -144,6 +144,21 @@ def config_case(text: str, *fault: str) -> Case:
     return make
 
 
+def fifo_case(where: Callable[[Layout, str], Path], args: list[str], *fault: str) -> Case:
+    """A FIFO where genjob expects a regular file (reading it would wait forever), next
+    to a queued job whose key replaces KEY in `args`."""
+
+    def make(layout: Layout, signer: Ed25519PrivateKey) -> tuple[list[str], list[str]]:
+        v2 = v2_job("Waiting.", {"src/app.py": None})
+        (layout.queue / f"{v2.key}.json").write_bytes(job_bytes(v2))
+        path = where(layout, v2.key)
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+        return [a.replace("KEY", v2.key) for a in args], [path.name, *fault]
+
+    return make
+
+
 def big_instruction(text: str) -> str:
     return text.replace('"A job."', json.dumps("x" * MAX_JSON_BYTES))
 
@@ -203,6 +218,15 @@ CASES: dict[str, Case] = {
     "malformed-receipt": received_case(malformed_receipt, "malformed JSON"),
     "receipt-unknown-field": received_case(rewrite_receipt(model="gpt"), "model: unknown field"),
     "receipt-status-unknown": received_case(rewrite_receipt(status="done"), "status:"),
+    "config-is-a-fifo": fifo_case(
+        lambda lay, key: lay.config, ["claim", "--worker", "w1"], "not a regular file"
+    ),
+    "audit-log-is-a-fifo": fifo_case(
+        lambda lay, key: lay.events, ["mint", "-m", "x", "src/app.py"], "not a regular"
+    ),
+    "attempts-file-is-a-fifo": fifo_case(
+        lambda lay, key: lay.attempts_file(key), ["claim", "KEY", "--worker", "w1"], "not a regular file"
+    ),
     "config-not-toml": config_case("[policy\n", "not valid TOML"),
     "config-unknown-setting": config_case(
         "[policy]\nrequire_signatures = false\n", "policy.require_signatures"
