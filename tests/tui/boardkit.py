@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from textual.notifications import Notify
 from textual.pilot import Pilot
+from textual.screen import Screen
 from textual.widgets import Static
 
 from tui.app import GenjobApp, make_app
@@ -57,6 +60,22 @@ async def select(pilot: Pilot[None], key: str) -> None:
         ),
         f"the detail of {key}",
     )
+
+
+async def showing(pilot: Pilot[None], kind: type[Screen[Any]], what: str) -> None:
+    """Wait until the screen on top is a `kind` (a dialog the last key opened)."""
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, kind), what)
+
+
+@contextlib.asynccontextmanager
+async def board_at(
+    root: Path, key: str, size: tuple[int, int], **options: Any
+) -> AsyncIterator[tuple[Pilot[None], BoardScreen]]:
+    """The board on `root`, scanned, with the cursor on `key` and its detail loaded."""
+    async with app_for(root, **options).run_test(size=size) as pilot:
+        board = await loaded(pilot)
+        await select(pilot, key)
+        yield pilot, board
 
 
 def screen_lines(table: JobTable) -> list[str]:

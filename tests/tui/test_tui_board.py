@@ -9,7 +9,18 @@ import sys
 import threading
 from pathlib import Path
 
-from boardkit import Notes, app_for, loaded, plain, screen_lines, select, state_of, wait_for
+from boardkit import (
+    Notes,
+    app_for,
+    board_at,
+    loaded,
+    plain,
+    screen_lines,
+    select,
+    showing,
+    state_of,
+    wait_for,
+)
 from textual.widgets import Log, OptionList, Static
 
 from core.demo import Demo
@@ -123,9 +134,7 @@ async def test_change_from_a_thread_keeps_the_cursor_on_its_job(demo: Demo) -> N
 async def test_claim(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["queued"]
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, _):
         await pilot.press("c")
         await wait_for(pilot, lambda: state_of(pilot, key) == "RUNNING", "the claim")
         assert layout.job_file("running", key).exists()
@@ -163,11 +172,9 @@ async def test_action_not_allowed_in_state_says_why(demo: Demo) -> None:
 async def test_reject_with_reason(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["drifted"]
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, _):
         await pilot.press("x")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ReasonDialog), "the reason dialog")
+        await showing(pilot, ReasonDialog, "the reason dialog")
         await pilot.press("enter")  # an empty reason is refused
         assert isinstance(pilot.app.screen, ReasonDialog)
         await pilot.press(*"output drifted")
@@ -181,15 +188,13 @@ async def test_reject_with_reason(demo: Demo) -> None:
 async def test_requeue_orphan_after_confirm(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["orphan"]
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, _):
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog), "the confirm")
+        await showing(pilot, ConfirmDialog, "the confirm")
         await pilot.press("n")
         assert layout.job_file("running", key).exists()
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog), "the confirm")
+        await showing(pilot, ConfirmDialog, "the confirm")
         await pilot.press("y")
         await wait_for(pilot, lambda: state_of(pilot, key) == "QUEUED", "the requeue")
         assert layout.job_file("queue", key).exists()
@@ -198,9 +203,7 @@ async def test_requeue_orphan_after_confirm(demo: Demo) -> None:
 async def test_replay_stale(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["stale"]
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        b = await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, b):
         await pilot.press("R")
         await wait_for(pilot, lambda: b.table.cursor_key not in (None, key), "the replayed job")
         new = b.table.cursor_key
@@ -212,11 +215,9 @@ async def test_replay_stale(demo: Demo) -> None:
 async def test_cancel_running_after_confirm(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["running"]
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, _):
         await pilot.press("k")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog), "the confirm")
+        await showing(pilot, ConfirmDialog, "the confirm")
         await pilot.press("y")
         await wait_for(pilot, lambda: (layout.running / f"{key}.cancel").exists(), "the cancel request")
 
@@ -226,11 +227,9 @@ async def test_approve_preflight_then_apply(demo: Demo) -> None:
     key = demo.keys["verified"]
     target = demo.root / "calc/__init__.py"
     before = target.read_bytes()
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, _):
         await pilot.press("a")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, PreflightDialog), "the preflight")
+        await showing(pilot, PreflightDialog, "the preflight")
         body = plain(pilot.app.screen.query_one("#preflight-body", Static))
         assert "calc/__init__.py" in body and "+2 -0" in body
         assert "signatures REQUIRED by policy" in body
@@ -238,7 +237,7 @@ async def test_approve_preflight_then_apply(demo: Demo) -> None:
         await pilot.press("n")
         assert target.read_bytes() == before
         await pilot.press("a")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, PreflightDialog), "the preflight")
+        await showing(pilot, PreflightDialog, "the preflight")
         await pilot.press("y")
         await wait_for(pilot, lambda: state_of(pilot, key) == "APPLIED", "the apply")
         assert layout.job_file("applied", key).exists()
@@ -248,13 +247,11 @@ async def test_approve_preflight_then_apply(demo: Demo) -> None:
 async def test_approve_refused_when_verification_fails(demo: Demo) -> None:
     key = demo.keys["untrusted"]
     before = (demo.root / "README.md").read_bytes()
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        b = await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, b):
         verify = plain(b.query_one("#detail-verify", Static))
         assert "✘ signature" in verify and "not in trusted_keys" in verify
         await pilot.press("a")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, PreflightDialog), "the preflight")
+        await showing(pilot, PreflightDialog, "the preflight")
         assert "apply would be refused" in plain(pilot.app.screen.query_one("#preflight-body", Static))
         await pilot.press("y")
         assert isinstance(pilot.app.screen, PreflightDialog)
@@ -284,7 +281,7 @@ async def test_full_screen_diff(demo: Demo) -> None:
         await loaded(pilot)
         await select(pilot, demo.keys["verified"])
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, DiffScreen), "the diff screen")
+        await showing(pilot, DiffScreen, "the diff screen")
         body = plain(pilot.app.screen.query_one("#diff-body", Static))
         assert "calc/__init__.py" in body and "+ # genjob demo edit" in body
         await pilot.press("escape")
@@ -295,7 +292,7 @@ async def test_new_job_refuses_a_secret_then_queues(demo: Demo) -> None:
     async with app_for(demo.root).run_test(size=SIZE) as pilot:
         b = await loaded(pilot)
         await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, NewJobDialog), "the new job dialog")
+        await showing(pilot, NewJobDialog, "the new job dialog")
         dialog = pilot.app.screen
         files = dialog.query_one("#files")
         await wait_for(pilot, lambda: files.option_count > 0, "the file list")
@@ -360,7 +357,7 @@ async def test_bulk_claim_confirms_with_the_count(demo: Demo) -> None:
             await pilot.press("space")
         assert b.table.marks == {*keys, demo.keys["verified"]}
         await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog), "the confirm")
+        await showing(pilot, ConfirmDialog, "the confirm")
         body = str(pilot.app.screen.body)
         assert "claim 2 marked job(s)?" in body and "1 other marked job(s) are skipped" in body
         await pilot.press("y")
@@ -393,7 +390,7 @@ async def test_help_lists_every_key(demo: Demo) -> None:
     async with app_for(demo.root).run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), "the help screen")
+        await showing(pilot, HelpScreen, "the help screen")
         keys = {b.key for b in pilot.app.screen.bindings}
         assert {"c", "s", "a", "x", "r", "R", "k", "n", "d", "slash", "q", "space"} <= keys
         assert all(b.description for b in pilot.app.screen.bindings)
@@ -425,17 +422,15 @@ async def test_narrow_terminal_puts_detail_below(demo: Demo) -> None:
 async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["queued3"]
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, _):
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HostPicker), "the host picker")
+        await showing(pilot, HostPicker, "the host picker")
         hosts = pilot.app.screen.query_one(OptionList)
         assert hosts.option_count == 2  # local and slow-local
         hosts.focus()
         hosts.highlighted = 0
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ShipDialog), "the ship dialog")
+        await showing(pilot, ShipDialog, "the ship dialog")
         dialog = pilot.app.screen
         await wait_for(pilot, lambda: dialog.done, "the ship to end")
         assert dialog.succeeded, plain(dialog.query_one("#ship-status", Static))
@@ -449,16 +444,14 @@ async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) 
 async def test_ship_cancel_ends_with_an_aborted_receipt(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["queued2"]
-    async with app_for(demo.root).run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, key)
+    async with board_at(demo.root, key, SIZE) as (pilot, _):
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HostPicker), "the host picker")
+        await showing(pilot, HostPicker, "the host picker")
         hosts = pilot.app.screen.query_one(OptionList)
         hosts.focus()
         hosts.highlighted = 1  # slow-local: its generator sleeps after each file
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ShipDialog), "the ship dialog")
+        await showing(pilot, ShipDialog, "the ship dialog")
         dialog = pilot.app.screen
         status = dialog.query_one("#ship-status", Static)
         await wait_for(
