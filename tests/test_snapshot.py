@@ -39,16 +39,23 @@ def states(layout: Layout) -> dict[str, State]:
     return {k: r.state for k, r in take_snapshot(layout).rows.items()}
 
 
-def test_every_stored_and_derived_state(repo: Layout, signer: Ed25519PrivateKey) -> None:
-    queued, running, orphaned, rejected = write_jobs(repo, 4)
+def running_orphaned_rejected_received_stale(repo: Layout, signer: Ed25519PrivateKey) -> list[str]:
+    """One job in each of these states (the running one held by w1), by key in that order."""
+    running, orphaned, rejected = write_jobs(repo, 3, prefix="mixed")
     claim(repo, "w1", running)
-    claim(repo, "w1", orphaned, pid=dead_pid())
+    claim(repo, "w2", orphaned, pid=dead_pid())
     reject(repo, rejected, "no")
     ok = mint(repo, "ok", ["src/app.py"])
     receive(repo, ok.key, {"src/app.py": b"x"}, signer)
     stale = mint(repo, "stale", ["src/util.py"])
     receive(repo, stale.key, {"src/util.py": b"y"}, signer)
     (repo.root / "src/util.py").write_text("moved on\n")
+    return [running, orphaned, rejected, ok.key, stale.key]
+
+
+def test_every_stored_and_derived_state(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    (queued,) = write_jobs(repo, 1)
+    running, orphaned, rejected, ok, stale = running_orphaned_rejected_received_stale(repo, signer)
     failed = mint(repo, "failed", ["README.md"])
     receive(repo, failed.key, {}, signer, status="aborted")
     applied = mint(repo, "applied", ["docs/guide.md"])
@@ -61,18 +68,18 @@ def test_every_stored_and_derived_state(repo: Layout, signer: Ed25519PrivateKey)
         running: State.RUNNING,
         orphaned: State.ORPHANED,
         rejected: State.REJECTED,
-        ok.key: State.RECEIVED,
-        stale.key: State.STALE,
+        ok: State.RECEIVED,
+        stale: State.STALE,
         failed.key: State.FAILED,
         applied.key: State.APPLIED,
     }
     assert snap.counts[State.QUEUED] == 1 and sum(snap.counts.values()) == 8
-    assert snap.rows[stale.key].problems == ("src/util.py: changed since the job was minted",)
+    assert snap.rows[stale].problems == ("src/util.py: changed since the job was minted",)
     assert snap.rows[rejected].problems == ("rejected: no",)
     assert snap.rows[orphaned].problems[0].startswith("lease stale")
     assert snap.rows[running].worker == "w1" and snap.rows[running].attempts == 1
-    assert snap.rows[ok.key].receipt_status == "ok"
-    row = snap.rows[ok.key].to_dict()
+    assert snap.rows[ok].receipt_status == "ok"
+    row = snap.rows[ok].to_dict()
     assert {"key", "state", "schema", "digest", "instruction", "allowed_paths", "attempts", "worker"} <= set(
         row
     )
@@ -536,21 +543,13 @@ def test_attempts_are_counted_as_json_loads_reads_them(lines: list[bytes]) -> No
 def test_rows_made_by_forked_workers_are_the_rows_made_here(
     repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    running, orphaned, rejected = write_jobs(repo, 3)
+    _, orphaned, _, _, stale = running_orphaned_rejected_received_stale(repo, signer)
     write_jobs(repo, 30, prefix="queued")
-    claim(repo, "w1", running)
-    claim(repo, "w2", orphaned, pid=dead_pid())
-    reject(repo, rejected, "no")
-    ok = mint(repo, "ok", ["src/app.py"])
-    receive(repo, ok.key, {"src/app.py": b"x"}, signer)
-    stale = mint(repo, "stale", ["src/util.py"])
-    receive(repo, stale.key, {"src/util.py": b"y"}, signer)
-    (repo.root / "src/util.py").write_text("moved on\n")
     (repo.queue / ("0" * 32 + ".json")).write_bytes(b"{not json")
     (repo.queue / "not-a-key.json").write_bytes(b"{}")
     settle(repo)
     here = Scanner(repo, disk_cache=False).scan().rows
-    assert here[stale.key].state is State.STALE and here[orphaned].state is State.ORPHANED
+    assert here[stale].state is State.STALE and here[orphaned].state is State.ORPHANED
 
     forks: list[int] = []
     real_fork = os.fork
