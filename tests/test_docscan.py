@@ -16,6 +16,7 @@ from core.docscan import holder_dead, lease_fresh, quick_job, quick_lease, quick
 from core.errors import BadInput
 from core.lease import Lease
 from core.models import job_from_obj, receipt_from_obj
+from core.snapshot import _summary_of
 
 ABC = hashlib.sha256(b"abc").hexdigest()
 
@@ -105,14 +106,7 @@ def strict_job(doc: Any) -> tuple[object, ...] | None:
         job = job_from_obj(doc, "x")
     except BadInput:
         return None
-    return (
-        job.schema_name,
-        job.digest,
-        job.instruction,
-        tuple(job.allowed_paths),
-        tuple(sorted(job.inputs.items())),
-        float(job.created_at),
-    )
+    return _summary_of(job, "")[:6]  # what the snapshot keeps of a job the strict reader took
 
 
 @settings(max_examples=400)

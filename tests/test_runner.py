@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shipkit import alive
 
 from core import runner
 from core.bundle import Limits, make_bundle, make_header
@@ -116,14 +117,6 @@ def script(tmp: Path, code: str) -> str:
     path = tmp / f"gen_{abs(hash(code))}.py"
     path.write_text(code)
     return f"{PY} {shlex.quote(str(path))}"
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 def wait_dead(pids: list[int]) -> list[int]:

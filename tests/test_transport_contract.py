@@ -19,6 +19,7 @@ from pathlib import Path
 
 import asyncssh
 import pytest
+from shipkit import alive
 from ssh_servers import SSHServer, known_hosts_line, write_key
 
 from core.bundle import Limits
@@ -95,14 +96,6 @@ async def job(
         on_output=on_output,
         cancel=cancel,
     )
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 async def wait_dead(pids: list[int]) -> list[int]:
