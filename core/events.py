@@ -42,13 +42,16 @@ def record_attempt(layout: Layout, key: str, event: str, **fields: Any) -> None:
     append_line(layout.attempts_file(key), canonical(entry))
 
 
+def _read_log(path: Path) -> bytes:
+    """A log's bytes (none when it does not exist yet); BadInput for anything but a
+    regular file within MAX_LOG_BYTES."""
+    return read_bytes(path, MAX_LOG_BYTES) if os.path.lexists(path) else b""
+
+
 def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Parse a JSON-lines file, skipping lines that do not parse (an audit log is evidence)."""
-    if not os.path.lexists(path):
-        return []
-    data = read_bytes(path, MAX_LOG_BYTES)
     out = []
-    for line in data.splitlines():
+    for line in _read_log(path).splitlines():
         try:
             obj = json.loads(line)
         except ValueError:
@@ -69,9 +72,7 @@ def claims(records: list[dict[str, Any]]) -> int:
 
 def job_events(layout: Layout, key: str) -> list[dict[str, Any]]:
     """The audit log's lines about `key` (a byte search first: the log grows large)."""
-    if not os.path.lexists(layout.events):
-        return []
-    data = read_bytes(layout.events, MAX_LOG_BYTES)
+    data = _read_log(layout.events)
     needle = key.encode()
     out = []
     for line in data.splitlines():
