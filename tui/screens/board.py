@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import time
@@ -519,11 +520,13 @@ class BoardScreen(Screen[None]):
         self.app.push_screen(ConfirmDialog(f"Bulk {verb}", body, yes=verb.capitalize(), danger=True), go)
 
     def _do_claim(self, keys: list[str]) -> None:
-        ttl = self._policy_ttl()
+        @functools.cache
+        def ttl() -> float:  # read in the action's thread, once for all its keys
+            return self._policy_ttl()
 
         def one(key: str) -> str:
-            c = claim(self.repo, self.worker_id, key, ttl, pid=os.getpid())
-            return f"claimed {key[:12]} (attempt {c.lease.token}, lease held by this board, ttl {ttl:g}s)"
+            c = claim(self.repo, self.worker_id, key, ttl(), pid=os.getpid())
+            return f"claimed {key[:12]} (attempt {c.lease.token}, lease held by this board, ttl {ttl():g}s)"
 
         self._run("claim", keys, one)
 
@@ -610,28 +613,33 @@ class BoardScreen(Screen[None]):
         self.app.call_from_thread(self.app.push_screen, PreflightDialog(p), go)
 
     def _do_ship(self, keys: list[str]) -> None:
-        from tui.dialogs.host_picker import HostPicker
-        from tui.dialogs.ship import ShipDialog
-
         if len(keys) > 1:
             self._say("ship one job at a time: unmark all (escape) and select one", severity="warning")
             return
+        self._pick_host(keys[0])
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def _pick_host(self, key: str) -> None:
+        """Read the hosts (off the event loop), then ship `key`, asking which host if several."""
+        from tui.dialogs.host_picker import HostPicker
+        from tui.dialogs.ship import ShipDialog
+
         try:
             hosts = load_config(self.repo.config).hosts
         except GenjobError as exc:
-            self._say(str(exc), severity="error")
+            self.app.call_from_thread(self._say, str(exc), severity="error")
             return
 
         def go(host: str | None) -> None:
             if host:
                 self.app.push_screen(
-                    ShipDialog(self.repo, keys[0], host, self.worker_id), lambda _: self.request_refresh(keys)
+                    ShipDialog(self.repo, key, host, self.worker_id), lambda _: self.request_refresh([key])
                 )
 
         if len(hosts) > 1:
-            self.app.push_screen(HostPicker(hosts), go)
+            self.app.call_from_thread(self.app.push_screen, HostPicker(hosts), go)
         else:
-            go(next(iter(hosts), None) or "local")
+            self.app.call_from_thread(go, next(iter(hosts), None) or "local")
 
     def action_new_job(self) -> None:
         from tui.dialogs.new_job import NewJobDialog
