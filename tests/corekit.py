@@ -14,7 +14,6 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.cli import main
 from core.layout import Layout
 from core.mint import build_job
 from core.models import V2, Job, job_bytes, job_from_obj
@@ -22,6 +21,7 @@ from core.queue import Claimer, enqueue
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.repo import init_repo
 from core.signing import sign
+from tui.cli import main
 
 FILES: dict[str, bytes] = {
     "src/app.py": b"def main():\n    return 1\n",

@@ -169,9 +169,7 @@ def assert_stopped(report: Path) -> None:
 def worktree(root: Path) -> dict[str, str]:
     """Every entry of the working tree (outside `.gen/` and `.git/`) by kind, mode and hash."""
     return {
-        rel: state
-        for rel, state in tree_state(root).items()
-        if rel.split(os.sep)[0] not in (".gen", ".git")
+        rel: state for rel, state in tree_state(root).items() if rel.split(os.sep)[0] not in (".gen", ".git")
     }
 
 

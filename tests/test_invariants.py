@@ -64,7 +64,7 @@ def test_1_a_key_reused_with_other_content_names_both(repo: Layout) -> None:
 KILLED_CLI = """
 import os, signal, sys
 from crashkit import mutates
-from core.cli import main
+from tui.cli import main
 
 n, seen = int(sys.argv[1]), 0
 

@@ -2,7 +2,7 @@
 
     uv run python -m tui.screenshots [OUTDIR]    # default: screenshots/
 
-Each shot builds a fresh demo repository (`core.demo`), opens the board on it at a fixed
+Each shot builds a fresh demo repository (`tui.demo`), opens the board on it at a fixed
 size, drives it with keys and saves what is on screen.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from textual.pilot import Pilot
 
-from core.demo import Demo, build_demo
 from tui.app import GenjobApp, make_app
+from tui.demo import Demo, build_demo
 from tui.widgets.detail import DetailPane
 
 MAX_PAUSES = 400

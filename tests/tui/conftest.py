@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.demo import Demo, build_demo
+from tui.demo import Demo, build_demo
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ from boardkit import (
 )
 from textual.widgets import Log, OptionList, Static
 
-from core.demo import Demo
 from core.layout import Layout
 from core.mint import build_job
 from core.queue import claim, enqueue
+from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.new_job import NewJobDialog

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from core.cli import main
 from core.layout import Layout
 from core.snapshot import take_snapshot
+from tui.cli import main
 
 GENJOB = str(Path(sys.executable).with_name("genjob"))
 

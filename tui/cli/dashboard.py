@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 
+from tui.cli.commands import layout_of
+
 
 @click.command("tui")
 @click.option("--readonly", is_flag=True, help="Show everything, refuse every change.")
 @click.pass_context
 def tui(ctx: click.Context, readonly: bool) -> None:
     """Open the board for the repository: live jobs, receipts, diffs, and keys to act on them."""
-    from core.cli import layout_of
     from tui.app import make_app
 
     layout = layout_of(ctx)
@@ -26,7 +27,7 @@ def tui(ctx: click.Context, readonly: bool) -> None:
 def demo(directory: Path | None, no_tui: bool) -> None:
     """Build a sandbox repository with jobs in every state in DIRECTORY (default: a new temp
     folder) and open the board on it."""
-    from core.demo import build_demo
+    from tui.demo import build_demo
 
     made = build_demo(directory, tied=not no_tui)
     click.echo(f"demo repository: {made.root}")

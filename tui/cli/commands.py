@@ -387,14 +387,3 @@ def schema_cmd(kind: str) -> None:
     """Print the JSON Schema of a job document (v1 or v2) or a receipt."""
     adapter: TypeAdapter[Any] = TypeAdapter(JobV1 | JobV2 if kind == "job" else Receipt)
     _print_json(adapter.json_schema(by_alias=True))
-
-
-from core.cli_tui import demo, tui  # noqa: E402
-
-main.add_command(tui)
-main.add_command(demo)
-
-from core.cli_worker import ship_cmd, worker_cmd  # noqa: E402
-
-main.add_command(ship_cmd)
-main.add_command(worker_cmd)

@@ -16,6 +16,7 @@ from core.config import load_config
 from core.layout import Layout
 from core.queue import locate
 from core.verify import verify
+from tui.cli.commands import layout_of, print_checks, resolve_key
 
 T = TypeVar("T")
 
@@ -62,7 +63,6 @@ def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | No
     Ctrl-C or SIGTERM stops the remote generator; the job ends in an aborted receipt.
     Exit 0 when the receipt verifies and apply may run, 1 otherwise.
     """
-    from core.cli import layout_of, print_checks, resolve_key
     from core.ship import ship
 
     layout: Layout = layout_of(ctx)
@@ -86,7 +86,6 @@ def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | No
 @click.pass_context
 def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
-    from core.cli import layout_of
     from core.worker import run_worker
 
     layout: Layout = layout_of(ctx)

@@ -7,7 +7,7 @@ process keeps its lease fresh), orphaned, received (verified, with drifted outpu
 an untrusted signature), stale, failed, applied, rejected and invalid. Outputs are made
 by the demo generator's own edit (`core.demo_generator.comment_block`).
 
-    python -m core.demo hold ROOT KEY WORKER TTL PARENT_PID   # the lease holder build_demo starts
+    python -m tui.demo hold ROOT KEY WORKER TTL PARENT_PID   # the lease holder build_demo starts
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def _start_holder(layout: Layout, key: str, config_home: Path, tied: bool) -> su
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project), env.get("PYTHONPATH")]))
     parent = str(os.getpid() if tied else 0)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "core.demo", "hold", str(layout.root), key, WORKER, "30", parent],
+        [sys.executable, "-m", "tui.demo", "hold", str(layout.root), key, WORKER, "30", parent],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -368,4 +368,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 7 and sys.argv[1] == "hold":
         args = sys.argv[2:]
         raise SystemExit(hold(Path(args[0]), args[1], args[2], float(args[3]), int(args[4])))
-    raise SystemExit("usage: python -m core.demo hold ROOT KEY WORKER TTL PARENT_PID")
+    raise SystemExit("usage: python -m tui.demo hold ROOT KEY WORKER TTL PARENT_PID")
