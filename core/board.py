@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import os
 import subprocess
-import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from core.mint import build_job
 from core.paths import RESERVED_TOP
 from core.queue import Enqueued, enqueue, locate
 from core.snapshot import JobRow
+from core.terminal import one_line
 from core.verify import PASSED, verify
 
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
@@ -53,46 +53,6 @@ _CREATED = attrgetter("created_at")
 
 def _rank(row: JobRow) -> int:
     return _RANK[row.state]
-
-
-def _visible_char(c: str) -> str:
-    code = ord(c)
-    if code < 0x20:
-        return chr(0x2400 + code)  # the Unicode control pictures: ␛ for ESC, ␀ for NUL
-    if code == 0x7F:
-        return "␡"
-    if 0x80 <= code < 0xA0:
-        return f"\\x{code:02x}"
-    return f"<U+{code:04X}>"
-
-
-def visible(text: str, keep_newlines: bool = False, tab: str = "    ") -> str:
-    """Untrusted text made safe to show: every control or format character becomes visible.
-
-    ESC becomes ``␛``, other C0 controls their control pictures, C1 controls ``\\x9b``,
-    and invisible format characters (bidi overrides, zero-width) ``<U+202E>``, so a
-    file can never restyle, hide or reorder what the board shows.
-    """
-    out = []
-    for c in text:
-        if c == "\n" and keep_newlines:
-            out.append(c)
-        elif c == "\t" and tab:
-            out.append(tab)
-        elif c.isprintable() or c == " ":
-            out.append(c)
-        elif unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
-            out.append(_visible_char(c))
-        else:
-            out.append(c)
-    return "".join(out)
-
-
-def one_line(text: str) -> str:
-    """The first line of `text`, visible, with ``…`` when more lines follow."""
-    stripped = text.strip("\n")
-    first, _, rest = stripped.partition("\n")
-    return visible(first, tab=" ") + (" …" if rest.strip() else "")
 
 
 def age(seconds: float) -> str:

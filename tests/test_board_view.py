@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.board import BoardView, sort_key, visible
+from core.board import BoardView, sort_key
 from core.lifecycle import State
 from core.snapshot import JobRow
+from core.terminal import visible
 
 KEYS = [f"{i:032x}" for i in range(12)]
 

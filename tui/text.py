@@ -9,8 +9,8 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from core.board import visible
 from core.lifecycle import State
+from core.terminal import visible
 
 STATE_STYLES: dict[State, Style] = {
     State.INCONSISTENT: Style(color="bright_white", bgcolor="red", bold=True),

@@ -15,7 +15,7 @@ import click
 from pydantic import TypeAdapter
 
 from core.apply import apply_job
-from core.board import age, summary_line, visible
+from core.board import age, summary_line
 from core.config import load_config
 from core.errors import GenjobError, NotFound
 from core.events import record_event
@@ -31,6 +31,7 @@ from core.replay import replay
 from core.repo import init_repo
 from core.signing import keygen, trust
 from core.snapshot import Snapshot, take_snapshot
+from core.terminal import visible
 from core.verify import PASSED, SKIPPED, verify
 
 F = TypeVar("F", bound=Callable[..., Any])

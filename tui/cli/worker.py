@@ -11,10 +11,10 @@ from typing import TypeVar
 
 import click
 
-from core.board import visible
 from core.config import load_config
 from core.layout import Layout
 from core.queue import locate
+from core.terminal import visible
 from core.verify import verify
 from tui.cli.commands import layout_of, print_checks, resolve_key
 

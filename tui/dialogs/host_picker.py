@@ -12,8 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from core.board import visible
 from core.config import Host
+from core.terminal import visible
 
 
 class HostPicker(ModalScreen[str | None]):

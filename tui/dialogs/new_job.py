@@ -12,10 +12,11 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, SelectionList, Static, TextArea
 
-from core.board import repo_files, submit_job, visible
+from core.board import repo_files, submit_job
 from core.errors import GenjobError
 from core.layout import Layout
 from core.queue import Enqueued
+from core.terminal import visible
 
 MAX_SHOWN = 500
 

@@ -14,9 +14,9 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
-from core.board import visible
 from core.errors import GenjobError
 from core.layout import Layout
+from core.terminal import visible
 
 if TYPE_CHECKING:
     from core.ship import ShipResult

@@ -31,7 +31,7 @@ from textual.widgets import Footer, Input, Static
 from watchfiles import Change, awatch
 
 from core.apply import apply_job
-from core.board import BoardView, preflight, receipt_verdict, visible
+from core.board import BoardView, preflight, receipt_verdict
 from core.config import load_config
 from core.errors import GenjobError
 from core.events import actor
@@ -42,6 +42,7 @@ from core.lifecycle import ACTIONS, STATE_ORDER, State, allowed
 from core.queue import Enqueued, claim, reject, request_cancel, requeue
 from core.replay import replay
 from core.snapshot import JobRow, Scanner, keys_from_paths
+from core.terminal import visible
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.render import policy_text

@@ -28,9 +28,10 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.board import BoardView, age, summary_line, visible
+from core.board import BoardView, age, summary_line
 from core.lifecycle import State
 from core.snapshot import JobRow
+from core.terminal import visible
 from tui.text import STATE_STYLES
 
 # After RECEIVED: whether the receipt verifies now (unknown until checked).
