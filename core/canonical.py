@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import BadInput
+from core.speedups import scanner_of
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 32
@@ -103,10 +104,7 @@ def _depth(text: str) -> int:
     return deepest
 
 
-_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
-# `JSONDecoder.decode` without its two Python layers: these are what it calls.
-_SCAN = _STRICT_DECODER.scan_once
-_SPACE = json.decoder.WHITESPACE.match
+_PARSE = scanner_of(json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int))
 
 
 def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -121,11 +119,7 @@ def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> A
     if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
         raise BadInput(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        try:
-            obj, end = _SCAN(text, _SPACE(text, 0).end())
-        except StopIteration as err:
-            raise json.JSONDecodeError("Expecting value", text, err.value) from None
-        end = _SPACE(text, end).end()
+        obj, end = _PARSE(text)
         if end != len(text):
             raise json.JSONDecodeError("Extra data", text, end)
         return obj

@@ -22,17 +22,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.canonical import canonical, loads_strict, sha256_bytes
-from core.docscan import HEX64_RE as HEX64_RE
-from core.docscan import KEY_RE as KEY_RE
-from core.docscan import MAX_INSTRUCTION_CHARS, MAX_PATHS, V1, V1_FIELD_ORDER, V2
-from core.docscan import RECEIPT_STATUSES as RECEIPT_STATUSES
+from core.contract import HEX64_RE as HEX64_RE
+from core.contract import KEY_RE as KEY_RE
+from core.contract import MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS, MAX_PATHS, V1, V1_FIELD_ORDER, V2
+from core.contract import RECEIPT_STATUSES as RECEIPT_STATUSES
+from core.contract import SCHEMAS as SCHEMAS
 from core.errors import BadInput
 from core.paths import check_relpath
 
-SCHEMAS = (V1, V2)
-
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-Key = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+Sha256 = Annotated[str, Field(pattern=f"^{HEX64_RE.pattern}$")]
+Key = Annotated[str, Field(pattern=f"^{KEY_RE.pattern}$")]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
 
@@ -99,7 +98,7 @@ class JobV1(_Job):
     """The seed's `GenerationJob` plus its stored `digest`."""
 
     schema_: Literal["genjob.v1"] = Field(alias="schema")
-    job_id: Annotated[str, Field(min_length=1, max_length=200)]
+    job_id: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
     created_at: int
     inputs: dict[str, Sha256]
     attempt: int
@@ -201,7 +200,7 @@ class Receipt(BaseModel):
     idempotency_key: Key
     status: Literal["ok", "rejected", "aborted"]
     outputs: dict[str, Sha256]
-    worker_id: Annotated[str, Field(min_length=1, max_length=200)]
+    worker_id: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 
     def document(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
