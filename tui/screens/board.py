@@ -35,7 +35,6 @@ from core.board import BoardView, preflight, receipt_verdict
 from core.config import load_config
 from core.errors import GenjobError
 from core.events import actor
-from core.heap import release_free_memory
 from core.inspect_job import JobDetail, job_detail
 from core.layout import Layout
 from core.lifecycle import ACTIONS, STATE_ORDER, State, allowed
@@ -45,6 +44,7 @@ from core.snapshot import JobRow, Scanner, keys_from_paths
 from core.terminal import visible
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
+from tui.heap import release_free_memory
 from tui.render import policy_text
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
