@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import BadInput
-from core.speedups import scanner_of
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 32
@@ -104,7 +103,7 @@ def _depth(text: str) -> int:
     return deepest
 
 
-_PARSE = scanner_of(json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int))
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
 
 
 def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -119,10 +118,7 @@ def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> A
     if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
         raise BadInput(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        obj, end = _PARSE(text)
-        if end != len(text):
-            raise json.JSONDecodeError("Extra data", text, end)
-        return obj
+        return _STRICT_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{source}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:

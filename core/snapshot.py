@@ -47,17 +47,16 @@ from core.snapshot_records import (
     ConfigStamp,
     FileFacts,
     FileId,
+    FileStamp,
     Index,
     JobRow,
     LeaseRead,
     Listing,
     TreeStamp,
 )
-from core.speedups import row_maker
 
 CACHE_NAME = "snapshot.marshal"
 
-_make_row = row_maker(JobRow)
 _state_of = attrgetter("state")
 
 
@@ -185,20 +184,16 @@ class Scanner:
             return ""
         if st is None:
             return None
+        stamp = FileStamp.of(st)
         hit = self._tree.get(rel)
-        if hit is not None and (hit.ino, hit.size, hit.mtime_ns, hit.ctime_ns) == (
-            st.st_ino,
-            st.st_size,
-            st.st_mtime_ns,
-            st.st_ctime_ns,
-        ):
+        if hit is not None and hit.file == stamp:
             return hit.digest
         try:
             digest = sha256_file(Path(self._root, rel))
         except OSError:
             return ""
         if st.st_mtime_ns < racy_after():
-            self._tree[rel] = TreeStamp(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
+            self._tree[rel] = TreeStamp(stamp, digest)
             self._dirty = True
         return digest
 
@@ -212,25 +207,14 @@ class Scanner:
         except OSError as exc:
             self.signature_required, self.config_error = True, f"{path}: {exc.strerror}"
             return
+        stamp = FileStamp.of(st)
         hit = self._config
-        if hit is not None and (hit.ino, hit.size, hit.mtime_ns, hit.ctime_ns) == (
-            st.st_ino,
-            st.st_size,
-            st.st_mtime_ns,
-            st.st_ctime_ns,
-        ):
+        if hit is not None and hit.file == stamp:
             self.signature_required, self.config_error = hit.signature_required, hit.fault
             return
         self.signature_required, self.config_error = _config_policy(path)
         if st.st_mtime_ns < racy_after():
-            self._config = ConfigStamp(
-                st.st_ino,
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_ctime_ns,
-                self.signature_required,
-                self.config_error,
-            )
+            self._config = ConfigStamp(stamp, self.signature_required, self.config_error)
             self._dirty = True
 
     # -- scanning --------------------------------------------------------------------------
@@ -265,16 +249,20 @@ class Scanner:
         order = files["receipts"] | files["running"] | files["queue"] | files["applied"] | files["rejected"]
         keys = list(order)
         gen = self._gen
-        ahead = read_many(
+        # Rows made ahead, when many keys are read in several processes at once.
+        made: dict[str, JobRow] = {}
+        for key, facts, settled in read_many(
             [k for k in keys if k not in fixed and k not in volatile],
             lambda key: read_facts(gen, key, files, racy),
             meanwhile=self._read_config,
-        )
+        ):
+            made[key] = self._row(key, files, key in leases, now, racy, True, (facts, settled))
         for start in range(0, len(keys), size):
             chunk = keys[start : start + size]
             batch = dict(zip(chunk, map(fixed.get, chunk), strict=True))
             for key in [k for k, row in batch.items() if row is None]:
-                batch[key] = self._row(key, files, key in leases, now, racy, True, ahead.pop(key, None))
+                row = made.pop(key, None)
+                batch[key] = row if row is not None else self._row(key, files, key in leases, now, racy, True)
             yield batch
         for key in fixed.keys() - order.keys():
             del fixed[key]
@@ -385,7 +373,7 @@ class Scanner:
             fixed = False
         if facts.rejection:
             problems.append(f"rejected: {facts.rejection}")
-        row = _make_row(
+        row = JobRow._make(
             (
                 key,
                 state,

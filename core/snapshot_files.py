@@ -24,6 +24,7 @@ from core.layout import JOB_FOLDERS
 from core.snapshot_records import NO_SUMMARY, FileFacts, FileId, JobSummary, LeaseFacts, ReceiptFacts
 
 ATTEMPTS_BYTES = 64 * 1024 * 1024
+
 _CLAIMED = b'"event":"claimed"'
 
 # A file changed this recently may change again within its mtime's granularity (one clock
@@ -126,13 +127,15 @@ def _job_parser(folder: str) -> Callable[[bytes, str, str], ParsedJob]:
         summary = quick_job(doc)
         if summary is None or doc["idempotency_key"] != key:
             return _strict_job(path, folder)
-        kept = JobSummary(
-            V2 if summary.schema == V2 else V1,
-            summary.digest,
-            summary.instruction,
-            share(summary.allowed_paths),
-            share(summary.inputs) if keep_inputs else (),
-            summary.created_at,
+        kept = JobSummary._make(
+            (
+                V2 if summary.schema == V2 else V1,
+                summary.digest,
+                summary.instruction,
+                share(summary.allowed_paths),
+                share(summary.inputs) if keep_inputs else (),
+                summary.created_at,
+            )
         )
         return kept, reason
 
@@ -269,15 +272,16 @@ def read_facts(
         if type(data) is bytes:
             attempts, last = parse_attempts(data)
             worker = worker or last
-    facts = FileFacts(
-        folders=folders,
-        has_job=job is not None,
-        job=job or NO_SUMMARY,
-        rejection=rejection,
-        invalid=invalid,
-        receipt=receipt,
-        receipt_problems=problems,
-        worker=worker,
-        attempts=attempts,
+    # In the order of `FileFacts`' fields.
+    facts = (
+        folders,
+        job is not None,
+        job or NO_SUMMARY,
+        rejection,
+        invalid,
+        receipt,
+        problems,
+        worker,
+        attempts,
     )
-    return facts, settled
+    return FileFacts._make(facts), settled

@@ -49,7 +49,7 @@ from core.snapshot_records import (
     Listing,
     TreeStamp,
 )
-from core.speedups import collector_paused, row_maker
+from core.speedups import collector_paused
 
 HEADER = b"genjob snapshot index 5\n"
 SLICE = 1024
@@ -120,7 +120,7 @@ class Columns:
     """How the records of one NamedTuple class are stored as columns, and checked."""
 
     def __init__(self, cls: type[Any]) -> None:
-        self.make = row_maker(cls)
+        self.make = cls._make
         hints = typing.get_type_hints(cls)
         self.fields = [hints[name] for name in cls._fields]
         self.nested = {i: Columns(h) for i, h in enumerate(self.fields) if _is_record(h)}
@@ -130,7 +130,11 @@ class Columns:
             for i, h in enumerate(self.fields)
             if i not in self.nested and i not in self.enums
         }
-        self.width = sum(self.nested[i].width if i in self.nested else 1 for i in range(len(self.fields)))
+        # The annotation of each flat column.
+        self.flat: list[Any] = []
+        for i, h in enumerate(self.fields):
+            self.flat += self.nested[i].flat if i in self.nested else [h]
+        self.width = len(self.flat)
 
     def split(self, records: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """`records` as flat columns of plain values."""

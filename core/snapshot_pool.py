@@ -3,7 +3,9 @@
 A scan with no index reads every job document, receipt and attempts file under `.gen/`;
 parsing them is CPU work, so on a machine with several cores the keys are read in
 chunks by forked worker processes (`concurrent.futures`) while this process reads
-chunks too. Each chunk's facts come back as one marshal'd block of plain values.
+chunks too. A worker sends what it read when no chunk is left, as one marshal'd block of
+the columns the index stores (`core.snapshot_index.FACTS`): sending each chunk as it is
+done makes the workers wait for this busy process to take the bytes in.
 
 Only from a process with no other thread (a fork copies the calling thread alone), and
 only for enough keys to pay for the processes. A worker that fails costs nothing but
@@ -15,8 +17,7 @@ from __future__ import annotations
 import marshal
 import os
 import sys
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from core.snapshot_index import FACTS
 from core.snapshot_records import FileFacts
@@ -29,8 +30,9 @@ CHUNK_KEYS_MIN = 200
 
 ReadOne = Callable[[str], tuple[FileFacts, bool]]
 
-# What a forked worker reads: set before the pool forks, inherited by its processes.
-_work: tuple[ReadOne, list[list[str]]] | None = None
+# What a forked worker reads: the function, the chunks of keys, and the read end of the
+# pipe their numbers are taken from. Set before the pool forks, inherited by its workers.
+_work: tuple[ReadOne, list[list[str]], int] | None = None
 
 
 def _threads() -> int:
@@ -45,75 +47,73 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _read_chunk(index: int) -> bytes:
-    """In a worker: the facts of one chunk of keys, as the index stores them, and whether
-    each had settled."""
+def _read_chunks() -> bytes:
+    """In a worker: the facts of every chunk it takes, as the index stores them, with
+    whether each had settled, by chunk number."""
     if _work is None:
         raise RuntimeError("a pool worker with nothing to read")
-    read_one, chunks = _work
-    made = list(map(read_one, chunks[index]))
-    return marshal.dumps((FACTS.split([facts for facts, _ in made]), tuple(settled for _, settled in made)))
+    read_one, chunks, tasks = _work
+    done = {}
+    while task := os.read(tasks, 1):
+        made = list(map(read_one, chunks[task[0]]))
+        done[task[0]] = (FACTS.split([facts for facts, _ in made]), tuple(settled for _, settled in made))
+    return marshal.dumps(done)
 
 
 def read_many(
     keys: Sequence[str], read_one: ReadOne, meanwhile: Callable[[], None]
-) -> dict[str, tuple[FileFacts, bool]]:
-    """`read_one` of each of `keys`, by several processes at once, with `meanwhile` run in
-    this one; or just `meanwhile` and nothing read, when that would not pay.
+) -> Iterator[tuple[str, FileFacts, bool]]:
+    """`read_one` of each of `keys` (as key, facts, settled), by several processes at once,
+    with `meanwhile` run in this one; or just `meanwhile` and nothing, when several
+    processes would not pay.
 
-    Chunks go to the workers a few at a time as they finish, and this process takes
-    chunks from the other end meanwhile, so a slow or busy process takes fewer.
+    Each process takes chunks of keys by reading one byte, a chunk's number, from a pipe
+    that holds all of them: a read is atomic, so each chunk goes to exactly one process,
+    a slow or busy process takes fewer, and one that dies holds nothing back but what it
+    took. This process's chunks are given as they are read, the workers' when they end.
     """
     global _work
     workers = min(_cpus(), WORKERS_MAX, len(keys) // WORKER_KEYS_MIN)
-    done: dict[str, tuple[FileFacts, bool]] = {}
     if workers < 2 or _threads() > 1:
         meanwhile()
-        return done
+        return
     import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
+    from concurrent.futures import ProcessPoolExecutor
 
     step = max(CHUNK_KEYS_MIN, -(-len(keys) // 256))
     chunks = [list(keys[i : i + step]) for i in range(0, len(keys), step)]
-    todo = deque(range(len(chunks)))
-    running: dict[Future[bytes], int] = {}
-    _work = (read_one, chunks)
+    tasks, queue = os.pipe()
     try:
+        os.write(queue, bytes(range(len(chunks))))
+        os.close(queue)
+        _work = (read_one, chunks, tasks)
         with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
-
-            def top_up() -> None:
-                while todo and len(running) < 2 * (workers - 1):
-                    try:
-                        future = pool.submit(_read_chunk, todo[0])
-                    except BrokenProcessPool:  # a worker died: this process reads the rest
-                        return
-                    running[future] = todo.popleft()
-
-            top_up()
+            futures = [pool.submit(_read_chunks) for _ in range(workers - 1)]
             meanwhile()
-            while todo or running:
-                for future in [f for f in running if f.done()]:
-                    index = running.pop(future)
-                    if future.exception() is None:
-                        _take(future.result(), chunks[index], done)
-                top_up()
-                if todo:
-                    index = todo.pop()
-                    done.update(zip(chunks[index], map(read_one, chunks[index]), strict=True))
-                elif running:
-                    wait(running, return_when=FIRST_COMPLETED)
+            while task := os.read(tasks, 1):
+                for key in chunks[task[0]]:
+                    yield (key, *read_one(key))
+            for future in futures:
+                if future.exception() is None:
+                    yield from _taken(future.result(), chunks)
     finally:
         _work = None
-    return done
+        os.close(tasks)
 
 
-def _take(data: bytes, keys: list[str], done: dict[str, tuple[FileFacts, bool]]) -> None:
-    """Adopt what a worker sent for `keys`; a reply that does not fit is dropped."""
+def _taken(data: bytes, chunks: list[list[str]]) -> Iterator[tuple[str, FileFacts, bool]]:
+    """What a worker sent, chunk by chunk; a chunk whose reply does not fit is skipped."""
     try:
-        columns, settled = marshal.loads(data)
-        facts = list(FACTS.join(columns))
-    except (ValueError, EOFError, TypeError):
+        done = marshal.loads(data)
+        replies = list(done.items())
+    except (ValueError, EOFError, TypeError, AttributeError):
         return
-    if len(facts) == len(keys) == len(settled):
-        done.update(zip(keys, zip(facts, settled, strict=True), strict=True))
+    for index, reply in replies:
+        try:
+            columns, settled = reply
+            facts = list(FACTS.join(columns))
+            keys = chunks[index]
+        except (ValueError, TypeError, IndexError):
+            continue
+        if len(facts) == len(keys) == len(settled):
+            yield from zip(keys, facts, settled, strict=True)

@@ -4,6 +4,7 @@ what its index keeps between processes (`core.snapshot_index` stores exactly the
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 from core.lifecycle import State
@@ -115,23 +116,30 @@ class LeaseRead(NamedTuple):
     facts: LeaseFacts  # `NO_LEASE_FACTS` when they are not
 
 
-class TreeStamp(NamedTuple):
-    """A tree file's identity when it was hashed, and its hash."""
+class FileStamp(NamedTuple):
+    """A file's identity as `stat` gives it: it changes when the file is replaced or written."""
 
     ino: int
     size: int
     mtime_ns: int
     ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileStamp:
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class TreeStamp(NamedTuple):
+    """A tree file as it was when hashed, and its hash."""
+
+    file: FileStamp
     digest: str
 
 
 class ConfigStamp(NamedTuple):
-    """`config.toml`'s identity when it was read, and the policy read from it."""
+    """`config.toml` as it was when read, and the policy read from it."""
 
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
+    file: FileStamp
     signature_required: bool
     fault: str | None
 

@@ -23,6 +23,7 @@ from core.snapshot_records import (
     NO_SUMMARY,
     ConfigStamp,
     FileFacts,
+    FileStamp,
     Index,
     JobRow,
     JobSummary,
@@ -74,8 +75,8 @@ def sample_index(rows: int = 3) -> Index:
     listed["running"] = Listing(None, {KEY: 7}, {KEY: None})
     listed["attempts"] = Listing((4, 5, 6), {KEY: (8, 9, 10)}, None)
     return Index(
-        config=ConfigStamp(1, 2, 3, 4, True, None),
-        tree={"src/app.py": TreeStamp(5, 6, 7, 8, "e" * 64)},
+        config=ConfigStamp(FileStamp(1, 2, 3, 4), True, None),
+        tree={"src/app.py": TreeStamp(FileStamp(5, 6, 7, 8), "e" * 64)},
         listed=listed,
         fixed=fixed,
         volatile=volatile,

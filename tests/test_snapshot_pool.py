@@ -4,8 +4,10 @@ and a worker that fails leaves its keys to the caller instead of failing the sca
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from shipkit import wait_for
 
 from core import snapshot_pool
 from core.snapshot_pool import read_many
@@ -42,7 +44,9 @@ def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_workers_read_what_this_process_would(forks: list[int]) -> None:
     calls: list[int] = []
-    got = read_many(KEYS, facts_of, meanwhile=lambda: calls.append(1))
+    got = {
+        key: (facts, settled) for key, facts, settled in read_many(KEYS, facts_of, lambda: calls.append(1))
+    }
     assert got == {k: facts_of(k) for k in KEYS}
     assert calls == [1] and len(forks) == 2
 
@@ -51,24 +55,27 @@ def test_too_few_keys_or_other_threads_read_nothing_ahead(
     forks: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    assert read_many(KEYS[:3], facts_of, meanwhile=lambda: calls.append(1)) == {}
+    assert list(read_many(KEYS[:3], facts_of, meanwhile=lambda: calls.append(1))) == []
     monkeypatch.setattr(snapshot_pool, "_threads", lambda: 2)
-    assert read_many(KEYS, facts_of, meanwhile=lambda: calls.append(1)) == {}
+    assert list(read_many(KEYS, facts_of, meanwhile=lambda: calls.append(1))) == []
     assert calls == [1, 1] and forks == []
 
 
-def test_a_worker_that_dies_leaves_its_keys_to_the_caller(forks: list[int]) -> None:
+def test_a_worker_that_dies_leaves_its_keys_to_the_caller(forks: list[int], tmp_path: Path) -> None:
     parent = os.getpid()
+    died = tmp_path / "died"
 
     def dies_in_a_worker(key: str) -> tuple[FileFacts, bool]:
         if os.getpid() != parent:
+            died.touch()
             os._exit(3)
+        wait_for(died.exists, "a worker to take a chunk and die")
         return facts_of(key)
 
-    got = read_many(KEYS, dies_in_a_worker, meanwhile=lambda: None)
+    got = {key: (facts, settled) for key, facts, settled in read_many(KEYS, dies_in_a_worker, lambda: None)}
     assert forks, "workers were started"
     assert got.items() <= {k: facts_of(k) for k in KEYS}.items()
-    assert len(got) < len(KEYS), "what the dead workers held was not read here"
+    assert len(got) < len(KEYS), "what the dead worker took was not read here"
 
 
 def test_a_worker_that_raises_leaves_its_keys_to_the_caller(forks: list[int]) -> None:
@@ -79,5 +86,5 @@ def test_a_worker_that_raises_leaves_its_keys_to_the_caller(forks: list[int]) ->
             raise OSError("disk on fire")
         return facts_of(key)
 
-    got = read_many(KEYS, fails_in_a_worker, meanwhile=lambda: None)
+    got = {key: (facts, settled) for key, facts, settled in read_many(KEYS, fails_in_a_worker, lambda: None)}
     assert got.items() <= {k: facts_of(k) for k in KEYS}.items()
