@@ -373,21 +373,20 @@ class Scanner:
             fixed = False
         if facts.rejection:
             problems.append(f"rejected: {facts.rejection}")
-        row = JobRow._make(
-            (
-                key,
-                state,
-                job.schema,
-                job.digest,
-                job.instruction,
-                job.allowed_paths,
-                job.created_at,
-                facts.attempts,
-                worker,
-                receipt,
-                folders,
-                share(tuple(problems)) if problems else (),
-            )
+        problems_kept = share(tuple(problems)) if problems else ()
+        row = JobRow(
+            key,
+            state,
+            job.schema,
+            job.digest,
+            job.instruction,
+            job.allowed_paths,
+            job.created_at,
+            facts.attempts,
+            worker,
+            receipt,
+            folders,
+            problems_kept,
         )
         return row, fixed
 

@@ -127,15 +127,14 @@ def _job_parser(folder: str) -> Callable[[bytes, str, str], ParsedJob]:
         summary = quick_job(doc)
         if summary is None or doc["idempotency_key"] != key:
             return _strict_job(path, folder)
-        kept = JobSummary._make(
-            (
-                V2 if summary.schema == V2 else V1,
-                summary.digest,
-                summary.instruction,
-                share(summary.allowed_paths),
-                share(summary.inputs) if keep_inputs else (),
-                summary.created_at,
-            )
+        # One string for each schema name, one tuple for each set of paths or inputs.
+        kept = JobSummary(
+            V2 if summary.schema == V2 else V1,
+            summary.digest,
+            summary.instruction,
+            share(summary.allowed_paths),
+            share(summary.inputs) if keep_inputs else (),
+            summary.created_at,
         )
         return kept, reason
 
@@ -272,16 +271,15 @@ def read_facts(
         if type(data) is bytes:
             attempts, last = parse_attempts(data)
             worker = worker or last
-    # In the order of `FileFacts`' fields.
-    facts = (
-        folders,
-        job is not None,
-        job or NO_SUMMARY,
-        rejection,
-        invalid,
-        receipt,
-        problems,
-        worker,
-        attempts,
+    facts = FileFacts(
+        folders=folders,
+        has_job=job is not None,
+        job=job or NO_SUMMARY,
+        rejection=rejection,
+        invalid=invalid,
+        receipt=receipt,
+        receipt_problems=problems,
+        worker=worker,
+        attempts=attempts,
     )
-    return FileFacts._make(facts), settled
+    return facts, settled

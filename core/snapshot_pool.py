@@ -74,7 +74,7 @@ def read_many(
     """
     global _work
     workers = min(_cpus(), WORKERS_MAX, len(keys) // WORKER_KEYS_MIN)
-    if workers < 2 or _threads() > 1:
+    if workers < 2 or _threads() > 1 or not hasattr(os, "fork"):
         meanwhile()
         return
     import multiprocessing
