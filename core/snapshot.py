@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
+from typing import cast
 
 from core import freshness
 from core.canonical import sha256_file
@@ -259,11 +260,11 @@ class Scanner:
             made[key] = self._row(key, files, key in leases, now, racy, True, (facts, settled))
         for start in range(0, len(keys), size):
             chunk = keys[start : start + size]
-            batch = dict(zip(chunk, map(fixed.get, chunk), strict=True))
+            batch: dict[str, JobRow | None] = dict(zip(chunk, map(fixed.get, chunk), strict=True))
             for key in [k for k, row in batch.items() if row is None]:
                 row = made.pop(key, None)
                 batch[key] = row if row is not None else self._row(key, files, key in leases, now, racy, True)
-            yield batch
+            yield cast(dict[str, JobRow], batch)  # no None is left
         for key in fixed.keys() - order.keys():
             del fixed[key]
         for key in volatile.keys() - order.keys():

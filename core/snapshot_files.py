@@ -243,9 +243,9 @@ def read_facts(
         path = f"{gen}/{folder}/{name}"
         data, ok = read(path, racy_ns)
         settled = settled and ok
-        if data is GONE:
+        if isinstance(data, Gone):
             continue
-        parsed = _JOB_PARSERS[folder](data, path, key) if type(data) is bytes else data
+        parsed = _JOB_PARSERS[folder](data, path, key) if isinstance(data, bytes) else data
         if isinstance(parsed, str):
             invalid = invalid or parsed
         elif job is None:

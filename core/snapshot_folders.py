@@ -80,7 +80,7 @@ def file_identity(path: str, growing: bool) -> FileId | None:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
-    return _GROWING(st) if growing else st.st_ino  # type: ignore[no-any-return]
+    return _GROWING(st) if growing else st.st_ino
 
 
 def list_folders(gen: str, old: dict[str, Listing] | None) -> tuple[dict[str, Listing], set[str] | None]:
