@@ -93,6 +93,10 @@ class Layout:
     def lease(self, key: str) -> Path:
         return self.running / f"{key}.lease"
 
+    def cancel_request(self, key: str) -> Path:
+        """Written by `genjob cancel`; the worker running the job stops when it sees it."""
+        return self.running / f"{key}.cancel"
+
     def receipt(self, key: str) -> Path:
         return self.receipts / f"{key}.json"
 

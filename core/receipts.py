@@ -84,7 +84,7 @@ def commit_receipt(
             layout.signature(job.key).unlink(missing_ok=True)
         create_exclusive(layout.receipt(job.key), body)
         layout.lease(job.key).unlink(missing_ok=True)
-        layout.running.joinpath(f"{job.key}.cancel").unlink(missing_ok=True)
+        layout.cancel_request(job.key).unlink(missing_ok=True)
         record_attempt(
             layout,
             job.key,

@@ -67,6 +67,10 @@ class Verification:
         """Everything holds but the tree moved on: the job is STALE, not FAILED."""
         return [c.name for c in self.checks if not c.passed] == ["base"]
 
+    def check(self, name: str) -> Check:
+        """The check called `name` (every verification runs them all, in order)."""
+        return next(c for c in self.checks if c.name == name)
+
     def add(self, name: str, ok: bool, detail: str) -> bool:
         self.checks.append(Check(name, PASSED if ok else FAILED, detail))
         return ok

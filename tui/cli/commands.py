@@ -358,10 +358,13 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 def recover_cmd(ctx: click.Context) -> None:
     """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
     report = recover(layout_of(ctx))
-    for line in report:
-        click.echo(line)
-    if not report:
+    for line in report.lines:
+        click.echo(visible(line))
+    if not report.lines:
         click.echo("nothing to recover")
+    if report.left:
+        click.echo(f"genjob: {len(report.left)} thing(s) left to recover; see the lines above", err=True)
+        sys.exit(1)
 
 
 @main.command("keygen")
