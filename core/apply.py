@@ -398,20 +398,10 @@ class _Apply:
                 f"{t.after[:12]}…); nothing was written from it"
             )
 
-    def _same_parent(self, t: Target, p: int) -> None:
-        """The folder still is where the target's path leads, right before the swap."""
-        try:
-            fd = open_folder(self.root, t.folders, t.path)
-        except (FileNotFoundError, BadInput):
-            raise _Conflict(f"{t.path}: its folder was moved or replaced during the apply") from None
-        with closing(fd):
-            if identity(fd) != identity(p):
-                raise _Conflict(f"{t.path}: its folder was moved or replaced during the apply")
-
     def _commit(self, t: Target) -> None:
         """Swap the staged copy into place; the original goes to `.gen/journal/<key>/`."""
         p = self.parents[t.index]
-        self._same_parent(t, p)
+        _check_parent(self.root, t, p)
         tmp = self.tmp(t)
         if t.before is None:
             try:
@@ -556,6 +546,17 @@ class _Apply:
                 fd = open_folder(self.root, parts[:-1], rel)
                 with closing(fd):
                     os.rmdir(parts[-1], dir_fd=fd)
+
+
+def _check_parent(root: int, t: Target, parent: int) -> None:
+    """Right before a swap: the path to `t` still leads to the folder opened for it."""
+    try:
+        fd = open_folder(root, t.folders, t.path)
+    except (FileNotFoundError, BadInput):
+        raise _Conflict(f"{t.path}: its folder was moved or replaced during the apply") from None
+    with closing(fd):
+        if identity(fd) != identity(parent):
+            raise _Conflict(f"{t.path}: its folder was moved or replaced during the apply")
 
 
 def _hash_or_other(dir_fd: int, name: str, where: str) -> str | None:
