@@ -254,14 +254,14 @@ def _check_signature(v: Verification, layout: Layout, rec: Receipt, config: Conf
         return
     # Imported here: cryptography is needed only once a signature is read, and a board
     # that lists 100,000 jobs should not carry it from the start.
-    from core.signing import check_signature, trusted_keys
+    from core.signing import check_signature, trust_anchors
 
     try:
         signer = check_signature(
             read_bytes(sig_path, 16 * 1024),
             str(sig_path),
             rec.canonical_bytes(),
-            trusted_keys(layout.trusted_keys),
+            trust_anchors(layout.trusted_keys, layout.root),
         )
     except BadInput as exc:
         v.add("signature", False, str(exc) + ("" if required else " (policy does not require it)"))

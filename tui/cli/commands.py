@@ -29,7 +29,7 @@ from core.queue import JOB_FOLDERS, claim, enqueue, locate, reject, request_canc
 from core.recover import recover
 from core.replay import replay
 from core.repo import init_repo
-from core.signing import keygen, trust
+from core.signing import keygen, operator_keys_dir, trust
 from core.snapshot import Snapshot, take_snapshot
 from core.terminal import visible
 from core.verify import PASSED, SKIPPED, verify
@@ -376,13 +376,22 @@ def keygen_cmd(force: bool) -> None:
 
 @main.command("trust")
 @click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--operator",
+    is_flag=True,
+    help="Pin it for every repository, in your own config folder (no repository can widen that list).",
+)
 @click.pass_context
-def trust_cmd(ctx: click.Context, pubkey_file: Path) -> None:
-    """Pin a worker public key in .gen/trusted_keys/."""
+def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
+    """Pin a worker public key in .gen/trusted_keys/ (or, with --operator, your own list)."""
+    if operator:
+        dest, fp = trust(operator_keys_dir(), pubkey_file)
+        click.echo(f"trusted {fp} for every repository ({visible(str(dest))})")
+        return
     layout = layout_of(ctx)
     dest, fp = trust(layout.trusted_keys, pubkey_file)
     record_event(layout, "trusted", None, fingerprint=fp, file=dest.name)
-    click.echo(f"trusted {fp} ({dest.relative_to(layout.root)})")
+    click.echo(f"trusted {fp} ({visible(str(dest.relative_to(layout.root)))})")
 
 
 @main.command("schema")
