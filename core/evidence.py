@@ -9,6 +9,7 @@ folder, or a FIFO where a log should be, is refused with its name, never followe
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -42,19 +43,22 @@ def keep(layout: Layout, key: str, name: str, data: bytes) -> Path:
         return where
 
 
-def set_aside(layout: Layout, key: str, src: Path, label: str) -> Path:
+def set_aside(layout: Layout, key: str, src: Path, label: str, stamped: bool = True) -> Path:
     """Move `src` (a file or folder in a `.gen/` folder) into the job's evidence folder as
-    `<label>-<milliseconds>`, never over anything; returns where it went."""
+    `<label>-<milliseconds>` (or `<label>` when not `stamped`), never over anything;
+    returns where it went."""
     with log_folder(layout, key) as dst_fd, folder(src.parent) as src_fd:
         stamp = int(time.time() * 1000)
-        while True:
-            name = f"{label}-{stamp}"
+        names = itertools.chain(
+            [label] if not stamped else [], (f"{label}-{stamp + i}" for i in itertools.count())
+        )
+        for name in names:
             try:
                 move_at(src_fd, src.name, dst_fd, name, layout.log_dir(key) / name)
             except FileExistsError:
-                stamp += 1
                 continue
             return layout.log_dir(key) / name
+    raise RuntimeError("unreachable: the stamped names never run out")
 
 
 def newest_log_tail(layout: Layout, key: str, limit: int = MAX_TAIL_BYTES) -> str:

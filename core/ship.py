@@ -23,9 +23,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.bundle import BundleError, Limits, ResultInfo
 from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
-from core.durable import atomic_write
 from core.errors import BadInput, GenjobError
-from core.events import actor
+from core.events import actor, bounded
+from core.evidence import keep
 from core.layout import Layout
 from core.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
@@ -311,10 +311,8 @@ def _commit(
     output: bytes,
 ) -> Committed:
     """Keep the evidence, then publish the receipt (outputs only for `ok`)."""
-    logs = layout.log_dir(claim.key)
-    logs.mkdir(parents=True, exist_ok=True)
-    stem = logs / f"attempt-{claim.lease.token}"
-    atomic_write(stem.with_suffix(".log"), output, durable=False)
+    stem = f"attempt-{claim.lease.token}"
+    keep(layout, claim.key, f"{stem}.log", output)
     summary = {
         "attempt": claim.lease.token,
         "host": host,
@@ -324,7 +322,7 @@ def _commit(
         "exit_code": info.exit_code if info else None,
         "violations": list(info.violations) if info else [],
     }
-    atomic_write(stem.with_suffix(".json"), canonical(summary), durable=False)
+    keep(layout, claim.key, f"{stem}.json", canonical(bounded(summary)))
     outputs = dict(info.outputs) if info is not None and status == "ok" else {}
     if status != "ok":
         shutil.rmtree(staged, ignore_errors=True)
