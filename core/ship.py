@@ -24,7 +24,7 @@ from core.bundle import BundleError, Limits, ResultInfo
 from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
 from core.errors import BadInput, GenjobError
-from core.events import actor, bounded
+from core.events import actor, bounded, record_event
 from core.evidence import keep
 from core.layout import Layout
 from core.paths import regular_file_inside
@@ -310,9 +310,12 @@ def _commit(
     host: str,
     output: bytes,
 ) -> Committed:
-    """Keep the evidence, then publish the receipt (outputs only for `ok`)."""
+    """Keep the evidence, then publish the receipt (outputs only for `ok`).
+
+    Evidence that cannot be kept (a log folder that is a link, a full disk) is reported
+    in the audit log; it never keeps the receipt from being written.
+    """
     stem = f"attempt-{claim.lease.token}"
-    keep(layout, claim.key, f"{stem}.log", output)
     summary = {
         "attempt": claim.lease.token,
         "host": host,
@@ -322,7 +325,12 @@ def _commit(
         "exit_code": info.exit_code if info else None,
         "violations": list(info.violations) if info else [],
     }
-    keep(layout, claim.key, f"{stem}.json", canonical(bounded(summary)))
+    try:
+        keep(layout, claim.key, f"{stem}.log", output)
+        keep(layout, claim.key, f"{stem}.json", canonical(bounded(summary)))
+    except (GenjobError, OSError) as exc:
+        with contextlib.suppress(GenjobError, OSError):
+            record_event(layout, "evidence_not_kept", claim.key, attempt=claim.lease.token, reason=str(exc))
     outputs = dict(info.outputs) if info is not None and status == "ok" else {}
     if status != "ok":
         shutil.rmtree(staged, ignore_errors=True)

@@ -17,6 +17,7 @@ from pydantic import TypeAdapter
 from core.apply import apply_job
 from core.board import age, summary_line
 from core.config import load_config
+from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
 from core.events import record_event
 from core.inspect_job import job_detail
@@ -39,13 +40,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Group(click.Group):
-    """Turns every `GenjobError` into one line on stderr and its exit code."""
+    """Turns every `GenjobError`, and every fault of the machine (a full disk, a read-only
+    mount, no permission, a quota), into one line on stderr and its exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except GenjobError as exc:
             fail(str(exc), exc.exit_code)
+        except OSError as exc:
+            fault = environment_fault(exc, exc.filename or "genjob")
+            if fault is None:
+                raise
+            fail(str(fault), fault.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
 
