@@ -134,8 +134,11 @@ def find_root(start: Path | None = None, explicit: Path | None = None) -> Layout
 
 
 def _checked(layout: Layout) -> Layout:
-    """Refuse at once a `.gen/` whose audit log is not a regular file: most commands
-    append to it after their work is done, and would fail then, half done."""
+    """Refuse at once a `.gen/` that is a symlink (state lives in a real folder at the
+    repository root, on the tree's filesystem), and one whose audit log is not a regular
+    file: most commands append to it after their work is done, and would fail then."""
+    if os.path.islink(layout.gen):
+        raise BadInput(f"{layout.gen}: a symlink; genjob keeps its state in a real folder at the repo root")
     try:
         st = os.lstat(layout.events)
     except FileNotFoundError:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
-from corekit import mint, receive, sha, v2_job, write_jobs
+from corekit import cli, make_repo, mint, receive, sha, v2_job, write_jobs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
 from core.canonical import canonical
+from core.durable import folder, temp_at
 from core.layout import Layout
 from core.models import job_bytes
 from core.queue import claim, locate, reject
@@ -154,3 +156,53 @@ def test_recover_is_idempotent(repo: Layout) -> None:
     (repo.running / f"{job.key}.json").write_bytes(job_bytes(job))
     assert len(recover(repo).lines) == 1
     assert recover(repo).lines == []
+
+
+def test_recover_goes_on_past_a_fault_and_says_what_it_left(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo)
+    receive(repo, job.key, {"src/app.py": b"new\n"}, signer)
+    (repo.journal / "not-a-key.json").write_text("{}")
+    key = write_jobs(repo, 1)[0]
+    shutil.copy(repo.queue / f"{key}.json", repo.running / f"{key}.json")
+    report = recover(repo)
+    assert [line.split(":")[0] for line in report.left] == ["R1 not-a-key"]
+    assert f"R4 {key}: running wins; removed the copy in queue/" in report.done
+    res = cli("recover", root=repo.root)
+    assert res.exit_code == 1
+    assert res.stderr == "genjob: 1 thing(s) left to recover; see the lines above\n"
+
+
+def test_a_temp_file_being_written_is_not_swept(repo: Layout) -> None:
+    """A temp file whose writer holds its lock (a mint in progress) survives recover."""
+    with folder(repo.queue) as dir_fd, temp_at(dir_fd, b"half a job", repo.queue / "x.json") as name:
+        assert recover(repo).lines == []
+        assert (repo.queue / name).exists()
+    assert os.listdir(repo.queue) == []
+
+
+def test_a_killed_workers_staging_folder_is_swept_once_its_attempt_is_over(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    c = claim(repo, "w1", key)
+    live = repo.out / f".tmp-{key}-{c.lease.token}"
+    over = repo.out / f".tmp-{key}-{c.lease.token + 7}"
+    for folder_path in (live, over):
+        (folder_path / "src").mkdir(parents=True)
+        (folder_path / "src/app.py").write_text("partial")
+    report = recover(repo)
+    assert report.lines == [
+        f"R6 {key}: removed the staging folder of attempt {over.name.rsplit('-', 1)[1]}, which is over"
+    ]
+    assert live.exists() and not over.exists()
+    os.unlink(repo.lease(key))
+    (repo.running / f"{key}.json").rename(repo.queue / f"{key}.json")
+    recover(repo)
+    assert not live.exists()
+
+
+def test_a_symlinked_gen_folder_is_refused(tmp_path: Path) -> None:
+    real = make_repo(tmp_path / "real")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / ".gen").symlink_to(real.gen)
+    res = cli("ls", root=linked)
+    assert res.exit_code == 2 and "a symlink; genjob keeps its state in a real folder" in res.stderr
