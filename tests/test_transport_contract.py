@@ -22,8 +22,8 @@ import pytest
 from shipkit import alive
 from ssh_servers import SSHServer, known_hosts_line, write_key
 
-from core.bundle import Limits
 from core.errors import BadInput
+from core.rules import Limits
 from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
 
 pytestmark = pytest.mark.timeout(120)

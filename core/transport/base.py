@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import queue
+import re
 import shlex
 import shutil
 import threading
@@ -22,17 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from core import runner
-from core.bundle import (
-    DEFAULT_LIMITS,
-    BundleError,
-    Limits,
-    ResultInfo,
-    extract_result,
-    make_bundle,
-    make_header,
-)
+from core import errors, rules, runner
+from core.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
 from core.errors import BadInput
+from core.rules import DEFAULT_LIMITS, Limits, TailBuffer
 
 OutputCallback = Callable[[bytes], None]
 T = TypeVar("T")
@@ -105,8 +100,18 @@ class Session:
     python: str
 
 
+# Shipped in this order: each module's `from core...` imports name the ones before it.
+_SHIPPED = (errors, rules, runner)
+_CORE_IMPORT = re.compile(rb"^from core\.[\w.]+ import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
+_FUTURE = b"from __future__ import annotations\n"
+
+
+@functools.cache
 def runner_source() -> bytes:
-    return Path(runner.__file__).read_bytes()
+    """The one blob the generator host runs: `core.errors`, `core.rules` and `core.runner`,
+    stdlib only, with their imports of each other dropped (the source is all there)."""
+    sources = (Path(m.__file__ or "").read_bytes() for m in _SHIPPED)
+    return _FUTURE + b"\n".join(_CORE_IMPORT.sub(b"", src).replace(_FUTURE, b"") for src in sources)
 
 
 def remote_command(python: str) -> str:
@@ -139,17 +144,6 @@ def max_result_bytes(header: Mapping[str, Any]) -> int:
     )
 
 
-class _Tail:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > self.limit:
-            del self.data[: len(self.data) - self.limit]
-
-
 class _TooLarge(Exception):
     pass
 
@@ -169,7 +163,7 @@ async def drive(
     header's timeout plus ``slack`` has passed, on a lost connection, on an oversized
     result, and when this coroutine is itself cancelled.
     """
-    tail = _Tail(STDERR_TAIL_BYTES)
+    tail = TailBuffer(STDERR_TAIL_BYTES)
     with contextlib.suppress(*session.lost, OSError):
         session.stdin.write(runner_preamble())
     try:
