@@ -546,7 +546,7 @@ def generator_env(home: str, work: str, instruction_file: str, job_file: str) ->
     return env
 
 
-def run_job(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) -> dict[str, bytes]:
+def run_in_workspace(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) -> dict[str, bytes]:
     """Receive, run and collect one job, filling ``result``; return the collected outputs.
 
     The workspace is ``<tmp>/work`` (the generator's cwd, holding only the repository
@@ -613,7 +613,7 @@ def main() -> int:
     stdin = sys.stdin.buffer
     try:
         header = read_header(stdin)
-        outputs = run_job(header, stdin, Watch(), result)
+        outputs = run_in_workspace(header, stdin, Watch(), result)
     except Cancelled as exc:
         result.update(cancelled=True, error=str(exc))
     except ProtocolError as exc:

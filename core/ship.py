@@ -31,7 +31,7 @@ from core.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.rules import Limits, TailBuffer
 from core.signing import load_private_key, private_key_path
-from core.transport import LocalTransport, SSHTransport, Transport, run_job
+from core.transport import JobSpec, LocalTransport, SSHTransport, Transport, run_job
 
 OutputCallback = Callable[[bytes], None]
 # How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
@@ -53,7 +53,8 @@ class ShipResult:
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
         return LocalTransport()
-    assert host.address and host.identity, "config validation requires both for ssh"
+    if not (host.address and host.identity):
+        raise BadInput(f"config.toml: hosts.{name}: an ssh host needs address and identity")
     return SSHTransport(
         host.address, host.port, host.identity, host.known_hosts, python=host.python or "python3"
     )
@@ -227,19 +228,17 @@ async def run_claimed(
     watcher = asyncio.create_task(_watch(shipment, stop, cancel, cancel_reason, run.stopped))
     interrupted: BaseException | None = None
     try:
-        outcome, run.info = await run_job(
-            shipment.pool.transport(shipment.host),
+        spec = JobSpec(
             job_doc=await asyncio.to_thread(read_bytes, claim.path),
             instruction=claim.job.instruction,
             allowed_paths=list(claim.job.allowed_paths),
             files=functools.partial(read_inputs, shipment.layout, claim),
             generator=host.generator,
             timeout=host.timeout,
-            dest_dir=shipment.staging,
             limits=Limits(**shipment.pool.config.limits.model_dump()),
-            on_output=output,
-            cancel=stop,
         )
+        transport = shipment.pool.transport(shipment.host)
+        outcome, run.info = await run_job(transport, spec, shipment.staging, output, stop)
         run.error = outcome.error
         if outcome.stderr_tail and not len(tail):
             output(outcome.stderr_tail)
