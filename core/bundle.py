@@ -18,58 +18,28 @@ import stat
 import tarfile
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.runner import (
-    PROTOCOL_VERSION,
+from core.errors import GenjobError
+from core.rules import (
+    DEFAULT_LIMITS,
+    Limits,
     MemberCheck,
     check_allowed_paths,
     check_relpath,
     checked_members,
     loads_strict,
-    write_tar,
 )
-
-__all__ = [
-    "DEFAULT_LIMITS",
-    "BundleError",
-    "Limits",
-    "ResultInfo",
-    "check_relpath",
-    "extract_result",
-    "make_bundle",
-    "make_header",
-]
+from core.runner import PROTOCOL_VERSION, write_tar
 
 MAX_RESULT_JSON_BYTES = 4 << 20
 RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})
 
 
-class BundleError(Exception):
+class BundleError(GenjobError):
     """A bundle or result that is refused; the message names the member and the fault."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on what a job may ship and bring back."""
-
-    max_file_bytes: int = 64 << 20
-    max_total_bytes: int = 512 << 20
-    max_files: int = 1000
-    max_tail_bytes: int = 64 << 10
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"Limits.{name} must be a positive integer, not {value!r}")
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)

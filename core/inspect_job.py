@@ -11,6 +11,7 @@ from core.canonical import read_bytes
 from core.config import load_config
 from core.errors import BadInput, GenjobError
 from core.events import attempts, job_events
+from core.evidence import newest_log_tail
 from core.layout import Layout
 from core.lease import Lease, read_lease
 from core.queue import Located, locate
@@ -18,7 +19,6 @@ from core.snapshot import JobRow, Scanner
 from core.verify import Verification, verify
 
 MAX_DIFF_BYTES = 2 * 1024 * 1024
-MAX_LOG_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,16 +88,6 @@ def file_diff(root: Path, out_dir: Path, rel: str) -> FileDiff:
     return FileDiff(rel, "new" if not old_path.exists() else "modified", added, removed, text)
 
 
-def log_tail(layout: Layout, key: str) -> str:
-    """The newest generator output kept as evidence for `key`."""
-    folder = layout.log_dir(key)
-    logs = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
-    if not logs:
-        return ""
-    data = logs[-1].read_bytes()[-MAX_LOG_BYTES:]
-    return data.decode("utf-8", errors="replace")
-
-
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
     """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
     scanner = scanner or Scanner(layout, disk_cache=False)
@@ -136,6 +126,6 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         verification=verification,
         diffs=diffs,
         timeline=job_events(layout, key),
-        log_tail=log_tail(layout, key),
+        log_tail=newest_log_tail(layout, key),
         errors=errors,
     )

@@ -35,185 +35,24 @@ import tempfile
 import time
 import typing
 
+# Shipped together with this file (core.transport.base.shipped_source), these imports are
+# dropped there: the modules' source comes first in the same blob.
+from core.errors import GenjobError
+from core.rules import (
+    Limits,
+    MemberCheck,
+    TailBuffer,
+    check_allowed_paths,
+    checked_members,
+    loads_strict,
+)
+
 BOOTSTRAP = 'import sys;b=sys.stdin.buffer;exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
 PROTOCOL_VERSION = 1
 KILL_GRACE = 2.0
 MAX_HEADER_BYTES = 1 << 20
-MAX_PATH_BYTES = 4096
 MAX_VIOLATIONS = 100
-LIMIT_KEYS = ("max_file_bytes", "max_total_bytes", "max_files", "max_tail_bytes")
 PLACEHOLDER = re.compile(r"\{(instruction_file|job_file|paths|workdir)\}")
-
-
-def check_relpath(path: str) -> str:
-    """Return ``path`` unchanged if it is a safe repository-relative POSIX path.
-
-    Refuses, with a ValueError naming the path and the fault: non-strings, empty or
-    over-long paths, text that is not valid UTF-8, control characters, backslashes,
-    absolute paths, empty, ``.`` or ``..`` components, and paths under a top-level
-    ``.gen`` or ``.git`` (the repository's own machinery is never a job's output).
-    """
-    if not isinstance(path, str):
-        raise ValueError(f"path must be a string, not {type(path).__name__}")
-    if not path:
-        raise ValueError("empty path")
-    try:
-        encoded = path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{path!r}: not valid UTF-8") from None
-    if len(encoded) > MAX_PATH_BYTES:
-        raise ValueError(f"{path[:60]!r}...: longer than {MAX_PATH_BYTES} bytes")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise ValueError(f"{path!r}: control character in path")
-    if "\\" in path:
-        raise ValueError(f"{path!r}: backslash in path")
-    if path.startswith("/"):
-        raise ValueError(f"{path!r}: absolute path")
-    parts = path.split("/")
-    for part in parts:
-        if part == "":
-            raise ValueError(f"{path!r}: empty component (leading, trailing or double slash)")
-        if part in (".", ".."):
-            raise ValueError(f"{path!r}: {part!r} component")
-        if len(part.encode("utf-8")) > 255:
-            raise ValueError(f"{path!r}: component longer than 255 bytes")
-    if parts[0] in (".gen", ".git"):
-        raise ValueError(f"{path!r}: under {parts[0]}/")
-    return path
-
-
-def check_allowed_paths(paths: object, max_files: int) -> list[str]:
-    """Validate a job's ``allowed_paths`` list: safe, unique, within the count limit."""
-    if not isinstance(paths, list):
-        raise ValueError("allowed_paths must be a list")
-    if len(paths) > max_files:
-        raise ValueError(f"allowed_paths has {len(paths)} entries, over max_files ({max_files})")
-    seen = set()
-    for path in paths:
-        check_relpath(path)
-        if path in seen:
-            raise ValueError(f"{path!r}: listed twice in allowed_paths")
-        seen.add(path)
-    return list(paths)
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _no_duplicate_keys(pairs: list) -> dict:
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _bounded_int(text: str) -> int:
-    if len(text) > 40:
-        raise ValueError("integer too long")
-    return int(text)
-
-
-def loads_strict(data: bytes) -> object:
-    """Parse JSON refusing duplicate keys, NaN/Infinity, huge integers and deep nesting."""
-    try:
-        return json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=_no_duplicate_keys,
-            parse_constant=_refuse_constant,
-            parse_int=_bounded_int,
-        )
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8: {exc}") from None
-
-
-_TAR_KINDS = {
-    tarfile.DIRTYPE: "directory",
-    tarfile.SYMTYPE: "symlink",
-    tarfile.LNKTYPE: "hard link",
-    tarfile.CHRTYPE: "character device",
-    tarfile.BLKTYPE: "block device",
-    tarfile.FIFOTYPE: "fifo",
-    tarfile.CONTTYPE: "contiguous file",
-    tarfile.GNUTYPE_SPARSE: "sparse file",
-}
-
-
-class MemberCheck:
-    """What every tar member must be, in archive order: a plain regular file, not named
-    before, within the count and the per-member and total sizes. Raises ValueError."""
-
-    def __init__(self, max_members: int, max_member_bytes: int, max_total_bytes: int) -> None:
-        self.limits = (max_members, max_member_bytes, max_total_bytes)
-        self.seen: set[str] = set()
-        self.total = 0
-
-    def __call__(self, info: tarfile.TarInfo) -> None:
-        max_members, max_member_bytes, max_total_bytes = self.limits
-        name = info.name
-        if len(self.seen) >= max_members:
-            raise ValueError(f"{name!r}: more than {max_members} members")
-        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-            kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
-            raise ValueError(f"{name!r}: {kind}, not a regular file")
-        if name in self.seen:
-            raise ValueError(f"{name!r}: duplicate member")
-        self.seen.add(name)
-        if info.size > max_member_bytes:
-            raise ValueError(f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}")
-        self.total += info.size
-        if self.total > max_total_bytes:
-            raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
-
-
-def checked_members(
-    source: typing.Any, check: MemberCheck
-) -> typing.Iterator[tuple[str, int, typing.BinaryIO]]:
-    """Each member of the tar read from ``source`` as it arrives, once ``check`` accepts
-    it: its name, its size and a reader of its content (good until the next member)."""
-    with tarfile.open(
-        fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
-    ) as archive:
-        for info in archive:
-            check(info)
-            yield info.name, info.size, archive.extractfile(info) or io.BytesIO()
-
-
-def read_tar(
-    data: bytes, max_members: int, max_member_bytes: int, max_total_bytes: int
-) -> list[tuple[str, bytes]]:
-    """Read an uncompressed in-memory tar, accepting nothing but plain regular files.
-
-    Returns ``(name, content)`` pairs in archive order. Raises ValueError naming the member
-    and the fault on: a member that is not a plain regular file, a duplicate name, too many
-    members, a member or total over its size limit, or a damaged archive. Names are
-    returned as stored (after pax/GNU long-name headers); callers check them.
-    """
-    members: list[tuple[str, bytes]] = []
-    check = MemberCheck(max_members, max_member_bytes, max_total_bytes)
-    try:
-        with tarfile.open(
-            fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape"
-        ) as archive:
-            while True:
-                info = archive.next()
-                if info is None:
-                    break
-                check(info)
-                handle = archive.extractfile(info)
-                content = handle.read() if handle is not None else b""
-                if len(content) != info.size:
-                    raise ValueError(f"{info.name!r}: truncated member")
-                members.append((info.name, content))
-    except tarfile.TarError as exc:
-        raise ValueError(f"damaged tar: {exc}") from None
-    except EOFError:
-        raise ValueError("damaged tar: unexpected end of data") from None
-    return members
 
 
 class _Counted:
@@ -278,11 +117,11 @@ def write_tar(members: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-class ProtocolError(Exception):
+class ProtocolError(GenjobError):
     """The client sent something the runner refuses to work with."""
 
 
-class Cancelled(Exception):
+class Cancelled(GenjobError):
     """The client went away or the runner was told to stop."""
 
 
@@ -344,18 +183,15 @@ class Watch:
                     self.reason = "client closed the connection"
 
 
-class Tail:
+class Tail(TailBuffer):
     """Forwards generator output to stderr and keeps its last ``limit`` bytes."""
 
     def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
+        super().__init__(limit)
         self._forward = True
 
     def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > self.limit:
-            del self.data[: len(self.data) - self.limit]
+        super().add(chunk)
         self.note(chunk)
 
     def note(self, chunk: bytes) -> None:
@@ -474,13 +310,10 @@ def read_header(stream: io.BufferedReader) -> dict:
     timeout = header.get("timeout")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ProtocolError("header: timeout must be a positive number")
-    limits = header.get("limits")
-    if not isinstance(limits, dict) or set(limits) != set(LIMIT_KEYS):
-        raise ProtocolError(f"header: limits must have exactly {', '.join(LIMIT_KEYS)}")
-    for key in LIMIT_KEYS:
-        value = limits[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ProtocolError(f"header: limits.{key} must be a positive integer")
+    try:
+        header["limits"] = Limits.from_dict(header.get("limits"))
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"header: {exc}") from None
     size = header.get("bundle_bytes")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ProtocolError("header: bundle_bytes must be a non-negative integer")
@@ -508,7 +341,7 @@ class _Exactly:
             pass
 
 
-def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, meta: str) -> list[str]:
+def receive_bundle(stream: typing.BinaryIO, size: int, limits: Limits, work: str, meta: str) -> list[str]:
     """Unpack the bundle as it arrives: ``job.json`` and ``instruction.txt`` into ``meta``,
     then each ``files/<allowed path>`` straight into ``work``; return the allowed paths.
 
@@ -517,7 +350,7 @@ def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, 
     Cancelled when stdin ends before ``size`` bytes.
     """
     source = _Exactly(stream, size)
-    check = MemberCheck(limits["max_files"] + 2, limits["max_file_bytes"], limits["max_total_bytes"])
+    check = MemberCheck(limits.max_files + 2, limits.max_file_bytes, limits.max_total_bytes)
     allowed: list[str] | None = None
     instruction = False
     try:
@@ -526,7 +359,7 @@ def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, 
                 if name != "job.json":
                     raise ValueError("job.json is missing (it comes first)")
                 job_bytes = handle.read()
-                allowed = _allowed_of(job_bytes, limits["max_files"])
+                allowed = _allowed_of(job_bytes, limits.max_files)
                 write_new_file(meta, "job.json", io.BytesIO(job_bytes), size)
             elif not instruction:
                 if name != "instruction.txt":
@@ -656,7 +489,7 @@ def _stray_entries(work: str, allowed: list[str]) -> list[str]:
     return found
 
 
-def collect(work: str, allowed: list[str], limits: dict) -> tuple[dict[str, bytes], list[str]]:
+def collect(work: str, allowed: list[str], limits: Limits) -> tuple[dict[str, bytes], list[str]]:
     """Gather the allowed regular files and name every violation in the workspace."""
     try:
         root_mode = os.lstat(work).st_mode
@@ -669,15 +502,15 @@ def collect(work: str, allowed: list[str], limits: dict) -> tuple[dict[str, byte
     total = 0
     for rel in sorted(allowed):
         try:
-            data = _read_allowed(work, rel, limits["max_file_bytes"])
+            data = _read_allowed(work, rel, limits.max_file_bytes)
         except ValueError as exc:
             violations.append(str(exc))
             continue
         if data is None:
             continue
         total += len(data)
-        if total > limits["max_total_bytes"]:
-            violations.append(f"{rel}: outputs over max_total_bytes ({limits['max_total_bytes']})")
+        if total > limits.max_total_bytes:
+            violations.append(f"{rel}: outputs over max_total_bytes ({limits.max_total_bytes})")
             continue
         outputs[rel] = data
     violations.extend(_stray_entries(work, allowed))
@@ -713,7 +546,7 @@ def generator_env(home: str, work: str, instruction_file: str, job_file: str) ->
     return env
 
 
-def run_job(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) -> dict[str, bytes]:
+def run_in_workspace(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) -> dict[str, bytes]:
     """Receive, run and collect one job, filling ``result``; return the collected outputs.
 
     The workspace is ``<tmp>/work`` (the generator's cwd, holding only the repository
@@ -739,7 +572,7 @@ def run_job(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) ->
         )
         if watch.reason is not None:
             raise Cancelled(watch.reason)
-        tail = Tail(limits["max_tail_bytes"])
+        tail = Tail(limits.max_tail_bytes)
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
             cwd=work,
@@ -780,7 +613,7 @@ def main() -> int:
     stdin = sys.stdin.buffer
     try:
         header = read_header(stdin)
-        outputs = run_job(header, stdin, Watch(), result)
+        outputs = run_in_workspace(header, stdin, Watch(), result)
     except Cancelled as exc:
         result.update(cancelled=True, error=str(exc))
     except ProtocolError as exc:

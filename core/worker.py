@@ -16,7 +16,7 @@ from core.errors import GenjobError, NothingToClaim
 from core.events import actor
 from core.layout import Layout
 from core.queue import Claim, Claimer
-from core.ship import Hosts, ShipResult, run_claimed, signing_key
+from core.ship import Hosts, Shipment, ShipResult, run_claimed, signing_key
 
 Report = Callable[[str], None]
 
@@ -51,18 +51,8 @@ async def run_worker(
     report(f"worker {worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
 
     async def one(name: str, claim: Claim) -> ShipResult:
-        res = await run_claimed(
-            layout,
-            claim,
-            name,
-            config.hosts[name],
-            pool,
-            key_pair,
-            worker,
-            None,
-            halt,
-            cancel_reason="interrupted: the worker was stopped",
-        )
+        shipment = Shipment(layout, claim, name, pool, key_pair, worker)
+        res = await run_claimed(shipment, None, halt, cancel_reason="interrupted: the worker was stopped")
         verdict = res.status + (f": {res.reason}" if res.reason else "")
         if not res.won:
             verdict += " (lease lost; receipt kept aside)"

@@ -67,7 +67,8 @@ class LocalTransport:
             return RunOutcome(0, b"", None, f"{self.python} not found")
         except OSError as exc:
             return RunOutcome(0, b"", None, f"cannot start {self.python}: {exc.strerror}")
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        if proc.stdin is None or proc.stdout is None or proc.stderr is None:
+            raise RuntimeError("a subprocess started with three pipes has three pipes")
 
         async def stop() -> None:
             """SIGTERM and EOF: the runner kills its generator and removes its workspace;

@@ -249,7 +249,7 @@ async def test_approve_refused_when_verification_fails(demo: Demo) -> None:
     before = (demo.root / "README.md").read_bytes()
     async with board_at(demo.root, key, SIZE) as (pilot, b):
         verify = plain(b.query_one("#detail-verify", Static))
-        assert "✘ signature" in verify and "not in trusted_keys" in verify
+        assert "✘ signature" in verify and "which is not a trusted key" in verify
         await pilot.press("a")
         await showing(pilot, PreflightDialog, "the preflight")
         assert "apply would be refused" in plain(pilot.app.screen.query_one("#preflight-body", Static))
