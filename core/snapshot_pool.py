@@ -84,8 +84,10 @@ def read_many(
     chunks = [list(keys[i : i + step]) for i in range(0, len(keys), step)]
     tasks, queue = os.pipe()
     try:
-        os.write(queue, bytes(range(len(chunks))))
+        os.write(queue, bytes(range(len(chunks))))  # at most 256 bytes: within any pipe's buffer
+    finally:
         os.close(queue)
+    try:
         _work = (read_one, chunks, tasks)
         with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
             futures = [pool.submit(_read_chunks) for _ in range(workers - 1)]
