@@ -30,8 +30,8 @@ CHUNK_KEYS_MIN = 200
 
 ReadOne = Callable[[str], tuple[FileFacts, bool]]
 
-# What a forked worker reads: the function, the chunks of keys, and the read end of the
-# pipe their numbers are taken from. Set before the pool forks, inherited by its workers.
+# In a worker process: the function, the chunks of keys, and the read end of the pipe
+# their numbers are taken from (set by `_start_worker`, never in the parent).
 _work: tuple[ReadOne, list[list[str]], int] | None = None
 
 
@@ -45,6 +45,12 @@ def _cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def _start_worker(read_one: ReadOne, chunks: list[list[str]], tasks: int) -> None:
+    """A worker's initializer; a forked worker gets its arguments with its memory, unpickled."""
+    global _work
+    _work = (read_one, chunks, tasks)
 
 
 def _read_chunks() -> bytes:
@@ -72,7 +78,6 @@ def read_many(
     a slow or busy process takes fewer, and one that dies holds nothing back but what it
     took. This process's chunks are given as they are read, the workers' when they end.
     """
-    global _work
     workers = min(_cpus(), WORKERS_MAX, len(keys) // WORKER_KEYS_MIN)
     if workers < 2 or _threads() > 1 or not hasattr(os, "fork"):
         meanwhile()
@@ -88,8 +93,12 @@ def read_many(
     finally:
         os.close(queue)
     try:
-        _work = (read_one, chunks, tasks)
-        with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(
+            workers - 1,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_start_worker,
+            initargs=(read_one, chunks, tasks),
+        ) as pool:
             futures = [pool.submit(_read_chunks) for _ in range(workers - 1)]
             meanwhile()
             while task := os.read(tasks, 1):
@@ -99,7 +108,6 @@ def read_many(
                 if future.exception() is None:
                     yield from _taken(future.result(), chunks)
     finally:
-        _work = None
         os.close(tasks)
 
 
