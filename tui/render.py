@@ -11,8 +11,9 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from core.board import Preflight, age
+from core.board_view import age
 from core.inspect_job import FileDiff, JobDetail
+from core.preflight import Preflight
 from core.terminal import visible
 from core.verify import FAILED, PASSED, Verification
 from tui.text import STATE_STYLES, literal, state_text

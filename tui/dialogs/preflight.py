@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from core.board import Preflight
+from core.preflight import Preflight
 from tui.render import preflight_text
 
 
