@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.canonical import loads_strict, read_bytes
 from core.config import load_config
 from core.errors import GenjobError
 from core.inspect_job import JobDetail
 from core.layout import Layout
 from core.queue import locate
+from core.repo import is_git_work_tree
 from core.verify import PASSED, verify
 
 
@@ -23,6 +25,7 @@ class PathChange:
     status: str
     added: int
     removed: int
+    signed: bool = True  # False: the bytes changed after the worker signed them
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class Preflight:
     base_detail: str
     verified: bool
     failures: tuple[str, ...]
+    # A receipt signed by a key not pinned in trusted_keys/: its fingerprint.
+    untrusted_signer: str | None = None
+    # Whether apply may also commit (a git work tree), and what the config proposes.
+    git: bool = False
+    commit_default: bool = False
 
     @property
     def added(self) -> int:
@@ -48,15 +56,21 @@ class Preflight:
         return sum(c.removed for c in self.changes)
 
 
-def preflight(detail: JobDetail) -> Preflight:
+def preflight(layout: Layout, detail: JobDetail) -> Preflight:
     """The approve preflight of one job, from its freshly read detail."""
+    try:
+        commit_default = load_config(layout.config).policy.commit_on_approve
+    except GenjobError:
+        commit_default = False
     v = detail.verification
     checks = {c.name: c for c in v.checks} if v else {}
     sig = checks.get("signature")
     base = checks.get("base")
     return Preflight(
         key=detail.row.key,
-        changes=tuple(PathChange(d.path, d.status, d.added, d.removed) for d in detail.diffs),
+        changes=tuple(
+            PathChange(d.path, d.status, d.added, d.removed, d.signed is not False) for d in detail.diffs
+        ),
         signature_required=v.signature_required if v else True,
         signature=sig.detail if sig else "no receipt to check",
         signature_ok=bool(sig and sig.status == PASSED),
@@ -64,7 +78,26 @@ def preflight(detail: JobDetail) -> Preflight:
         base_detail=base.detail if base else "not checked",
         verified=bool(v and v.ok),
         failures=tuple(f"{c.name}: {c.detail}" for c in (v.failures if v else [])) + tuple(detail.errors),
+        untrusted_signer=untrusted_signer(layout, detail.row.key) if sig and not sig.passed else None,
+        git=is_git_work_tree(layout.root),
+        commit_default=commit_default,
     )
+
+
+def untrusted_signer(layout: Layout, key: str) -> str | None:
+    """The fingerprint a receipt's signature names when no pinned key has it; else None
+    (unsigned, unreadable, or signed by a trusted key)."""
+    try:
+        doc = loads_strict(read_bytes(layout.signature(key), 16 * 1024), str(layout.signature(key)))
+        named = doc.get("key") if isinstance(doc, dict) else None
+        if not isinstance(named, str) or not named:
+            return None
+        from core.signing import trusted_keys  # cryptography: only when a signature failed
+
+        trusted = {t.fingerprint for t in trusted_keys(layout.trusted_keys)}
+    except (GenjobError, OSError):
+        return None
+    return None if named in trusted else named
 
 
 def receipt_verdict(layout: Layout, key: str) -> bool | None:

@@ -196,14 +196,24 @@ async def test_replay_stale(demo: Demo) -> None:
         assert doc["replay_of"] == key
 
 
-async def test_cancel_running_after_confirm(demo: Demo) -> None:
+async def test_cancel_running_after_confirm_ends_aborted_in_the_demo(demo: Demo) -> None:
     layout = layout_of(demo)
     key = demo.keys["running"]
     async with run_board(demo.root, key=key) as d:
         await d.press("k")
+        dialog = await d.showing(ConfirmDialog)
+        labels = [str(b.label) for b in dialog.query("Button")]
+        assert labels == ["Stop job (y)", "Keep running (n)"]
+        await d.press("n")
+        assert not (layout.running / f"{key}.cancel").exists()
+        await d.press("k")
         await d.showing(ConfirmDialog)
         await d.press("y")
-        await d.until(lambda: (layout.running / f"{key}.cancel").exists(), "the cancel request")
+        await d.until(lambda: d.state_of(key) == "FAILED", "the aborted receipt from the lease holder")
+    receipt = json.loads(layout.receipt(key).read_bytes())
+    assert receipt["status"] == "aborted" and receipt["outputs"] == {}
+    assert layout.signature(key).exists()
+    assert not (layout.running / f"{key}.cancel").exists()
 
 
 async def test_approve_preflight_then_apply(demo: Demo) -> None:
@@ -342,7 +352,7 @@ async def test_bulk_claim_confirms_with_the_count(demo: Demo) -> None:
         await d.press("c")
         await d.showing(ConfirmDialog)
         body = str(d.screen.body)
-        assert "claim 2 marked job(s)?" in body and "1 other marked job(s) are skipped" in body
+        assert "Claim 2 marked job(s)?" in body and "1 other marked job(s) are skipped" in body
         await d.press("y")
         await d.until(lambda: all(d.state_of(k) == "RUNNING" for k in keys), "the claims")
         assert all(layout.job_file("running", k).exists() for k in keys)

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, SelectionList, Static, TextArea
@@ -19,6 +19,7 @@ from core.layout import Layout
 from core.queue import Enqueued
 from core.submit import repo_files, submit_job
 from core.terminal import visible
+from tui.dialogs import fit_to_terminal
 
 MAX_SHOWN = 500
 
@@ -40,18 +41,23 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide tall"):
             yield Static("New job", classes="dialog-title")
-            yield Label("Instruction (the generator gets it as a file, never as shell text)")
-            yield TextArea(id="instruction", soft_wrap=True, show_line_numbers=False)
-            yield Label("Files the job may change (space picks; type to filter)")
-            yield Input(placeholder="filter files", id="file-filter")
-            yield SelectionList[str](id="files")
-            yield Input(placeholder="new files the job creates, comma separated (optional)", id="new-paths")
-            yield Static("", id="newjob-error")
+            # Scrolls on a short terminal: tab moves through the fields, each scrolled into view.
+            with VerticalScroll(id="newjob-scroll"):
+                yield Label("Instruction (the generator gets it as a file, never as shell text)")
+                yield TextArea(id="instruction", soft_wrap=True, show_line_numbers=False)
+                yield Label("Files the job may change (space picks; type to filter)")
+                yield Input(placeholder="filter files", id="file-filter")
+                yield SelectionList[str](id="files")
+                yield Input(
+                    placeholder="new files the job creates, comma separated (optional)", id="new-paths"
+                )
+                yield Static("", id="newjob-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Queue (ctrl+s)", id="submit", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
+        fit_to_terminal(self)
         self.query_one("#instruction", TextArea).focus()
         self._load_files()
 

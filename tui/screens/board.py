@@ -3,12 +3,19 @@
 Files are the source of truth. The screen composes the widgets and routes messages: a
 `BoardFeed` reports what is on disk (rows, verdicts, a job's detail), a `Dispatcher` runs
 each key's action (`tui.actions.TABLE`) and reports its outcome, and the screen shows both.
+
+Movement is the arrow keys (and page up/down, home/end); every letter is an action, so
+that no movement key ever collides with one. The job list holds the focus: after a
+dialog, the full-screen diff or an un-zoom it has it again, and the filter box takes it
+only while it is shown.
 """
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -17,53 +24,83 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from core.board_view import BoardView
 from core.events import actor
 from core.layout import Layout
-from core.lifecycle import ACTIONS, STATE_ORDER, State, allowed
+from core.lifecycle import ACTIONS, STATE_ORDER, State
 from core.queue import Enqueued
 from core.terminal import visible
-from tui.actions import TABLE, ActionDone, Dispatcher, Say
+from tui.actions import TABLE, ActionDone, Dispatcher, Say, may
 from tui.feed import TIME_SENSITIVE, BoardFeed
-from tui.render import policy_text
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
+from tui.widgets.key_bar import Hint, KeyBar
 
 DETAIL_DEBOUNCE = 0.12
 NARROW = 140
+# Relative times tick this often (s); a running job's detail is read again every RELOAD.
+TICK = 1.0
+RELOAD = 5.0
+
+# The board's actions on jobs, most useful first: the order of their hints.
+JOB_ACTIONS = ("apply", "ship", "claim", "cancel", "requeue", "replay", "reject", "discard")
+# What to do with a job in each state: the hint a refusal ends with.
+NEXT_STEP = {
+    State.QUEUED: "claim (c) or ship (s) it",
+    State.RUNNING: "wait for its receipt, or stop it (k)",
+    State.ORPHANED: "its worker is gone: requeue it (r)",
+    State.RECEIVED: "approve (a) or reject (x) it",
+    State.STALE: "replay it (R) over the tree as it is now",
+    State.FAILED: "replay it (R) once the cause is fixed",
+    State.APPLIED: "it is done",
+    State.REJECTED: "replay it (R) to try again",
+    State.INVALID: "discard it (D): its bad files are kept as evidence",
+    State.INCONSISTENT: "run `genjob recover` (the Job tab names the rule)",
+}
 
 
 def _states_for(action: str) -> str:
     return ", ".join(s.value for s in STATE_ORDER if s in ACTIONS[action])
 
 
+class FilterBox(Input):
+    """The text filter; it takes the focus only while shown, so typing never goes to a hidden box."""
+
+    def allow_focus(self) -> bool:
+        return self.display and super().allow_focus()
+
+
 class BoardScreen(Screen[None]):
+    AUTO_FOCUS = "#jobs"
     BINDINGS: ClassVar[list[Binding]] = [
-        Binding("c", "job('claim')", "Claim", tooltip="Claim the selected queued job", id="claim"),
-        Binding("s", "job('ship')", "Ship", tooltip="Ship a queued job to a generator host", id="ship"),
         Binding(
             "a", "job('apply')", "Approve", tooltip="Preflight, then apply a verified receipt", id="approve"
         ),
-        Binding("x", "job('reject')", "Reject", tooltip="Reject a job, with a reason", id="reject"),
+        Binding(
+            "s", "job('ship')", "Ship", tooltip="Ship a queued job (or one this board claimed)", id="ship"
+        ),
+        Binding("c", "job('claim')", "Claim", tooltip="Claim a queued job: this board holds it", id="claim"),
+        Binding("k", "job('cancel')", "Stop", tooltip="Stop a running job (it ends aborted)", id="cancel"),
         Binding("r", "job('requeue')", "Requeue", tooltip="Requeue an orphaned job", id="requeue"),
         Binding(
             "R", "job('replay')", "Replay", tooltip="Replay a stale, failed or rejected job", id="replay"
         ),
-        Binding("k", "job('cancel')", "Cancel", tooltip="Cancel a running job", id="cancel"),
+        Binding("x", "job('reject')", "Reject", tooltip="Reject a job, with a reason", id="reject"),
+        Binding("D", "job('discard')", "Discard", tooltip="Set an INVALID job's files aside", id="discard"),
         Binding("n", "new_job", "New", tooltip="Write a new job and queue it", id="new"),
         Binding("d", "diff", "Diff", tooltip="The selected job's diff, full screen", id="diff"),
         Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter jobs by text", id="filter"),
         Binding(
-            "left", "tab(-1)", "Prev tab", show=False, tooltip="The detail pane's previous tab", id="tab-prev"
+            "left", "tab(-1)", "Prev tab", key_display="←", tooltip="The detail's previous tab", id="tab-prev"
         ),
         Binding(
-            "right", "tab(1)", "Next tab", show=False, tooltip="The detail pane's next tab", id="tab-next"
+            "right", "tab(1)", "Next tab", key_display="→", tooltip="The detail's next tab", id="tab-next"
         ),
-        Binding("enter", "zoom", "Zoom", tooltip="Show the detail pane alone (again to go back)", id="zoom"),
-        Binding("escape", "clear", "Clear", show=False, tooltip="Clear marks and filters", id="clear"),
+        Binding("enter", "zoom", "Zoom", tooltip="The detail pane alone (again to go back)", id="zoom"),
+        Binding("escape", "clear", "Clear", tooltip="Close the filter; clear marks and filters", id="clear"),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Every key", id="help"),
         Binding("q", "app.quit", "Quit", tooltip="Quit the board", id="quit"),
         *(
@@ -71,13 +108,16 @@ class BoardScreen(Screen[None]):
                 digit,
                 f"toggle_state('{state.value}')",
                 f"Only {state.value}",
-                show=False,
                 tooltip=f"Show or hide only {state.value} jobs",
                 id=f"state-{state.value.lower()}",
             )
             for state, digit in DIGITS.items()
         ),
     ]
+    # The bindings that change something: hidden (and refused) on a read-only board.
+    CHANGES = frozenset(
+        {"approve", "ship", "claim", "cancel", "requeue", "replay", "reject", "discard", "new"}
+    )
 
     def __init__(self, layout: Layout, readonly: bool = False) -> None:
         super().__init__()
@@ -92,6 +132,7 @@ class BoardScreen(Screen[None]):
         self._detail_timer: Timer | None = None
         self._filter_timer: Timer | None = None
         self._select_when_seen: str | None = None
+        self._loaded_at = 0.0
         self.worker_id = f"board:{actor()}"
 
     # -- layout ----------------------------------------------------------------------------
@@ -100,24 +141,36 @@ class BoardScreen(Screen[None]):
         yield Dispatcher(self.repo, self.worker_id, id="dispatcher")
         yield Static(id="status")
         yield CountsBar(id="counts")
-        yield Input(placeholder="filter: key prefix, words of the instruction, worker, path", id="filter")
+        yield FilterBox(placeholder="filter: key prefix, words of the instruction, worker, path", id="filter")
         with Horizontal(id="main"):
             yield JobTable(self.view, id="jobs")
             yield DetailPane(id="detail")
-        yield Footer()
+        yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
-        self.query_one("#filter", Input).display = False
-        self.table.focus()
+        self.query_one(FilterBox).display = False
+        self._focus_list()
         self._show_status()
-        self.set_interval(5.0, self._tick)
+        self._show_keys()
+        self.set_interval(TICK, self._tick)
+
+    def _focus_list(self) -> None:
+        self.table.focus(scroll_visible=False)
+
+    def on_screen_resume(self) -> None:
+        """Back from a dialog or the diff: the list has the focus again."""
+        if self.maximized is None and not self.query_one(FilterBox).has_focus:
+            self._focus_list()
+        self._show_keys()
 
     def _tick(self) -> None:
-        """Ages move on; so does a running job's heartbeat, which no row shows."""
+        """Ages move on, and so do the detail's relative times; a running job's heartbeat
+        is read again now and then."""
         self.table.refresh()
+        self.query_one(DetailPane).tick()
         key = self.table.cursor_key
         row = self.view.rows.get(key) if key else None
-        if row is not None and row.state is State.RUNNING:
+        if row is not None and row.state is State.RUNNING and time.monotonic() - self._loaded_at > RELOAD:
             self._schedule_detail()
 
     def on_resize(self) -> None:
@@ -130,6 +183,10 @@ class BoardScreen(Screen[None]):
     @property
     def feed(self) -> BoardFeed:
         return self.query_one(BoardFeed)
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self.query_one(Dispatcher)
 
     # -- what the feed reports -------------------------------------------------------------------
     @on(BoardFeed.RowsChanged)
@@ -148,6 +205,9 @@ class BoardScreen(Screen[None]):
         if reload:
             self._schedule_detail()
         self._show_status()
+        self._show_empty()
+        if reload or selected != table.cursor_key:
+            self._show_keys()
 
     @on(BoardFeed.VerdictsFound)
     def _verdicts_found(self, message: BoardFeed.VerdictsFound) -> None:
@@ -157,6 +217,7 @@ class BoardScreen(Screen[None]):
     def _feed_status(self, message: BoardFeed.Status) -> None:
         self.scanning, self.watching = message.scanning, message.watching
         self._show_status()
+        self._show_empty()
 
     @on(BoardFeed.PolicyRead)
     def _policy_read(self, message: BoardFeed.PolicyRead) -> None:
@@ -165,6 +226,7 @@ class BoardScreen(Screen[None]):
         self.trusted_keys = message.trusted_keys
         self.query_one(DetailPane).signature_required = self.signature_required
         self._show_status()
+        self._show_empty()
 
     @on(BoardFeed.Trouble)
     def _trouble(self, message: BoardFeed.Trouble) -> None:
@@ -174,32 +236,106 @@ class BoardScreen(Screen[None]):
     def _detail_loaded(self, message: BoardFeed.DetailLoaded) -> None:
         if message.key != self.table.cursor_key:
             return
+        self._loaded_at = time.monotonic()
         pane = self.query_one(DetailPane)
         if isinstance(message.detail, str):
             pane.show_message(Text(visible(message.detail), style="bold red"))
         else:
-            pane.show(message.detail)
+            pane.show(message.detail, message.untrusted_signer)
+
+    @property
+    def untrusted(self) -> bool:
+        """Signatures are required, and no key is pinned: nothing can be approved."""
+        return self.signature_required and self.trusted_keys == 0
 
     def _show_status(self) -> None:
+        """One line: the repository, then what limits the operator, most pressing first."""
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" genjob ", style="bold reverse")
         text.append(" ")
-        text.append(visible(str(self.repo.root)), style="bold")
-        text.append("  ")
-        text.append_text(policy_text(self.signature_required))
+        text.append(visible(self.repo.root.name or str(self.repo.root)), style="bold")
+        if self.readonly:
+            text.append("  READ-ONLY: changes are off ", style="bold black on yellow")
         if self.config_error:
             text.append("  config: ", style="bold red")
             text.append(visible(self.config_error), style="red")
-        if self.readonly:
-            text.append("  READ-ONLY ", style="bold black on yellow")
+        if self.untrusted:
+            text.append("  no trusted key: genjob trust", style="bold red")
+        text.append("  ")
+        if self.signature_required:
+            text.append("signatures required", style=Style(color="green", bold=True))
+        else:
+            text.append("signatures NOT required", style=Style(color="black", bgcolor="yellow", bold=True))
+        marks = len(self.table.marks) if self.is_mounted else 0
+        if marks:
+            text.append(f"  {marks} marked", style="bold yellow")
         if self.scanning:
             text.append(f"  scanning… {len(self.view.rows):,} jobs", style="yellow")
         else:
             text.append(f"  {self.watching}", style="green" if self.watching == "watching" else "yellow")
-        marks = len(self.table.marks) if self.is_mounted else 0
-        if marks:
-            text.append(f"  {marks} marked", style="bold yellow")
         self.query_one("#status", Static).update(text, layout=False)
+
+    def _show_empty(self) -> None:
+        """What the list says when it shows no job: how to make one, or that the filter hides all."""
+        lines: list[tuple[str, bool]] = []
+        if self.scanning:
+            lines.append(("reading .gen/…", False))
+        elif self.view.rows:
+            lines.append(("No job matches the filter: escape clears it.", False))
+        else:
+            lines += [
+                ("No jobs yet.", False),
+                ("", False),
+                (
+                    "n writes one here; or, in a shell:" if not self.readonly else "Mint one in a shell:",
+                    False,
+                ),
+                ('  genjob mint -m "Add a timeout to fetch_user" src/user.py', False),
+                ("then s ships it to a generator host and a approves its receipt.", False),
+            ]
+        if self.untrusted and not self.scanning:
+            lines += [
+                ("", False),
+                ("Signatures are required, but no key is trusted: nothing can be approved.", True),
+                ("  genjob keygen", True),
+                ("  genjob trust ~/.config/genjob/worker_ed25519.pub", True),
+            ]
+        self.table.empty = lines
+        self.table.refresh()
+
+    # -- the key hints ----------------------------------------------------------------------------
+    def _hints(self) -> list[Hint]:
+        """The keys worth showing now: the actions the selected (or marked) jobs allow, then
+        the board's own; on a read-only board, nothing that changes anything."""
+        by_id = {b.id: b for b in self.BINDINGS if isinstance(b, Binding)}
+        hints = []
+        if not self.readonly:
+            for action in JOB_ACTIONS:
+                if self._applies(action):
+                    b = by_id["approve" if action == "apply" else action]
+                    hints.append(Hint(b.key_display or b.key, b.description, b.action))
+        for ident in ("diff", "zoom", "filter", "new"):
+            if self.readonly and ident in self.CHANGES:
+                continue
+            b = by_id[ident]
+            hints.append(Hint(b.key_display or b.key, b.description, b.action))
+        hints.append(Hint("space", "Mark", "mark"))
+        return hints
+
+    def _applies(self, action: str) -> bool:
+        rows = self.view.rows
+        d = self.dispatcher
+        if self.table.marks:
+            return any(k in rows and may(d, action, k, rows[k].state) for k in self.table.marks)
+        key = self.table.cursor_key
+        return key is not None and key in rows and may(d, action, key, rows[key].state)
+
+    def _show_keys(self) -> None:
+        kept = [Hint("?", "Help", "help"), Hint("q", "Quit", "app.quit")]
+        self.query_one(KeyBar).show(self._hints(), kept)
+
+    def action_mark(self) -> None:
+        self.table.action_mark()
 
     # -- the selected job ------------------------------------------------------------------------
     @on(JobTable.CursorMoved)
@@ -207,10 +343,12 @@ class BoardScreen(Screen[None]):
         if event.key is not None:
             self.query_one(DetailPane).loading(event.key)
         self._schedule_detail()
+        self._show_keys()
 
     @on(JobTable.MarksChanged)
     def _marks_changed(self) -> None:
         self._show_status()
+        self._show_keys()
 
     def _schedule_detail(self) -> None:
         if self._detail_timer is not None:
@@ -238,9 +376,11 @@ class BoardScreen(Screen[None]):
         self.table.apply(None)
         self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
         self._show_status()
+        self._show_empty()
+        self._show_keys()
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.query_one(FilterBox)
         box.display = True
         box.focus()
 
@@ -260,17 +400,23 @@ class BoardScreen(Screen[None]):
         self._set_text_filter(event.value)
         if not event.value.strip():
             event.input.display = False
-        self.table.focus()
+        self._focus_list()
 
     def action_clear(self) -> None:
-        box = self.query_one("#filter", Input)
+        """Escape: close what is open (the key panel, the filter box, a zoom), else clear
+        marks and filters."""
+        box = self.query_one(FilterBox)
+        if self.app.screen.query("HelpPanel"):
+            self.app.action_hide_help_panel()
+            return
         if box.has_focus:
-            self.table.focus()
             if not box.value:
                 box.display = False
+            self._focus_list()
             return
-        if self.screen.maximized is not None:
-            self.screen.minimize()
+        if self.maximized is not None:
+            self.minimize()
+            self._focus_list()
             return
         self.table.clear_marks()
         box.value = ""
@@ -278,6 +424,7 @@ class BoardScreen(Screen[None]):
         self.view.states = frozenset()
         self.view.text = ""
         self._refilter()
+        self._focus_list()
 
     def action_tab(self, step: int) -> None:
         self.query_one(DetailPane).step_tab(step)
@@ -285,22 +432,37 @@ class BoardScreen(Screen[None]):
     def action_zoom(self) -> None:
         if self.maximized is not None:
             self.minimize()
+            self._focus_list()
         else:
             self.maximize(self.query_one(DetailPane), container=False)
+
+    def help_bindings(self) -> list[Binding]:
+        """Every key the help lists (on a read-only board, none that changes anything)."""
+        keys = [
+            b
+            for b in self.BINDINGS
+            if isinstance(b, Binding)
+            and not b.id.startswith("state-")
+            and not (self.readonly and b.id in self.CHANGES)
+        ]
+        marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
+        extra = [
+            Binding("1-9,0", "", "Show only one state (again to undo; several combine)", key_display="1…0"),
+            Binding("up,down", "", "Move the cursor (the only movement keys)", key_display="↑ ↓"),
+            Binding(
+                "pageup,pagedown,home,end",
+                "",
+                "Move a page, or to the first or last job",
+                key_display="pgup pgdn home end",
+            ),
+            Binding("ctrl+p", "", "Command palette: every action by name", key_display="ctrl+p"),
+        ]
+        return [*keys, *marks, *extra]
 
     def action_help(self) -> None:
         from tui.screens.help import HelpScreen
 
-        bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and not b.id.startswith("state-")]
-        marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
-        extra = [
-            Binding(
-                "1-9,0", "", "Show only one state (press again to undo; several combine)", key_display="1…0"
-            ),
-            Binding("up,down", "", "Move; pageup/pagedown, home/end jump", key_display="↑ ↓"),
-            Binding("ctrl+p", "", "Command palette: every action by name", key_display="ctrl+p"),
-        ]
-        self.app.push_screen(HelpScreen([*bindings, *marks, *extra], self.readonly))
+        self.app.push_screen(HelpScreen(self.help_bindings(), self.readonly))
 
     def action_diff(self) -> None:
         from tui.screens.diff import DiffScreen
@@ -322,10 +484,10 @@ class BoardScreen(Screen[None]):
         if self.readonly:
             self._say(f"read-only board: {verb} refused", severity="warning")
             return None
-        table = self.table
+        table, d = self.table, self.dispatcher
         if table.marks:
             rows = [self.view.rows[k] for k in sorted(table.marks) if k in self.view.rows]
-            ok = [r.key for r in rows if allowed(action, r.state)]
+            ok = [r.key for r in rows if may(d, action, r.key, r.state)]
             if not ok:
                 self._say(
                     f"none of the {len(rows)} marked jobs allows {verb}: it is for {_states_for(action)}",
@@ -338,18 +500,24 @@ class BoardScreen(Screen[None]):
             self._say("no job selected", severity="warning")
             return None
         state = self.view.rows[key].state
-        if not allowed(action, state):
+        if may(d, action, key, state):
+            return [key], 0
+        if action == "apply" and state is State.STALE:
+            d.offer_replay(key)
+        elif action == "ship" and state is State.RUNNING:
             self._say(
-                f"{key[:12]}: is {state.value}; {verb} is for {_states_for(action)}", severity="warning"
+                f"{key[:12]}: is RUNNING, held by another worker; {NEXT_STEP[state]}", severity="warning"
             )
-            return None
-        return [key], 0
+        else:
+            refused = f"{key[:12]}: is {state.value}; {verb} is for {_states_for(action)}"
+            self._say(f"{refused}. Next: {NEXT_STEP[state]}", severity="warning")
+        return None
 
     def action_job(self, action: str) -> None:
         got = self._targets(action)
         if got is not None:
             keys, skipped = got
-            self.query_one(Dispatcher).dispatch(action, keys, bool(self.table.marks), skipped)
+            self.dispatcher.dispatch(action, keys, bool(self.table.marks), skipped)
 
     @on(ActionDone)
     def _action_done(self, message: ActionDone) -> None:
@@ -367,6 +535,7 @@ class BoardScreen(Screen[None]):
             self._select_when_seen = message.select
         self.feed.refresh_keys(message.keys)
         self.table.clear_marks()
+        self._show_keys()
 
     @on(Say)
     def _said(self, message: Say) -> None:

@@ -15,7 +15,8 @@ from textual.widgets import Static
 INTRO = (
     "A job moves queued → running → received → applied or rejected; orphaned, failed, stale, "
     "invalid and inconsistent are derived from what is on disk. Every key is one core operation; "
-    "mark several jobs with space first to act on all of them."
+    "mark several jobs with space first to act on all of them. The arrow and page keys move; "
+    "every letter is an action."
 )
 
 
@@ -37,7 +38,14 @@ class HelpScreen(ModalScreen[None]):
             yield Static("genjob board: keys", classes="dialog-title")
             with VerticalScroll(classes="dialog-body"):
                 yield Static(
-                    Text(INTRO + ("\n\nREAD-ONLY: every change is refused." if self.readonly else ""))
+                    Text(
+                        INTRO
+                        + (
+                            "\n\nREAD-ONLY: the keys that change anything are off, and not listed."
+                            if self.readonly
+                            else ""
+                        )
+                    )
                 )
                 yield Static(table)
             yield Static(Text("escape closes; ctrl+p opens the command palette", style="dim"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -37,6 +39,14 @@ class DetailPane(Vertical):
                 with TabPane(title, id=f"tab-{tab_id}"), VerticalScroll(classes="detail-scroll"):
                     yield Static(id=f"detail-{tab_id}", classes="detail-body")
 
+    def tick(self) -> None:
+        """Show the relative times ("5s ago") of the job and its lease as of now."""
+        if self.detail is None:
+            return
+        now = time.time()
+        self._body("job").update(render.job_text(self.detail, now))
+        self._body("lease").update(render.lease_text(self.detail, now))
+
     def step_tab(self, step: int) -> None:
         """Show the next (or previous) tab, wrapping around."""
         tabs = self.query_one(TabbedContent)
@@ -60,14 +70,13 @@ class DetailPane(Vertical):
         for tab_id, _ in TABS:
             self._body(tab_id).update("")
 
-    def show(self, detail: JobDetail) -> None:
+    def show(self, detail: JobDetail, untrusted_signer: str | None = None) -> None:
         self.detail = detail
         self.query_one("#detail-title", Static).update(render.title_text(detail))
         applied = detail.located is not None and detail.located.folder == "applied"
-        self._body("job").update(render.job_text(detail))
-        self._body("lease").update(render.lease_text(detail))
+        self.tick()
         self._body("verify").update(
-            render.verification_text(detail.verification, self.signature_required, applied)
+            render.verification_text(detail.verification, self.signature_required, applied, untrusted_signer)
         )
         self._body("diff").update(render.diffs_text(detail.diffs, applied))
         self._body("timeline").update(render.timeline_text(detail))
@@ -76,7 +85,8 @@ class DetailPane(Vertical):
         for tab_id, title in TABS:
             label = title
             if tab_id == "verify" and detail.verification is not None:
-                label = f"Verify {'✔' if detail.verification.ok else '✘'}"
+                v = detail.verification
+                label = f"Verify {'✔' if v.ok or (applied and v.only_base_failed()) else '✘'}"
             elif tab_id == "diff" and detail.diffs:
                 label = f"Diff ({len(detail.diffs)})"
             elif tab_id == "timeline" and detail.timeline:
