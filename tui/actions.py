@@ -319,7 +319,7 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
     except GenjobError as exc:
         d.post_message(Say(str(exc), "error"))
         return None
-    answer = await d.ask(PreflightDialog(p))
+    answer = await d.ask(PreflightDialog(p, d.repo.root))
     return answer if isinstance(answer, Approval) else None
 
 

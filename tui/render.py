@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -16,7 +17,7 @@ from core.inspect_job import FileDiff, JobDetail
 from core.preflight import Preflight
 from core.terminal import visible
 from core.verify import FAILED, PASSED, Verification
-from tui.text import STATE_STYLES, literal, state_text
+from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 LABEL = Style(color="bright_black")
 OK = Style(color="green", bold=True)
@@ -59,7 +60,7 @@ def title_text(detail: JobDetail) -> Text:
     return text
 
 
-def job_text(detail: JobDetail, now: float | None = None) -> Text:
+def job_text(detail: JobDetail, now: float | None = None, root: Path | None = None) -> Text:
     """The job document: key, digest, instruction and inputs, and every fault found."""
     now = time.time() if now is None else now
     row = detail.row
@@ -76,7 +77,7 @@ def job_text(detail: JobDetail, now: float | None = None) -> Text:
         _field(text, "created", f"{_stamp(row.created_at)} ({age(now - row.created_at)} ago)")
     for problem in dict.fromkeys((*row.problems, *detail.errors)):
         text.append("! ", BAD)
-        text.append(literal(problem, BAD))
+        text.append(literal(in_repo(problem, root), BAD))
         text.append("\n")
     if row.instruction:
         text.append("\ninstruction\n", Style(bold=True))
@@ -171,6 +172,7 @@ def verification_text(
     signature_required: bool,
     applied: bool = False,
     untrusted_signer: str | None = None,
+    root: Path | None = None,
 ) -> Group | Text:
     """The receipt's checks as a checklist, with the signature policy stated first."""
     head = Text()
@@ -189,7 +191,7 @@ def verification_text(
     marks = {PASSED: ("✔", OK), FAILED: ("✘", BAD)}
     for check in v.checks:
         mark, style = marks.get(check.status, ("–", SKIP))
-        detail = literal(check.detail, keep_newlines=False)
+        detail = literal(in_repo(check.detail, root), keep_newlines=False)
         status = check.status
         if applied and check.name == "base" and check.status == FAILED:
             # Not a fault: the outputs are in the tree now, so it no longer holds the inputs.
@@ -297,10 +299,22 @@ def output_text(detail: JobDetail) -> Text:
     return literal(detail.log_tail)
 
 
-def preflight_text(p: Preflight) -> Text:
-    """The approve preflight: what apply would write, and whether it may."""
+def preflight_text(p: Preflight, root: Path | None = None) -> Text:
+    """The approve preflight: the verdict first (and what to do about a refusal), then what
+    apply would write, then the signature, its policy and the base."""
     text = Text()
-    text.append(f"apply {p.key}\n\n", Style(bold=True))
+    text.append(f"apply {p.key}\n", Style(bold=True))
+    if p.verified:
+        text.append("every check passed: y applies, n cancels\n", OK)
+    else:
+        text.append("apply would be refused:\n", BAD)
+        for f in p.failures:
+            text.append(" ✘ ", BAD)
+            text.append(literal(in_repo(f, root), keep_newlines=False))
+            text.append("\n")
+        if p.untrusted_signer:
+            text.append(" → if you trust that worker, pin its key: genjob trust PUBKEY_FILE\n", SKIP)
+    text.append("\n")
     for c in p.changes:
         text.append("  ")
         text.append(literal(c.path, Style(color="cyan"), keep_newlines=False))
@@ -310,31 +324,20 @@ def preflight_text(p: Preflight) -> Text:
         text.append("  ⚠ not what the worker signed\n" if not c.signed else "\n", BAD)
     if not p.changes:
         text.append("  (no output files)\n", LABEL)
-    text.append(f"\n  {len(p.changes)} file(s), ", Style(bold=True))
+    text.append(f"  {len(p.changes)} file(s), ", Style(bold=True))
     text.append(f"+{p.added}", Style(color="green", bold=True))
     text.append(f" -{p.removed}", Style(color="red", bold=True))
     text.append(" lines\n\n")
     text.append("  policy     ")
     text.append_text(policy_text(p.signature_required))
     text.append("\n  signature  ")
-    text.append(literal(p.signature, OK if p.signature_ok else BAD, keep_newlines=False))
-    if p.untrusted_signer:
-        text.append("\n             if you trust that worker: genjob trust PUBKEY_FILE", SKIP)
+    text.append(literal(in_repo(p.signature, root), OK if p.signature_ok else BAD, keep_newlines=False))
     text.append("\n  base       ")
     text.append("fresh" if p.base_fresh else "STALE", OK if p.base_fresh else BAD)
     text.append("  ")
-    text.append(literal(p.base_detail, LABEL, keep_newlines=False))
-    text.append("\n\n")
-    if p.verified:
-        text.append("  every check passed. y applies, n cancels.", OK)
-        if not p.git:
-            text.append("\n  (not a git repository: nothing to commit)", LABEL)
-    else:
-        text.append("  apply would be refused:\n", BAD)
-        for f in p.failures:
-            text.append("   ✘ ", BAD)
-            text.append(literal(f, keep_newlines=False))
-            text.append("\n")
+    text.append(literal(in_repo(p.base_detail, root), LABEL, keep_newlines=False))
+    if p.verified and not p.git:
+        text.append("\n\n  (not a git repository: there is nothing to commit to)", LABEL)
     return text
 
 

@@ -6,7 +6,9 @@ so that `[bold]`, `[link=...]` and escape sequences show as the characters they 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from rich.style import Style
 from rich.text import Text
@@ -113,3 +115,9 @@ def literal(text: str, style: Style | str = "", keep_newlines: bool = True) -> T
 
 def state_text(state: State) -> Text:
     return Text(state.value, style=STATE_STYLES[state])
+
+
+def in_repo(text: str, root: Path | None) -> str:
+    """A message from the core with the repository's own paths shown from its root
+    (`.gen/queue/…`), as everything else on the board is."""
+    return text.replace(f"{root}{os.sep}", "") if root is not None else text

@@ -96,13 +96,15 @@ class Driver:
         await self.until(lambda: isinstance(self.app.screen, kind), f"a {kind.__name__}")
         return self.app.screen
 
-    async def loaded(self) -> BoardScreen:
+    async def loaded(self, jobs: bool = True) -> BoardScreen:
+        """The board once its first scan is done (and, with `jobs`, has found some)."""
+
         def scanned() -> bool:
             try:
                 b = self.app.board
             except LookupError:
                 return False
-            return b.is_mounted and not b.scanning and len(b.view.rows) > 0
+            return b.is_mounted and not b.scanning and (len(b.view.rows) > 0 or not jobs)
 
         await self.until(scanned, "the first scan")
         return self.board
@@ -131,14 +133,19 @@ class Driver:
 
 @contextlib.asynccontextmanager
 async def run_board(
-    root: Path, size: tuple[int, int] = SIZE, *, key: str | None = None, readonly: bool = False
+    root: Path,
+    size: tuple[int, int] = SIZE,
+    *,
+    key: str | None = None,
+    readonly: bool = False,
+    jobs: bool = True,
 ) -> AsyncIterator[Driver]:
     """The board on `root`, scanned (and with the cursor on `key`, its detail loaded)."""
     inbox = Inbox()
     app = make_app(root, readonly=readonly)
     async with app.run_test(size=size, message_hook=inbox) as pilot:
         driver = Driver(pilot, inbox)
-        await driver.loaded()
+        await driver.loaded(jobs)
         if key is not None:
             await driver.select(key)
         yield driver

@@ -7,6 +7,7 @@ trailer (`genjob apply --commit`); `c` toggles it, and `policy.commit_on_approve
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -28,17 +29,18 @@ class PreflightDialog(ModalScreen[Approval | None]):
         Binding("c", "toggle_commit", "Commit too", id="preflight.commit"),
     ]
 
-    def __init__(self, preflight: Preflight) -> None:
+    def __init__(self, preflight: Preflight, root: Path | None = None) -> None:
         super().__init__()
         self.preflight = preflight
+        self.root = root
 
     def compose(self) -> ComposeResult:
         p = self.preflight
         with Vertical(classes="dialog wide"):
             yield Static("Approve: preflight", classes="dialog-title")
             with VerticalScroll(classes="dialog-body"):
-                yield Static(preflight_text(p), id="preflight-body")
-            if p.git:
+                yield Static(preflight_text(p, self.root), id="preflight-body")
+            if p.git and p.verified:
                 yield Checkbox(
                     "commit the applied paths, with a Genjob-Key: trailer (c)",
                     p.commit_default,
@@ -54,11 +56,12 @@ class PreflightDialog(ModalScreen[Approval | None]):
 
     @property
     def commit(self) -> bool:
-        return self.preflight.git and self.query_one("#commit", Checkbox).value
+        return bool(self.query("#commit")) and self.query_one("#commit", Checkbox).value
 
     def action_toggle_commit(self) -> None:
-        if self.preflight.git:
-            self.query_one("#commit", Checkbox).toggle()
+        for box in self.query("#commit"):
+            if isinstance(box, Checkbox):
+                box.toggle()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id == "yes")

@@ -34,6 +34,7 @@ from core.queue import Enqueued
 from core.terminal import visible
 from tui.actions import TABLE, ActionDone, Dispatcher, Say, may
 from tui.feed import TIME_SENSITIVE, BoardFeed
+from tui.text import in_repo
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
@@ -144,7 +145,7 @@ class BoardScreen(Screen[None]):
         yield FilterBox(placeholder="filter: key prefix, words of the instruction, worker, path", id="filter")
         with Horizontal(id="main"):
             yield JobTable(self.view, id="jobs")
-            yield DetailPane(id="detail")
+            yield DetailPane(self.repo.root, id="detail")
         yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
@@ -239,7 +240,7 @@ class BoardScreen(Screen[None]):
         self._loaded_at = time.monotonic()
         pane = self.query_one(DetailPane)
         if isinstance(message.detail, str):
-            pane.show_message(Text(visible(message.detail), style="bold red"))
+            pane.show_message(Text(visible(in_repo(message.detail, self.repo.root)), style="bold red"))
         else:
             pane.show(message.detail, message.untrusted_signer)
 
@@ -302,6 +303,8 @@ class BoardScreen(Screen[None]):
             ]
         self.table.empty = lines
         self.table.refresh()
+        # With no job at all there is no detail to show: the list takes the room.
+        self.query_one(DetailPane).display = bool(self.view.rows) or self.scanning
 
     # -- the key hints ----------------------------------------------------------------------------
     def _hints(self) -> list[Hint]:
@@ -560,4 +563,5 @@ class BoardScreen(Screen[None]):
 
     def _say(self, message: str, title: str = "", severity: SeverityLevel = "information") -> None:
         """A notification showing `message` literally (it may quote a job's own text)."""
-        self.notify(visible(message, keep_newlines=True), title=title, severity=severity, markup=False)
+        shown = visible(in_repo(message, self.repo.root), keep_newlines=True)
+        self.notify(shown, title=title, severity=severity, markup=False)

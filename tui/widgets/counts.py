@@ -17,14 +17,16 @@ from tui.text import SHORT, STATE_STYLES, TINY
 DIGITS = {state: str((i + 1) % 10) for i, state in enumerate(STATE_ORDER)}
 FULL = {state: state.value for state in STATE_ORDER}
 # The bar's forms, widest first: labels (None: digits and counts only), whether states
-# with no job show, separators, the total, and numbers shortened (12k).
-FORMS: list[tuple[dict[State, str] | None, bool, bool, bool, bool]] = [
-    (FULL, True, True, True, False),
-    (SHORT, False, True, True, False),
-    (SHORT, False, False, False, False),
-    (TINY, False, False, False, False),
-    (TINY, False, False, False, True),
-    (None, False, False, False, True),
+# with no job show, what separates two states (" │ " puts the digit apart, else it is
+# joined to its label as "4:RCV"), the total, and numbers shortened (12k).
+FORMS: list[tuple[dict[State, str] | None, bool, str, bool, bool]] = [
+    (FULL, True, " │ ", True, False),
+    (SHORT, False, " │ ", True, False),
+    (SHORT, False, "  ", False, False),
+    (TINY, False, "  ", False, False),
+    (TINY, False, " ", False, False),
+    (TINY, False, " ", False, True),
+    (None, False, " ", False, True),
 ]
 
 
@@ -75,8 +77,9 @@ class CountsBar(Widget):
         raise AssertionError("unreachable")
 
     def _form(self, form: int) -> tuple[Text, list[tuple[int, int, State]]]:
-        labels, zeros, bars, total, compact = FORMS[form]
-        text = Text(no_wrap=True, overflow="ellipsis")
+        labels, zeros, sep, total, compact = FORMS[form]
+        bars = sep == " │ "
+        text = Text(" ", no_wrap=True, overflow="ellipsis")
         spans = []
         for state in STATE_ORDER:
             n = self.counts.get(state, 0)
@@ -86,17 +89,17 @@ class CountsBar(Widget):
             style = STATE_STYLES[state] + (Style(reverse=True) if chosen else Style())
             if not n and not chosen:
                 style = Style(dim=True)
+            if spans:
+                text.append(sep, Style(dim=True))
             start = text.cell_len
-            text.append(f" {DIGITS[state]}", Style(dim=True))
+            text.append(DIGITS[state], Style(dim=True))
+            text.append(" " if bars else ":", Style(dim=True))
             if labels is not None:
-                text.append(f" {labels[state]}", style)
-            text.append(" " if labels is not None else ":", Style(dim=True))
+                text.append(f"{labels[state]} ", style)
             text.append(_number(n) if compact else f"{n:,}", Style(bold=bool(n)))
             spans.append((start, text.cell_len, state))
-            if bars:
-                text.append(" │", Style(dim=True))
         if total:
-            text.append(f" {self.total:,} jobs{', filtered' if self.selected else ''}", Style(dim=True))
+            text.append(f" │ {self.total:,} jobs{', filtered' if self.selected else ''}", Style(dim=True))
         return text, spans
 
     def on_click(self, event: events.Click) -> None:

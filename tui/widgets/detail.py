@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,8 +28,9 @@ class DetailPane(Vertical):
 
     ALLOW_MAXIMIZE = True
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, root: Path | None = None, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.root = root  # the repository's, so that its paths show from there
         self.detail: JobDetail | None = None
         self.signature_required = True
 
@@ -44,7 +46,7 @@ class DetailPane(Vertical):
         if self.detail is None:
             return
         now = time.time()
-        self._body("job").update(render.job_text(self.detail, now))
+        self._body("job").update(render.job_text(self.detail, now, self.root))
         self._body("lease").update(render.lease_text(self.detail, now))
 
     def step_tab(self, step: int) -> None:
@@ -76,7 +78,9 @@ class DetailPane(Vertical):
         applied = detail.located is not None and detail.located.folder == "applied"
         self.tick()
         self._body("verify").update(
-            render.verification_text(detail.verification, self.signature_required, applied, untrusted_signer)
+            render.verification_text(
+                detail.verification, self.signature_required, applied, untrusted_signer, self.root
+            )
         )
         self._body("diff").update(render.diffs_text(detail.diffs, applied))
         self._body("timeline").update(render.timeline_text(detail))
