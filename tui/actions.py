@@ -32,7 +32,7 @@ from core.discard import discard
 from core.errors import GenjobError
 from core.inspect_job import job_detail
 from core.layout import Layout
-from core.lifecycle import State
+from core.lifecycle import State, allowed
 from core.preflight import preflight
 from core.queue import Claim, cancel_requested, claim, heartbeat, reject, request_cancel, requeue
 from core.replay import replay
@@ -409,6 +409,4 @@ TABLE: dict[str, JobAction] = {
 def may(d: Dispatcher, action: str, key: str, state: State) -> bool:
     """Whether `action` applies to a job in `state` here: the lifecycle's rule, and for a
     job this board holds, shipping it too."""
-    from core.lifecycle import allowed
-
     return allowed(action, state) or (action == "ship" and state is State.RUNNING and d.holds(key))

@@ -299,7 +299,7 @@ def output_text(detail: JobDetail) -> Text:
     return literal(detail.log_tail)
 
 
-def preflight_text(p: Preflight, root: Path | None = None) -> Text:
+def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     """The approve preflight: the verdict first (and what to do about a refusal), then what
     apply would write, then the signature, its policy and the base."""
     text = Text()
@@ -327,18 +327,20 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Text:
     text.append(f"  {len(p.changes)} file(s), ", Style(bold=True))
     text.append(f"+{p.added}", Style(color="green", bold=True))
     text.append(f" -{p.removed}", Style(color="red", bold=True))
-    text.append(" lines\n\n")
-    text.append("  policy     ")
-    text.append_text(policy_text(p.signature_required))
-    text.append("\n  signature  ")
-    text.append(literal(in_repo(p.signature, root), OK if p.signature_ok else BAD, keep_newlines=False))
-    text.append("\n  base       ")
-    text.append("fresh" if p.base_fresh else "STALE", OK if p.base_fresh else BAD)
-    text.append("  ")
-    text.append(literal(in_repo(p.base_detail, root), LABEL, keep_newlines=False))
+    text.append(" lines\n")
+    facts = Table(box=None, show_header=False, padding=(0, 1, 0, 2), expand=False)
+    facts.add_column(style=LABEL, no_wrap=True)
+    facts.add_column(overflow="fold")
+    facts.add_row("policy", policy_text(p.signature_required))
+    facts.add_row("signature", literal(in_repo(p.signature, root), OK if p.signature_ok else BAD, False))
+    base = Text("fresh" if p.base_fresh else "STALE", OK if p.base_fresh else BAD)
+    base.append("  ")
+    base.append(literal(in_repo(p.base_detail, root), LABEL, keep_newlines=False))
+    facts.add_row("base", base)
+    parts: list[Text | Table] = [text, facts]
     if p.verified and not p.git:
-        text.append("\n\n  (not a git repository: there is nothing to commit to)", LABEL)
-    return text
+        parts.append(Text("\n  (not a git repository: there is nothing to commit to)", LABEL))
+    return Group(*parts)
 
 
 __all__ = ["STATE_STYLES"]
