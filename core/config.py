@@ -1,16 +1,23 @@
-"""`.gen/config.toml`: hosts, generator commands, limits and policy."""
+"""`.gen/config.toml` (hosts, generator commands, limits, policy) and the operator's own policy.
+
+The repository's config decides what a generator runs and whether signatures are
+required, so it counts only if no user other than the repository's owner could have
+written it (`core.ownership`). The operator's `config.toml` in the user config folder
+(beside the worker key) sets a floor that nothing in a repository can lower.
+"""
 
 from __future__ import annotations
 
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.canonical import read_bytes
 from core.errors import BadInput
+from core.ownership import operator_owners, repository_owners, require_trusted
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -110,19 +117,61 @@ class Config(BaseModel):
     hosts: dict[str, Host] = {}
 
 
-def load_config(path: Path) -> Config:
-    """Read config.toml; a missing file means the defaults, a bad one is a BadInput."""
-    if not os.path.lexists(path):
-        return Config()
+class OperatorPolicy(BaseModel):
+    model_config = _STRICT
+    # true: every repository requires trusted signatures, whatever its own config says.
+    require_signature: bool = False
+    # false: only the operator's own pinned keys count, never a repository's trusted_keys/.
+    trust_repository_keys: bool = True
+
+
+class OperatorConfig(BaseModel):
+    model_config = _STRICT
+    policy: OperatorPolicy = OperatorPolicy()
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def user_config_dir() -> Path:
+    """The operator's genjob folder: `$XDG_CONFIG_HOME/genjob` (default `~/.config/genjob`)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "genjob"
+
+
+def _parse_toml(path: Path, model: type[_M]) -> _M:
     data = read_bytes(path, MAX_CONFIG_BYTES)
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: not valid TOML ({exc})") from None
     try:
-        return Config.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
         raise BadInput(f"{path}: {where}: {msg}") from None
+
+
+def load_operator_config() -> OperatorConfig:
+    """The operator's `config.toml`; the defaults when there is none."""
+    folder = user_config_dir()
+    path = folder / "config.toml"
+    if not os.path.lexists(path):
+        return OperatorConfig()
+    require_trusted(path, folder, operator_owners(), "an operator config")
+    return _parse_toml(path, OperatorConfig)
+
+
+def load_config(path: Path) -> Config:
+    """Read a repository's config.toml with the operator's floor applied: a missing file
+    means the defaults; a bad one, or one another user could have written, a BadInput."""
+    config = Config()
+    if os.path.lexists(path):
+        require_trusted(path, path.parent, repository_owners(path.parent.parent), "a config.toml")
+        config = _parse_toml(path, Config)
+    if load_operator_config().policy.require_signature and not config.policy.require_signature:
+        policy = config.policy.model_copy(update={"require_signature": True})
+        config = config.model_copy(update={"policy": policy})
+    return config

@@ -3,20 +3,20 @@
 A job file that does not parse (truncated, hand-edited, written by something else) or a
 receipt that does not parse keeps its key INVALID for ever: nothing can claim, apply or
 reject it. `discard` moves exactly the files that do not parse, with their signature,
-into `.gen/logs/<key>/discarded-<ms>/`, where late receipts are kept too; what parses
-stays where it is, so a job whose only fault was its receipt shows again as ORPHANED
-and can be requeued.
+into the job's evidence folder `.gen/logs/<key>/` (as `discarded-<folder>-<name>-<ms>`,
+beside late receipts) through `core.evidence`; what parses stays where it is, so a job
+whose only fault was its receipt shows again as ORPHANED and can be requeued.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.durable import flocked, move
+from core.durable import flocked
 from core.errors import BadInput, NotFound, WrongState
 from core.events import record_event
+from core.evidence import set_aside
 from core.layout import JOB_FOLDERS, Layout
 from core.queue import check_key, read_job_file
 from core.receipts import load_receipt
@@ -25,8 +25,8 @@ from core.receipts import load_receipt
 @dataclass(frozen=True)
 class Discarded:
     key: str
-    folder: Path  # where the files were set aside
-    moved: tuple[str, ...]  # their former paths, relative to `.gen/`
+    moved: tuple[str, ...]  # the files' former paths, relative to `.gen/`
+    kept: tuple[Path, ...]  # where each one is now
     faults: tuple[str, ...]  # why each did not parse
 
 
@@ -59,13 +59,11 @@ def discard(layout: Layout, key: str) -> Discarded:
             if not any(layout.job_file(f, key).exists() for f in JOB_FOLDERS):
                 raise NotFound(f"{key}: no such job in {layout.gen}")
             raise WrongState(f"{key}: every file of it parses; only an INVALID job is discarded")
-        aside = layout.log_dir(key) / f"discarded-{int(time.time() * 1000)}"
-        moved = []
+        moved, kept = [], []
         for path, _ in bad:
-            rel = path.relative_to(layout.gen)
-            dst = aside / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            move(path, dst)
-            moved.append(str(rel))
-        record_event(layout, "discarded", key, moved=moved, kept=str(aside.relative_to(layout.root)))
-    return Discarded(key, aside, tuple(moved), tuple(fault for _, fault in bad))
+            moved.append(f"{path.parent.name}/{path.name}")
+            kept.append(set_aside(layout, key, path, f"discarded-{path.parent.name}-{path.name}"))
+        record_event(
+            layout, "discarded", key, moved=moved, kept=[str(p.relative_to(layout.root)) for p in kept]
+        )
+    return Discarded(key, tuple(moved), tuple(kept), tuple(fault for _, fault in bad))

@@ -4,6 +4,12 @@ After CPython's Maildir: temp names are unique and opened with ``O_EXCL``; unlik
 folder is fsynced after every rename so the new name survives a power cut. A failed
 fsync is never retried (a retried fsync can report success for lost data): the
 operation fails with `DurabilityError` and leaves its target as it was.
+
+Every operation works inside one folder opened once with ``O_DIRECTORY | O_NOFOLLOW``
+(its descriptor is used for the create, link and rename), so a folder that was swapped
+for a symlink is refused at the moment of the write instead of being written through.
+An environment fault (a full disk, a read-only mount, no permission, a quota) is raised
+as `DurabilityError` naming the file and the fault; nothing is left half-written.
 """
 
 from __future__ import annotations
@@ -20,39 +26,114 @@ from pathlib import Path
 from core.errors import BadInput, DurabilityError
 
 TMP_PREFIX = ".tmp-"
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+_ENVIRONMENT = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EIO: "input/output error",
+}
 
 
-def fsync_fd(fd: int, what: Path) -> None:
+def environment_fault(exc: OSError, what: Path | str) -> DurabilityError | None:
+    """The one-line error for a fault of the machine rather than of genjob's input."""
+    why = _ENVIRONMENT.get(exc.errno or 0)
+    if why is None:
+        return None
+    return DurabilityError(f"{what}: {why}; nothing was changed there")
+
+
+@contextlib.contextmanager
+def folder(path: Path) -> Iterator[int]:
+    """The folder `path`, open for `*_at` operations; a symlink or non-folder is refused."""
+    try:
+        fd = os.open(path, DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise BadInput(
+                f"{path}: not a real folder (a symlink or a file); nothing written there"
+            ) from None
+        raise environment_fault(exc, path) or exc from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def fsync_fd(fd: int, what: Path | str) -> None:
     try:
         os.fsync(fd)
     except OSError as exc:
         raise DurabilityError(f"{what}: fsync failed ({exc.strerror}); nothing was committed") from None
 
 
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fsync_fd(fd, folder)
-    finally:
-        os.close(fd)
+def fsync_dir(path: Path) -> None:
+    with folder(path) as fd:
+        fsync_fd(fd, path)
 
 
-def _write_temp(folder: Path, data: bytes | Iterable[bytes], mode: int = 0o644, durable: bool = True) -> Path:
-    tmp = folder / f"{TMP_PREFIX}{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+def _write_all(fd: int, data: bytes | Iterable[bytes]) -> None:
+    for chunk in (data,) if isinstance(data, bytes) else data:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+@contextlib.contextmanager
+def temp_at(
+    dir_fd: int, data: bytes | Iterable[bytes], where: Path, mode: int = 0o644, durable: bool = True
+) -> Iterator[str]:
+    """A new uniquely named temp file in `dir_fd` holding `data`, locked for the block.
+
+    The temp file is locked (``flock``) from the moment it exists until the block ends,
+    so `remove_stale_temps` can tell an abandoned temp file (no lock: its writer died)
+    from one whose write is in progress. If the block leaves it under its temp name,
+    it is removed.
+    """
+    while True:
+        name = f"{TMP_PREFIX}{secrets.token_hex(8)}"
+        try:
+            fd = os.open(name, _NEW_FILE, mode, dir_fd=dir_fd)
+        except OSError as exc:
+            raise environment_fault(exc, where) or exc from None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink:
+            break
+        os.close(fd)  # removed by a sweep between its creation and the lock: make another
     try:
-        for chunk in (data,) if isinstance(data, bytes) else data:
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+        try:
+            _write_all(fd, data)
+        except OSError as exc:
+            raise environment_fault(exc, where) or exc from None
         if durable:
-            fsync_fd(fd, tmp)
-    except BaseException:
+            fsync_fd(fd, where)
+        yield name
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
         os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    return tmp
+
+
+def atomic_write_at(
+    dir_fd: int,
+    name: str,
+    data: bytes | Iterable[bytes],
+    where: Path,
+    mode: int = 0o644,
+    durable: bool = True,
+) -> None:
+    """`atomic_write` into the folder `dir_fd`."""
+    with temp_at(dir_fd, data, where, mode, durable) as tmp:
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError as exc:
+            raise environment_fault(exc, where) or exc from None
+    if durable:
+        fsync_fd(dir_fd, where.parent)
 
 
 def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, durable: bool = True) -> None:
@@ -62,14 +143,21 @@ def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, d
     `durable=False` skips the fsyncs, for files whose loss is safe (a lease: a job
     without one reads as orphaned and is requeued).
     """
-    tmp = _write_temp(path.parent, data, mode, durable)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if durable:
-        fsync_dir(path.parent)
+    with folder(path.parent) as fd:
+        atomic_write_at(fd, path.name, data, path, mode, durable)
+
+
+def create_exclusive_at(dir_fd: int, name: str, data: bytes, where: Path, mode: int = 0o644) -> bool:
+    """`create_exclusive` into the folder `dir_fd`."""
+    with temp_at(dir_fd, data, where, mode) as tmp:
+        try:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise environment_fault(exc, where) or exc from None
+    fsync_fd(dir_fd, where.parent)
+    return True
 
 
 def create_exclusive(path: Path, data: bytes, mode: int = 0o644) -> bool:
@@ -78,15 +166,8 @@ def create_exclusive(path: Path, data: bytes, mode: int = 0o644) -> bool:
     The bytes are made durable under a temp name first and then hard-linked into place,
     so `path` appears whole or not at all, and an existing file is never replaced.
     """
-    tmp = _write_temp(path.parent, data, mode)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-    return True
+    with folder(path.parent) as fd:
+        return create_exclusive_at(fd, path.name, data, path, mode)
 
 
 def move(src: Path, dst: Path, sync_source: bool = True) -> None:
@@ -95,17 +176,29 @@ def move(src: Path, dst: Path, sync_source: bool = True) -> None:
     Raises FileNotFoundError when `src` is gone (someone else moved it first) and
     FileExistsError when `dst` already exists: a rename never replaces a job file.
     """
-    if os.path.lexists(dst):
-        raise FileExistsError(errno.EEXIST, "target exists", str(dst))
+    with folder(src.parent) as src_fd, folder(dst.parent) as dst_fd:
+        move_at(src_fd, src.name, dst_fd, dst.name, dst, sync_source and src.parent != dst.parent)
+
+
+def move_at(src_fd: int, src: str, dst_fd: int, dst: str, where: Path, sync_source: bool = True) -> None:
+    """`move` between two open folders."""
     try:
-        os.rename(src, dst)
+        os.stat(dst, dir_fd=dst_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        pass
+    else:
+        raise FileExistsError(errno.EEXIST, "target exists", str(where))
+    try:
+        os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         if exc.errno == errno.EXDEV:
-            raise DurabilityError(f"{src} and {dst} are on different filesystems") from None
-        raise
-    fsync_dir(dst.parent)
-    if sync_source and src.parent != dst.parent:
-        fsync_dir(src.parent)
+            raise DurabilityError(f"{src} and {where} are on different filesystems") from None
+        raise environment_fault(exc, where) or exc from None
+    fsync_fd(dst_fd, where.parent)
+    if sync_source:
+        fsync_fd(src_fd, where.parent)
 
 
 def append_line(path: Path, line: bytes, durable: bool = False) -> None:
@@ -114,16 +207,25 @@ def append_line(path: Path, line: bytes, durable: bool = False) -> None:
     Only to a regular file: opened without blocking, a FIFO put in its place is refused
     (BadInput) instead of waiting for a reader forever.
     """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    except OSError as exc:
-        if exc.errno in (errno.ENXIO, errno.ELOOP):
-            raise BadInput(f"{path}: not a regular file; nothing appended") from None
-        raise
+    with folder(path.parent) as dir_fd:
+        try:
+            fd = os.open(
+                path.name,
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o644,
+                dir_fd=dir_fd,
+            )
+        except OSError as exc:
+            if exc.errno in (errno.ENXIO, errno.ELOOP):
+                raise BadInput(f"{path}: not a regular file; nothing appended") from None
+            raise environment_fault(exc, path) or exc from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise BadInput(f"{path}: not a regular file; nothing appended")
-        os.write(fd, line if line.endswith(b"\n") else line + b"\n")
+        try:
+            os.write(fd, line if line.endswith(b"\n") else line + b"\n")
+        except OSError as exc:
+            raise environment_fault(exc, path) or exc from None
         if durable:
             fsync_fd(fd, path)
     finally:
@@ -136,7 +238,15 @@ def flocked(path: Path, blocking: bool = True) -> Iterator[bool]:
 
     Yields False instead of waiting when `blocking` is False and someone else holds it.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with folder(path.parent) as dir_fd:
+        try:
+            fd = os.open(
+                path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+            )
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise BadInput(f"{path}: a symlink, not the lock file") from None
+            raise environment_fault(exc, path) or exc from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -148,12 +258,39 @@ def flocked(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
-def remove_stale_temps(folder: Path) -> list[Path]:
-    """Remove leftover temp files of interrupted writes in `folder`; return what was removed."""
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temp files of interrupted writes in `path`; return what was removed.
+
+    A temp file is removed only when its lock can be taken at once: its writer is gone.
+    One whose write is in progress in another process (a mint, a cancel request, a cache
+    save) is left alone.
+    """
+    try:
+        with folder(path) as dir_fd:
+            return _remove_abandoned_temps(dir_fd, path)
+    except (FileNotFoundError, BadInput):
+        return []
+
+
+def _remove_abandoned_temps(dir_fd: int, path: Path) -> list[Path]:
     removed = []
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(folder):
-            if entry.name.startswith(TMP_PREFIX) and entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
+    for name in os.listdir(dir_fd):
+        if not name.startswith(TMP_PREFIX):
+            continue
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
+                removed.append(path / name)
+        finally:
+            os.close(fd)
     return removed

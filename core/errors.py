@@ -49,4 +49,12 @@ class SecretFound(BadInput):
 
 
 class ApplyConflict(GenjobError):
-    """An interrupted apply cannot be finished: a target changed under it."""
+    """A target changed while apply ran: what this job wrote was rolled back."""
+
+
+class Untrusted(BadInput):
+    """A trust anchor, policy or journal that someone other than its owner could have written."""
+
+
+class Stale(VerificationFailed):
+    """The tree no longer matches the job's inputs: the job must be replayed, not applied."""

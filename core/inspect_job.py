@@ -11,6 +11,7 @@ from core.canonical import read_bytes, sha256_bytes
 from core.config import load_config
 from core.errors import BadInput, GenjobError
 from core.events import attempts, job_events
+from core.evidence import newest_log_tail
 from core.layout import Layout
 from core.lease import Lease, read_lease
 from core.queue import Located, cancel_requested_at, locate
@@ -18,7 +19,6 @@ from core.snapshot import JobRow, Scanner
 from core.verify import Verification, verify
 
 MAX_DIFF_BYTES = 2 * 1024 * 1024
-MAX_LOG_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -99,16 +99,6 @@ def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff
     return FileDiff(rel, "new" if not old_path.exists() else "modified", added, removed, text, signed)
 
 
-def log_tail(layout: Layout, key: str) -> str:
-    """The newest generator output kept as evidence for `key`."""
-    folder = layout.log_dir(key)
-    logs = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
-    if not logs:
-        return ""
-    data = logs[-1].read_bytes()[-MAX_LOG_BYTES:]
-    return data.decode("utf-8", errors="replace")
-
-
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
     """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
     scanner = scanner or Scanner(layout, disk_cache=False)
@@ -147,7 +137,7 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         verification=verification,
         diffs=diffs,
         timeline=job_events(layout, key),
-        log_tail=log_tail(layout, key),
+        log_tail=newest_log_tail(layout, key),
         errors=errors,
         cancel_requested_at=cancel_requested_at(layout, key),
     )

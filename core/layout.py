@@ -93,6 +93,10 @@ class Layout:
     def lease(self, key: str) -> Path:
         return self.running / f"{key}.lease"
 
+    def cancel_request(self, key: str) -> Path:
+        """Written by `genjob cancel`; the worker running the job stops when it sees it."""
+        return self.running / f"{key}.cancel"
+
     def receipt(self, key: str) -> Path:
         return self.receipts / f"{key}.json"
 
@@ -130,8 +134,11 @@ def find_root(start: Path | None = None, explicit: Path | None = None) -> Layout
 
 
 def _checked(layout: Layout) -> Layout:
-    """Refuse at once a `.gen/` whose audit log is not a regular file: most commands
-    append to it after their work is done, and would fail then, half done."""
+    """Refuse at once a `.gen/` that is a symlink (state lives in a real folder at the
+    repository root, on the tree's filesystem), and one whose audit log is not a regular
+    file: most commands append to it after their work is done, and would fail then."""
+    if os.path.islink(layout.gen):
+        raise BadInput(f"{layout.gen}: a symlink; genjob keeps its state in a real folder at the repo root")
     try:
         st = os.lstat(layout.events)
     except FileNotFoundError:

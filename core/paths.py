@@ -1,51 +1,31 @@
-"""Path rules for allowed paths: one pure check, one check against the disk.
+"""Path rules for allowed paths: the pure check, and checks against the disk.
 
-An allowed path is a repository-relative POSIX path. The pure rule refuses anything that
-could name a place outside the job's files; the disk rule refuses a path that passes
-through a symlink or that is not what it should be, component by component, because
-``O_NOFOLLOW`` only protects the last one.
+An allowed path is a repository-relative POSIX path. The pure rule (`check_relpath`,
+whose one home is the stdlib-only runner, so the generator host applies the same rule)
+refuses anything that could name a place outside the job's files or hide on a terminal;
+the disk rules refuse a path that passes through a symlink or that is not what it should
+be, component by component, because ``O_NOFOLLOW`` only protects the last one.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
 from core.errors import BadInput
+from core.runner import MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RESERVED_TOP, check_relpath
 
-MAX_PATH_CHARS = 4096
-MAX_COMPONENT_BYTES = 255
-RESERVED_TOP = frozenset({".gen", ".git"})
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
-
-
-def check_relpath(rel: str) -> str:
-    """Return `rel` unchanged if it is a safe repository-relative path, else raise ValueError."""
-    if not isinstance(rel, str) or not rel:
-        raise ValueError("empty path")
-    if len(rel) > MAX_PATH_CHARS:
-        raise ValueError(f"path longer than {MAX_PATH_CHARS} characters")
-    if _CONTROL.search(rel):
-        raise ValueError("control character in path")
-    if "\\" in rel:
-        raise ValueError("backslash in path")
-    if rel.startswith("/"):
-        raise ValueError("absolute path")
-    parts = rel.split("/")
-    for part in parts:
-        if part in ("", ".", ".."):
-            raise ValueError(f"path component {part!r} is not allowed")
-        try:
-            encoded = part.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("path is not valid UTF-8") from None
-        if len(encoded) > MAX_COMPONENT_BYTES:
-            raise ValueError(f"path component longer than {MAX_COMPONENT_BYTES} bytes")
-    if parts[0] in RESERVED_TOP:
-        raise ValueError(f"path under {parts[0]}/ is not allowed")
-    return rel
+__all__ = [
+    "MAX_COMPONENT_BYTES",
+    "MAX_PATH_BYTES",
+    "RESERVED_TOP",
+    "check_relpath",
+    "checked",
+    "lstat_inside",
+    "regular_file_inside",
+    "repo_relative",
+]
 
 
 def checked(rel: str, source: str) -> str:

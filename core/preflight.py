@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.canonical import loads_strict, read_bytes
 from core.config import load_config
 from core.errors import GenjobError
 from core.inspect_job import JobDetail
@@ -41,8 +40,6 @@ class Preflight:
     base_detail: str
     verified: bool
     failures: tuple[str, ...]
-    # A receipt signed by a key not pinned in trusted_keys/: its fingerprint.
-    untrusted_signer: str | None = None
     # Whether apply may also commit (a git work tree), and what the config proposes.
     git: bool = False
     commit_default: bool = False
@@ -78,26 +75,9 @@ def preflight(layout: Layout, detail: JobDetail) -> Preflight:
         base_detail=base.detail if base else "not checked",
         verified=bool(v and v.ok),
         failures=tuple(f"{c.name}: {c.detail}" for c in (v.failures if v else [])) + tuple(detail.errors),
-        untrusted_signer=untrusted_signer(layout, detail.row.key) if sig and not sig.passed else None,
         git=is_git_work_tree(layout.root),
         commit_default=commit_default,
     )
-
-
-def untrusted_signer(layout: Layout, key: str) -> str | None:
-    """The fingerprint a receipt's signature names when no pinned key has it; else None
-    (unsigned, unreadable, or signed by a trusted key)."""
-    try:
-        doc = loads_strict(read_bytes(layout.signature(key), 16 * 1024), str(layout.signature(key)))
-        named = doc.get("key") if isinstance(doc, dict) else None
-        if not isinstance(named, str) or not named:
-            return None
-        from core.signing import trusted_keys  # cryptography: only when a signature failed
-
-        trusted = {t.fingerprint for t in trusted_keys(layout.trusted_keys)}
-    except (GenjobError, OSError):
-        return None
-    return None if named in trusted else named
 
 
 def receipt_verdict(layout: Layout, key: str) -> bool | None:

@@ -278,7 +278,7 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Path:
         dst = layout.job_file("queue", key)
         move(loc.path, dst)
         layout.lease(key).unlink(missing_ok=True)
-        layout.running.joinpath(f"{key}.cancel").unlink(missing_ok=True)
+        layout.cancel_request(key).unlink(missing_ok=True)
         record_attempt(layout, key, "requeued", forced=force, lease=state)
         record_event(layout, "requeued", key, forced=force, lease=state)
         return dst
@@ -318,19 +318,19 @@ def request_cancel(layout: Layout, key: str) -> Path:
         raise WrongState(f"{key}: is not running")
     if layout.receipt(key).exists():
         raise WrongState(f"{key}: has a receipt already; nothing to cancel")
-    path = layout.running / f"{key}.cancel"
+    path = layout.cancel_request(key)
     atomic_write(path, canonical({"at": time.time()}))
     record_event(layout, "cancel_requested", key)
     return path
 
 
 def cancel_requested(layout: Layout, key: str) -> bool:
-    return (layout.running / f"{key}.cancel").exists()
+    return layout.cancel_request(key).exists()
 
 
 def cancel_requested_at(layout: Layout, key: str) -> float | None:
     """When a cancel of `key` was asked for and is still waiting for its worker; else None."""
     try:
-        return os.stat(layout.running / f"{key}.cancel").st_mtime
+        return os.stat(layout.cancel_request(key)).st_mtime
     except FileNotFoundError:
         return None

@@ -8,16 +8,15 @@ the job's lease with its fencing token; a late receipt is kept aside as evidence
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.canonical import canonical, read_bytes
-from core.durable import atomic_write, create_exclusive, flocked, fsync_dir
+from core.durable import atomic_write, create_exclusive, flocked, move
 from core.events import record_attempt, record_event
+from core.evidence import keep, set_aside
 from core.layout import Layout
 from core.models import Job, Receipt, receipt_from_bytes
 from core.queue import holds_lease
@@ -74,17 +73,16 @@ def commit_receipt(
             return Committed(False, _keep_late(layout, job.key, token, body, sig, staged_out))
         if staged_out is not None:
             final = layout.out_dir(job.digest)
-            if final.exists():
-                _set_aside(layout, job.key, final, f"out-before-{token}")
-            os.rename(staged_out, final)
-            fsync_dir(layout.out)
+            if os.path.lexists(final):
+                set_aside(layout, job.key, final, f"out-before-{token}")
+            move(staged_out, final)
         if sig is not None:
             atomic_write(layout.signature(job.key), sig)
         else:
             layout.signature(job.key).unlink(missing_ok=True)
         create_exclusive(layout.receipt(job.key), body)
         layout.lease(job.key).unlink(missing_ok=True)
-        layout.running.joinpath(f"{job.key}.cancel").unlink(missing_ok=True)
+        layout.cancel_request(job.key).unlink(missing_ok=True)
         record_attempt(
             layout,
             job.key,
@@ -99,28 +97,14 @@ def commit_receipt(
     return Committed(True, layout.receipt(job.key))
 
 
-def _set_aside(layout: Layout, key: str, src: Path, name: str) -> Path:
-    folder = layout.log_dir(key)
-    folder.mkdir(parents=True, exist_ok=True)
-    dst = folder / f"{name}-{int(time.time() * 1000)}"
-    os.rename(src, dst)
-    return dst
-
-
 def _keep_late(
     layout: Layout, key: str, token: int, body: bytes, sig: bytes | None, staged: Path | None
 ) -> Path:
-    folder = layout.log_dir(key)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"late-receipt-attempt-{token}.json"
-    atomic_write(path, body)
+    path = keep(layout, key, f"late-receipt-attempt-{token}.json", body)
     if sig is not None:
-        atomic_write(path.with_suffix(".sig"), sig)
-    if staged is not None and staged.exists():
-        aside = folder / f"late-out-attempt-{token}"
-        if aside.exists():
-            shutil.rmtree(aside)
-        os.rename(staged, aside)
-    record_attempt(layout, key, "late_receipt", attempt=token, kept=str(path))
+        keep(layout, key, f"late-receipt-attempt-{token}.sig", sig)
+    if staged is not None and os.path.lexists(staged):
+        set_aside(layout, key, staged, f"late-out-attempt-{token}", stamped=False)
+    record_attempt(layout, key, "late_receipt", attempt=token, kept=path.name)
     record_event(layout, "late_receipt", key, attempt=token)
     return path

@@ -16,13 +16,14 @@ def init_repo(root: Path) -> tuple[Layout, list[str]]:
     made = []
     for folder in [layout.gen, *layout.all_dirs()]:
         if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
+            # 0755 whatever the umask: a folder others can write is not trusted (core.ownership).
+            folder.mkdir(mode=0o755, parents=True, exist_ok=True)
             made.append(str(folder.relative_to(layout.root)) + "/")
     if not layout.config.exists():
         atomic_write(layout.config, DEFAULT_CONFIG.encode())
         made.append(f"{GEN}/config.toml")
     # Made here so that no later command, even a refused one, adds a file to `.gen/`.
-    layout.lock.touch(exist_ok=True)
+    layout.lock.touch(mode=0o644, exist_ok=True)
     if _ignore_in_git(layout.root):
         made.append(".git/info/exclude: .gen/")
     return layout, made

@@ -34,24 +34,43 @@ import tarfile
 import tempfile
 import time
 import typing
+import unicodedata
 
 BOOTSTRAP = 'import sys;b=sys.stdin.buffer;exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
 PROTOCOL_VERSION = 1
 KILL_GRACE = 2.0
 MAX_HEADER_BYTES = 1 << 20
 MAX_PATH_BYTES = 4096
+MAX_COMPONENT_BYTES = 255
+RESERVED_TOP = frozenset({".gen", ".git"})
 MAX_VIOLATIONS = 100
 LIMIT_KEYS = ("max_file_bytes", "max_total_bytes", "max_files", "max_tail_bytes")
 PLACEHOLDER = re.compile(r"\{(instruction_file|job_file|paths|workdir)\}")
 
 
+def _unsafe_char(c: str) -> str | None:
+    """Why ``c`` may not stand in a path, or None: controls (C0, DEL, C1), and the
+    invisible format characters (bidi overrides, zero-width) and line separators that
+    could make a path show as another one on a terminal."""
+    code = ord(c)
+    if code < 0x20 or 0x7F <= code < 0xA0:
+        return f"control character U+{code:04X}"
+    if code < 0x80:
+        return None
+    if unicodedata.category(c) in ("Cf", "Zl", "Zp", "Cs"):
+        return f"invisible or format character U+{code:04X}"
+    return None
+
+
 def check_relpath(path: str) -> str:
     """Return ``path`` unchanged if it is a safe repository-relative POSIX path.
 
-    Refuses, with a ValueError naming the path and the fault: non-strings, empty or
-    over-long paths, text that is not valid UTF-8, control characters, backslashes,
-    absolute paths, empty, ``.`` or ``..`` components, and paths under a top-level
-    ``.gen`` or ``.git`` (the repository's own machinery is never a job's output).
+    The one rule for every path a job names, a generator sends back or a receipt lists,
+    on the client and on the generator host alike. Refuses, with a ValueError naming the
+    fault: non-strings, empty or over-long paths (``MAX_PATH_BYTES`` in UTF-8), text that
+    is not valid UTF-8, control and invisible format characters, backslashes, absolute
+    paths, empty, ``.`` or ``..`` components, and paths under a top-level ``.gen`` or
+    ``.git`` (the repository's own machinery is never a job's output).
     """
     if not isinstance(path, str):
         raise ValueError(f"path must be a string, not {type(path).__name__}")
@@ -60,25 +79,27 @@ def check_relpath(path: str) -> str:
     try:
         encoded = path.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{path!r}: not valid UTF-8") from None
+        raise ValueError("path is not valid UTF-8") from None
     if len(encoded) > MAX_PATH_BYTES:
-        raise ValueError(f"{path[:60]!r}...: longer than {MAX_PATH_BYTES} bytes")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise ValueError(f"{path!r}: control character in path")
+        raise ValueError(f"path longer than {MAX_PATH_BYTES} bytes")
+    for c in path:
+        why = _unsafe_char(c)
+        if why:
+            raise ValueError(f"{why} in path")
     if "\\" in path:
-        raise ValueError(f"{path!r}: backslash in path")
+        raise ValueError("backslash in path")
     if path.startswith("/"):
-        raise ValueError(f"{path!r}: absolute path")
+        raise ValueError("absolute path")
     parts = path.split("/")
     for part in parts:
         if part == "":
-            raise ValueError(f"{path!r}: empty component (leading, trailing or double slash)")
+            raise ValueError("empty component '' is not allowed")
         if part in (".", ".."):
-            raise ValueError(f"{path!r}: {part!r} component")
-        if len(part.encode("utf-8")) > 255:
-            raise ValueError(f"{path!r}: component longer than 255 bytes")
-    if parts[0] in (".gen", ".git"):
-        raise ValueError(f"{path!r}: under {parts[0]}/")
+            raise ValueError(f"path component {part!r} is not allowed")
+        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
+            raise ValueError(f"path component longer than {MAX_COMPONENT_BYTES} bytes")
+    if parts[0] in RESERVED_TOP:
+        raise ValueError(f"path under {parts[0]}/ is not allowed")
     return path
 
 
@@ -90,7 +111,10 @@ def check_allowed_paths(paths: object, max_files: int) -> list[str]:
         raise ValueError(f"allowed_paths has {len(paths)} entries, over max_files ({max_files})")
     seen = set()
     for path in paths:
-        check_relpath(path)
+        try:
+            check_relpath(path)
+        except ValueError as exc:
+            raise ValueError(f"allowed path {path!r}: {exc}") from None
         if path in seen:
             raise ValueError(f"{path!r}: listed twice in allowed_paths")
         seen.add(path)

@@ -23,9 +23,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.bundle import BundleError, Limits, ResultInfo
 from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
-from core.durable import atomic_write
 from core.errors import BadInput, GenjobError
-from core.events import actor
+from core.events import actor, bounded, record_event
+from core.evidence import keep
 from core.layout import Layout
 from core.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
@@ -325,11 +325,12 @@ def _commit(
     host: str,
     output: bytes,
 ) -> Committed:
-    """Keep the evidence, then publish the receipt (outputs only for `ok`)."""
-    logs = layout.log_dir(claim.key)
-    logs.mkdir(parents=True, exist_ok=True)
-    stem = logs / f"attempt-{claim.lease.token}"
-    atomic_write(stem.with_suffix(".log"), output, durable=False)
+    """Keep the evidence, then publish the receipt (outputs only for `ok`).
+
+    Evidence that cannot be kept (a log folder that is a link, a full disk) is reported
+    in the audit log; it never keeps the receipt from being written.
+    """
+    stem = f"attempt-{claim.lease.token}"
     summary = {
         "attempt": claim.lease.token,
         "host": host,
@@ -339,7 +340,12 @@ def _commit(
         "exit_code": info.exit_code if info else None,
         "violations": list(info.violations) if info else [],
     }
-    atomic_write(stem.with_suffix(".json"), canonical(summary), durable=False)
+    try:
+        keep(layout, claim.key, f"{stem}.log", output)
+        keep(layout, claim.key, f"{stem}.json", canonical(bounded(summary)))
+    except (GenjobError, OSError) as exc:
+        with contextlib.suppress(GenjobError, OSError):
+            record_event(layout, "evidence_not_kept", claim.key, attempt=claim.lease.token, reason=str(exc))
     outputs = dict(info.outputs) if info is not None and status == "ok" else {}
     if status != "ok":
         shutil.rmtree(staged, ignore_errors=True)

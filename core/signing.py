@@ -3,6 +3,11 @@
 The private key lives in the user's config folder (``$XDG_CONFIG_HOME/genjob``), never
 under `.gen/`. A signature file is a small JSON object naming the signing key's
 fingerprint; it covers the receipt's canonical bytes.
+
+Keys are pinned in two places: the repository's `.gen/trusted_keys/` and the operator's
+own `trusted_keys/` beside the worker key. A pinned key counts only if no user other
+than the owner of its place could have written it (`core.ownership`), and the
+operator's policy can turn the repository's list off (`trust_repository_keys = false`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import base64
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,15 +25,21 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from core.canonical import loads_strict, read_bytes
+from core.config import load_operator_config, user_config_dir
 from core.durable import atomic_write, create_exclusive
 from core.errors import BadInput, GenjobError
+from core.ownership import operator_owners, repository_owners, untrusted_because
 
 KEY_NAME = "worker_ed25519"
 
 
 def config_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "genjob"
+    return user_config_dir()
+
+
+def operator_keys_dir() -> Path:
+    """The operator's pinned keys: no repository can add to them."""
+    return config_dir() / "trusted_keys"
 
 
 def private_key_path() -> Path:
@@ -92,6 +104,7 @@ def trust(trusted_dir: Path, pub_file: Path) -> tuple[Path, str]:
     fp = fingerprint(key)
     name = fp.removeprefix("SHA256:").replace("/", "_").replace("+", "-")[:16] + ".pub"
     dest = trusted_dir / name
+    trusted_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     create_exclusive(dest, data.strip() + b"\n")
     return dest, fp
 
@@ -103,13 +116,67 @@ class TrustedKey:
     key: Ed25519PublicKey
 
 
-def trusted_keys(trusted_dir: Path) -> list[TrustedKey]:
-    """Every pinned key; a file that does not parse is reported, not skipped silently."""
+@dataclass(frozen=True)
+class Anchors:
+    """The keys a signature may be checked against, and the pinned keys that do not count
+    (fingerprint, or file name when it does not parse, to the reason)."""
+
+    keys: list[TrustedKey]
+    refused: dict[str, str]
+
+
+def _pinned(
+    folder: Path, untrusted: Callable[[Path], str | None], refused: dict[str, str]
+) -> list[TrustedKey]:
+    """The keys pinned in `folder` that parse and pass `untrusted`; the others go to `refused`."""
     out = []
-    for path in sorted(trusted_dir.glob("*.pub")):
-        key = parse_public_key(read_bytes(path, 16 * 1024), str(path))
-        out.append(TrustedKey(path, fingerprint(key), key))
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".pub"))
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for name in names:
+        path = folder / name
+        try:
+            key = parse_public_key(read_bytes(path, 16 * 1024), str(path))
+        except BadInput as exc:
+            refused[str(path)] = str(exc)
+            continue
+        fp = fingerprint(key)
+        why = untrusted(path)
+        if why is not None:
+            refused[fp] = f"its pinned key {path} is not trusted: {why}"
+            continue
+        out.append(TrustedKey(path, fp, key))
     return out
+
+
+def trust_anchors(repo_keys: Path, root: Path) -> Anchors:
+    """Every pinned key that counts: the operator's, and the repository's unless the
+    operator's policy turns them off."""
+    refused: dict[str, str] = {}
+    mine, owners = config_dir(), operator_owners()
+    keys = _pinned(operator_keys_dir(), lambda p: untrusted_because(p, mine, owners), refused)
+    gen, repo_owners = root / ".gen", repository_owners(root)
+    repo = _pinned(repo_keys, lambda p: untrusted_because(p, gen, repo_owners), refused)
+    if load_operator_config().policy.trust_repository_keys:
+        keys += repo
+    else:
+        for k in repo:
+            refused[k.fingerprint] = (
+                f"it is pinned only in {k.path}, and your operator policy trusts no repository keys "
+                f"(trust_repository_keys = false in {config_dir() / 'config.toml'}); "
+                "pin it with: genjob trust --operator <its .pub file>"
+            )
+    return Anchors(keys, refused)
+
+
+def trusted_keys(trusted_dir: Path) -> list[TrustedKey]:
+    """Every key pinned in one folder; a file that does not parse is reported, not skipped."""
+    refused: dict[str, str] = {}
+    keys = _pinned(trusted_dir, lambda p: None, refused)
+    if refused:
+        raise BadInput(next(iter(refused.values())))
+    return keys
 
 
 def sign(key: Ed25519PrivateKey, message: bytes) -> bytes:
@@ -123,7 +190,7 @@ def sign(key: Ed25519PrivateKey, message: bytes) -> bytes:
     return json.dumps(doc, sort_keys=True).encode() + b"\n"
 
 
-def check_signature(sig_bytes: bytes, source: str, message: bytes, trusted: list[TrustedKey]) -> str:
+def check_signature(sig_bytes: bytes, source: str, message: bytes, anchors: Anchors) -> str:
     """Return the fingerprint of the trusted key that signed `message`, or raise BadInput."""
     doc = loads_strict(sig_bytes, source, 16 * 1024)
     if not isinstance(doc, dict) or doc.get("alg") != "ed25519" or set(doc) != {"alg", "key", "sig"}:
@@ -132,9 +199,17 @@ def check_signature(sig_bytes: bytes, source: str, message: bytes, trusted: list
         sig = base64.b64decode(doc["sig"], validate=True)
     except (ValueError, TypeError):
         raise BadInput(f"{source}: signature is not base64") from None
-    match = [t for t in trusted if t.fingerprint == doc["key"]]
+    signer = doc["key"]
+    match = [t for t in anchors.keys if t.fingerprint == signer]
     if not match:
-        raise BadInput(f"{source}: signed by {doc['key']}, which is not in trusted_keys/")
+        if isinstance(signer, str) and signer in anchors.refused:
+            raise BadInput(f"{source}: signed by {signer}, but {anchors.refused[signer]}")
+        unreadable = [f"{path} ({why})" for path, why in anchors.refused.items() if path.endswith(".pub")]
+        raise BadInput(
+            f"{source}: signed by {signer}, which is not a trusted key; if you run that worker, "
+            "pin its public key with: genjob trust <its .pub file>"
+            + (f"; pinned keys that could not be read: {'; '.join(unreadable)}" if unreadable else "")
+        )
     try:
         match[0].key.verify(sig, message)
     except InvalidSignature:

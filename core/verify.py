@@ -67,6 +67,10 @@ class Verification:
         """Everything holds but the tree moved on: the job is STALE, not FAILED."""
         return [c.name for c in self.checks if not c.passed] == ["base"]
 
+    def check(self, name: str) -> Check:
+        """The check called `name` (every verification runs them all, in order)."""
+        return next(c for c in self.checks if c.name == name)
+
     def add(self, name: str, ok: bool, detail: str) -> bool:
         self.checks.append(Check(name, PASSED if ok else FAILED, detail))
         return ok
@@ -250,14 +254,14 @@ def _check_signature(v: Verification, layout: Layout, rec: Receipt, config: Conf
         return
     # Imported here: cryptography is needed only once a signature is read, and a board
     # that lists 100,000 jobs should not carry it from the start.
-    from core.signing import check_signature, trusted_keys
+    from core.signing import check_signature, trust_anchors
 
     try:
         signer = check_signature(
             read_bytes(sig_path, 16 * 1024),
             str(sig_path),
             rec.canonical_bytes(),
-            trusted_keys(layout.trusted_keys),
+            trust_anchors(layout.trusted_keys, layout.root),
         )
     except BadInput as exc:
         v.add("signature", False, str(exc) + ("" if required else " (policy does not require it)"))

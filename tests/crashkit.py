@@ -101,3 +101,47 @@ def every_crash(
         yield work, killed
         if not killed:
             return
+
+
+class _Faults:
+    """The one audit hook that turns the n-th filesystem mutation into an OSError.
+
+    Audit hooks cannot be removed, so one is installed for the whole test process and
+    stays inert until `inject` arms it.
+    """
+
+    def __init__(self) -> None:
+        self.installed = False
+        self.countdown = 0
+        self.errno = 0
+        self.seen = 0
+
+    def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.countdown <= 0 or not mutates(event, args):
+            return
+        self.seen += 1
+        self.countdown -= 1
+        if self.countdown == 0:
+            where = args[0] if args and isinstance(args[0], (str, bytes, os.PathLike)) else None
+            raise OSError(self.errno, os.strerror(self.errno), where)
+
+    def arm(self, n: int, err: int) -> None:
+        if not self.installed:
+            sys.addaudithook(self.hook)
+            self.installed = True
+        self.countdown, self.errno, self.seen = n, err, 0
+
+
+FAULTS = _Faults()
+
+
+def fail_at(n: int, err: int) -> None:
+    """Make the n-th filesystem mutation from now on raise OSError(`err`), once."""
+    FAULTS.arm(n, err)
+
+
+def disarm() -> bool:
+    """Stop injecting; True if the fault was raised (the operation reached its n-th mutation)."""
+    fired = FAULTS.countdown == 0 and FAULTS.seen > 0
+    FAULTS.countdown = 0
+    return fired

@@ -14,10 +14,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
 from core.canonical import canonical
-from core.errors import ApplyConflict, BadInput, VerificationFailed, WrongState
+from core.errors import ApplyConflict, BadInput, Stale, VerificationFailed, WrongState
 from core.layout import Layout
+from core.lifecycle import State
 from core.models import Job
 from core.queue import locate, reject
+from core.replay import replay
+from core.snapshot import take_snapshot
 
 NEW_APP = b"def main():\n    return 2\n"
 NEW_MOD = b"VALUE = 3\n"
@@ -90,17 +93,21 @@ def test_a_failed_verification_changes_nothing(repo: Layout, received: Job) -> N
     assert tree_state(repo.root) == before
 
 
-def test_a_stale_base_is_refused(repo: Layout, received: Job) -> None:
+def test_a_stale_base_is_refused_and_the_job_can_be_replayed(repo: Layout, received: Job) -> None:
     (repo.root / "src/util.py").write_text("changed meanwhile\n")
-    before = tree_state(repo.root)
-    with pytest.raises(VerificationFailed, match=r"base: src/util\.py: changed since the job was minted"):
+    before = tree_files(repo.root)
+    with pytest.raises(Stale, match=r"src/util\.py: changed since the job was minted") as err:
         apply_job(repo, received.key)
-    assert tree_state(repo.root) == before
+    assert f"genjob replay {received.key}" in str(err.value)
+    assert tree_files(repo.root) == before
+    assert os.listdir(repo.journal) == []
+    assert take_snapshot(repo, disk_cache=False).rows[received.key].state is State.STALE
+    assert replay(repo, received.key).created
 
 
 def test_only_a_job_with_a_receipt_can_be_applied(repo: Layout) -> None:
     job = mint(repo)
-    with pytest.raises(VerificationFailed, match="is queue; only a job with a receipt can be applied"):
+    with pytest.raises(WrongState, match="is QUEUED; only a job with a receipt can be applied"):
         apply_job(repo, job.key)
 
 
@@ -123,14 +130,16 @@ def test_an_interrupted_apply_is_rolled_forward(repo: Layout, received: Job) -> 
     assert not repo.journal_file(received.key).exists()
 
 
-def test_an_interrupted_apply_stops_when_a_target_changed_under_it(repo: Layout, received: Job) -> None:
+def test_an_interrupted_apply_rolls_back_when_a_target_changed_under_it(repo: Layout, received: Job) -> None:
     open_journal(repo, received)
     (repo.root / "src/app.py").write_bytes(b"a third version\n")
-    before = tree_state(repo.root)
-    with pytest.raises(ApplyConflict, match=r"src/app\.py: changed during the apply"):
+    before = tree_files(repo.root)
+    with pytest.raises(ApplyConflict, match=r"src/app\.py: changed \(.*\) during the apply") as err:
         apply_job(repo, received.key)
-    assert tree_state(repo.root) == before
-    assert repo.journal_file(received.key).exists()
+    assert f"genjob replay {received.key}" in str(err.value)
+    assert tree_files(repo.root) == before
+    assert os.listdir(repo.journal) == []
+    assert take_snapshot(repo, disk_cache=False).rows[received.key].state is State.STALE
 
 
 def test_a_journal_left_after_the_apply_record_is_closed(repo: Layout, received: Job) -> None:
@@ -160,7 +169,7 @@ def test_a_symlinked_parent_appearing_mid_apply_is_refused(
     shutil.copytree(repo.root / "src", outside)
     shutil.rmtree(repo.root / "src")
     (repo.root / "src").symlink_to(outside)
-    with pytest.raises(BadInput, match="passes through the symlink"):
+    with pytest.raises(BadInput, match="src is a symlink, not a folder"):
         apply_job(repo, received.key)
     assert (outside / "app.py").read_bytes() == FILES["src/app.py"]
     assert not (outside / "pkg").exists()

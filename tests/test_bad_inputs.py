@@ -212,7 +212,7 @@ CASES: dict[str, Case] = {
     "linked-output": received_case(linked_output, "regular: not regular files: src/app.py"),
     "over-size-output": received_case(small_limits, "size: over the limits: src/app.py"),
     "unsigned-receipt": received_case(unsigned, "unsigned receipt; policy requires a trusted signature"),
-    "untrusted-signature": received_case(untrusted, "which is not in trusted_keys/"),
+    "untrusted-signature": received_case(untrusted, "which is not a trusted key; if you run that worker"),
     "forged-signature": received_case(forged, "signature does not match the receipt"),
     "receipt-for-another-job": received_case(another_jobs_receipt, "key: receipt is for"),
     "malformed-receipt": received_case(malformed_receipt, "malformed JSON"),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from corekit import cli, mint, receive
 
 from core.discard import discard
-from core.errors import WrongState
+from core.errors import GenjobError, WrongState
 from core.layout import Layout
 from core.queue import requeue
 from core.snapshot import take_snapshot
@@ -27,9 +28,9 @@ def test_a_truncated_job_file_is_set_aside_with_its_fault(repo: Layout) -> None:
     assert state(repo, BAD_KEY) == "INVALID"
     done = discard(repo, BAD_KEY)
     assert not bad.exists()
-    kept = done.folder / "queue" / f"{BAD_KEY}.json"
+    [kept] = done.kept
     assert kept.read_bytes() == b'{"schema": "genjob.v2", "instruction": '
-    assert done.folder.parent == repo.log_dir(BAD_KEY)
+    assert kept.parent == repo.log_dir(BAD_KEY) and kept.name.startswith(f"discarded-queue-{BAD_KEY}.json-")
     assert done.moved == (f"queue/{BAD_KEY}.json",) and "malformed JSON" in done.faults[0]
     assert state(repo, BAD_KEY) is None
     events = [json.loads(line) for line in repo.events.read_text().splitlines()]
@@ -42,12 +43,23 @@ def test_a_bad_receipt_goes_aside_and_the_job_can_be_requeued(repo: Layout) -> N
     repo.receipt(job.key).write_bytes(b"{not json")
     assert state(repo, job.key) == "INVALID"
     done = discard(repo, job.key)
-    assert done.moved == (f"receipts/{job.key}.json",)
-    assert (done.folder / "receipts" / f"{job.key}.json").read_bytes() == b"{not json"
+    assert done.moved[0] == f"receipts/{job.key}.json"
+    assert done.kept[0].read_bytes() == b"{not json"
     assert repo.job_file("running", job.key).exists()  # what parses stays
     assert state(repo, job.key) != "INVALID"
     requeue(repo, job.key, force=True)
     assert state(repo, job.key) == "QUEUED"
+
+
+def test_a_symlinked_evidence_folder_is_refused_and_nothing_moves(repo: Layout, tmp_path: Path) -> None:
+    bad = repo.job_file("queue", BAD_KEY)
+    bad.write_bytes(b"[]")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    repo.log_dir(BAD_KEY).symlink_to(elsewhere)
+    with pytest.raises(GenjobError):
+        discard(repo, BAD_KEY)
+    assert bad.read_bytes() == b"[]" and not any(elsewhere.iterdir())
 
 
 def test_a_job_that_parses_is_refused_and_nothing_moves(repo: Layout) -> None:
@@ -64,7 +76,7 @@ def test_cli_discard_names_what_it_kept(repo: Layout) -> None:
     assert res.exit_code == 2 and "no job key starts with" in res.output
     res = cli("discard", "0000000000", root=repo.root)
     assert res.exit_code == 0, res.output
-    assert f"set aside .gen/queue/{BAD_KEY}.json" in res.output
-    assert f"kept in .gen/logs/{BAD_KEY}/discarded-" in res.output
+    assert f"set aside .gen/queue/{BAD_KEY}.json as .gen/logs/{BAD_KEY}/discarded-queue-" in res.output
+    assert "it did not parse:" in res.output
     again = cli("discard", BAD_KEY, root=repo.root)
     assert again.exit_code == 2 and "no such job" in again.output

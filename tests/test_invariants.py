@@ -196,7 +196,7 @@ def test_5_apply_is_all_or_nothing_and_idempotent(repo: Layout, signer: Ed25519P
     new = {"README.md": b"# new\n", "src/app.py": b"app = 2\n", "src/util.py": b"util = 2\n"}
     receive(repo, job.key, new, signer)
     old_tree = tree_files(repo.root)
-    blocker = repo.root / "src" / f".util.py.genjob-{job.key[:12]}.tmp"
+    blocker = repo.root / "src" / f".genjob-{job.key[:16]}-2.tmp"  # the copy of src/util.py
     blocker.mkdir()
     (blocker / "keep").write_text("in the way")
     with pytest.raises(OSError):

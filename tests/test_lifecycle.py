@@ -253,6 +253,9 @@ class Lifecycle(RuleBasedStateMachine):
             self.files[job.path] = f"output of {key}\n".encode()
         elif state is State.APPLIED:
             assert apply_job(self.layout, key).already
+        elif state in (State.QUEUED, State.REJECTED):
+            with pytest.raises(WrongState, match="only a job with a receipt can be applied"):
+                apply_job(self.layout, key)
         else:
             with pytest.raises(VerificationFailed):
                 apply_job(self.layout, key)

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.inspect_job import job_detail
 from core.layout import Layout
-from core.preflight import preflight, receipt_verdict, untrusted_signer
+from core.preflight import preflight, receipt_verdict
 from core.queue import Claimer, cancel_requested_at, request_cancel
 from core.repo import init_repo, is_git_work_tree
 from core.signing import fingerprint
@@ -21,7 +21,7 @@ def test_a_verified_receipt_in_a_git_repository(repo: Layout, signer: Ed25519Pri
     receive(repo, job.key, {"src/app.py": b"print('new')\n"}, signer)
     p = preflight(repo, job_detail(repo, job.key))
     assert p.verified and p.signature_ok and p.base_fresh and p.git
-    assert p.commit_default is False and p.untrusted_signer is None
+    assert p.commit_default is False
     assert [c.signed for c in p.changes] == [True]
     assert receipt_verdict(repo, job.key) is True
 
@@ -35,21 +35,14 @@ def test_the_config_sets_whether_approve_commits(repo: Layout, signer: Ed25519Pr
     assert preflight(repo, job_detail(repo, job.key)).commit_default is True
 
 
-def test_a_signature_by_an_unpinned_key_names_that_key(repo: Layout, signer: Ed25519PrivateKey) -> None:
+def test_a_signature_by_an_unpinned_key_says_how_to_pin_it(repo: Layout, signer: Ed25519PrivateKey) -> None:
     stranger = Ed25519PrivateKey.generate()
     job = mint(repo)
     receive(repo, job.key, {"src/app.py": b"x\n"}, stranger)
     p = preflight(repo, job_detail(repo, job.key))
     assert not p.verified and not p.signature_ok
-    assert p.untrusted_signer == fingerprint(stranger.public_key())
-    assert untrusted_signer(repo, job.key) == p.untrusted_signer
+    assert fingerprint(stranger.public_key()) in p.signature and "genjob trust" in p.signature
     assert receipt_verdict(repo, job.key) is False
-
-
-def test_an_unsigned_receipt_names_no_signer(repo: Layout, signer: Ed25519PrivateKey) -> None:
-    job = mint(repo)
-    receive(repo, job.key, {"src/app.py": b"x\n"}, None)
-    assert untrusted_signer(repo, job.key) is None
 
 
 def test_an_output_changed_after_signing_is_marked(repo: Layout, signer: Ed25519PrivateKey) -> None:

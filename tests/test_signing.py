@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
 
 from core.errors import BadInput, GenjobError
 from core.signing import (
+    Anchors,
     check_signature,
     config_dir,
     fingerprint,
@@ -73,7 +74,7 @@ def test_sign_and_check(tmp_path: Path) -> None:
     sig = sign(key, b"message")
     doc = json.loads(sig)
     assert set(doc) == {"alg", "key", "sig"} and doc["alg"] == "ed25519" and doc["key"] == fp
-    assert check_signature(sig, "s.sig", b"message", trusted_keys(trusted_dir)) == fp
+    assert check_signature(sig, "s.sig", b"message", Anchors(trusted_keys(trusted_dir), {})) == fp
 
 
 def test_a_forged_or_untrusted_signature_is_refused(tmp_path: Path) -> None:
@@ -82,8 +83,8 @@ def test_a_forged_or_untrusted_signature_is_refused(tmp_path: Path) -> None:
     trusted_dir = tmp_path / "trusted"
     trusted_dir.mkdir()
     trust(trusted_dir, tmp_path / "t.pub")
-    pinned = trusted_keys(trusted_dir)
-    with pytest.raises(BadInput, match="which is not in trusted_keys"):
+    pinned = Anchors(trusted_keys(trusted_dir), {})
+    with pytest.raises(BadInput, match=r"which is not a trusted key; .*genjob trust"):
         check_signature(sign(rogue, b"m"), "r.sig", b"m", pinned)
     with pytest.raises(BadInput, match="signature does not match the receipt"):
         check_signature(sign(trusted_key, b"m"), "r.sig", b"other", pinned)
@@ -105,7 +106,7 @@ def test_a_forged_or_untrusted_signature_is_refused(tmp_path: Path) -> None:
 )
 def test_malformed_signature_files(doc: bytes, fault: str) -> None:
     with pytest.raises(BadInput) as err:
-        check_signature(doc, "x.sig", b"m", [])
+        check_signature(doc, "x.sig", b"m", Anchors([], {}))
     assert str(err.value).startswith("x.sig: ") and fault in str(err.value)
 
 

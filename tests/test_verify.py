@@ -192,7 +192,8 @@ def test_an_untrusted_or_forged_signature(repo: Layout, received: Job) -> None:
     rogue = Ed25519PrivateKey.generate()
     write_receipt(repo, received.key, receipt_doc(received, outputs={"src/app.py": sha(NEW)}), rogue)
     v = run(repo, received)
-    assert "not in trusted_keys" in failed(v)["signature"]
+    assert "which is not a trusted key" in failed(v)["signature"]
+    assert "genjob trust" in failed(v)["signature"]
     repo.signature(received.key).write_bytes(b"garbage")
     assert "malformed JSON" in failed(run(repo, received))["signature"]
 

@@ -333,7 +333,8 @@ def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
 
 def _discard(d: Dispatcher, key: str, _: Any) -> str:
     done = discard(d.repo, key)
-    return f"discarded {key[:12]}: {len(done.moved)} file(s) kept in {done.folder.relative_to(d.repo.root)}/"
+    where = d.repo.log_dir(key).relative_to(d.repo.root)
+    return f"discarded {key[:12]}: {len(done.moved)} file(s) kept as evidence in {where}/"
 
 
 async def _ask_discard(d: Dispatcher, keys: list[str], bulk: bool) -> bool:

@@ -31,9 +31,8 @@ from core.heap import release_free_memory
 from core.inspect_job import JobDetail, job_detail
 from core.layout import Layout
 from core.lifecycle import State
-from core.preflight import receipt_verdict, untrusted_signer
+from core.preflight import receipt_verdict
 from core.snapshot import JobRow, Scanner, keys_from_paths
-from core.verify import FAILED
 
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120
@@ -100,7 +99,6 @@ class BoardFeed(Widget):
 
         key: str
         detail: JobDetail | str
-        untrusted_signer: str | None = None  # a signature by a key not pinned here
 
     @dataclass
     class Trouble(Message):
@@ -257,14 +255,10 @@ class BoardFeed(Widget):
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
     def load_detail(self, key: str) -> None:
         """Read, verify and diff one job; the answer is a `DetailLoaded`."""
-        signer = None
         try:
             detail: JobDetail | str = job_detail(self.repo, key)
-            checks = detail.verification.checks if detail.verification else []
-            if any(c.name == "signature" and c.status == FAILED for c in checks):
-                signer = untrusted_signer(self.repo, key)
         except GenjobError as exc:
             detail = str(exc)
         except Exception as exc:
             detail = f"{key}: cannot read ({exc})"
-        self.post_message(self.DetailLoaded(key, detail, signer))
+        self.post_message(self.DetailLoaded(key, detail))

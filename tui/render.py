@@ -171,7 +171,6 @@ def verification_text(
     v: Verification | None,
     signature_required: bool,
     applied: bool = False,
-    untrusted_signer: str | None = None,
     root: Path | None = None,
 ) -> Group | Text:
     """The receipt's checks as a checklist, with the signature policy stated first."""
@@ -210,9 +209,6 @@ def verification_text(
         tail.append("=> STALE: the tree moved on since the job was minted; replay it (R)", SKIP)
     else:
         tail.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
-    if untrusted_signer:
-        tail.append(f"\nsigned by {untrusted_signer}, a key this repository does not trust.", BAD)
-        tail.append("\nIf you trust that worker, pin its public key: genjob trust PUBKEY_FILE", SKIP)
     if v.signer:
         tail.append(f"\nsigner {v.signer}", LABEL)
     return Group(head, table, Text(""), tail)
@@ -312,8 +308,6 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
             text.append(" ✘ ", BAD)
             text.append(literal(in_repo(f, root), keep_newlines=False))
             text.append("\n")
-        if p.untrusted_signer:
-            text.append(" → if you trust that worker, pin its key: genjob trust PUBKEY_FILE\n", SKIP)
     text.append("\n")
     for c in p.changes:
         text.append("  ")

@@ -244,7 +244,7 @@ async def test_approve_refused_when_verification_fails(demo: Demo) -> None:
     async with run_board(demo.root, key=key) as d:
         b = d.board
         verify = plain(b.query_one("#detail-verify", Static))
-        assert "✘ signature" in verify and "not in trusted_keys" in verify
+        assert "✘ signature" in verify and "which is not a trusted key" in verify
         await d.press("a")
         await d.showing(PreflightDialog)
         assert "apply would be refused" in plain(d.screen.query_one("#preflight-body", Static))

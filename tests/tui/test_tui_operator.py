@@ -214,11 +214,11 @@ async def test_a_refusal_names_the_next_step(demo: Demo) -> None:
 async def test_an_untrusted_signature_names_genjob_trust(demo: Demo) -> None:
     async with run_board(demo.root, key=demo.keys["untrusted"]) as d:
         verify = plain(d.board.query_one("#detail-verify", Static))
-        assert "genjob trust PUBKEY_FILE" in verify and "does not trust" in verify
+        assert "which is not a trusted key" in verify and "genjob trust" in verify
         await d.press("a")
         dialog = await d.showing(PreflightDialog)
         body = plain(dialog.query_one("#preflight-body", Static))
-        assert "pin its key: genjob trust PUBKEY_FILE" in body
+        assert "genjob trust" in body
         assert not dialog.query("#commit")  # nothing to commit: the apply would be refused
 
 
@@ -233,7 +233,7 @@ async def test_discard_an_invalid_job_keeps_its_file_as_evidence(demo: Demo) -> 
         await d.press("y")
         await d.until(lambda: key not in d.board.view.rows, "the job to leave the board")
         assert d.inbox.said(f"discarded {key[:12]}")
-    kept = list(layout.log_dir(key).glob(f"discarded-*/queue/{key}.json"))
+    kept = list(layout.log_dir(key).glob(f"discarded-queue-{key}.json-*"))
     assert len(kept) == 1 and kept[0].read_bytes() == data
 
 

@@ -17,6 +17,7 @@ from pydantic import TypeAdapter
 from core.apply import apply_job
 from core.board_view import age, summary_line
 from core.config import load_config
+from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
 from core.events import record_event
 from core.inspect_job import job_detail
@@ -29,29 +30,31 @@ from core.queue import JOB_FOLDERS, claim, enqueue, locate, reject, request_canc
 from core.recover import recover
 from core.replay import replay
 from core.repo import init_repo
-from core.signing import keygen, trust
+from core.signing import keygen, operator_keys_dir, trust
 from core.snapshot import Snapshot, take_snapshot
 from core.terminal import visible
 from core.verify import PASSED, SKIPPED, verify
+from tui.cli.output import fail, print_json, say
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _fail(message: str, code: int) -> None:
-    click.echo(f"genjob: {message}", err=True)
-    sys.exit(code)
-
-
 class _Group(click.Group):
-    """Turns every `GenjobError` into one line on stderr and its exit code."""
+    """Turns every `GenjobError`, and every fault of the machine (a full disk, a read-only
+    mount, no permission, a quota), into one line on stderr and its exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except GenjobError as exc:
-            _fail(str(exc), exc.exit_code)
+            fail(str(exc), exc.exit_code)
+        except OSError as exc:
+            fault = environment_fault(exc, exc.filename or "genjob")
+            if fault is None:
+                raise
+            fail(str(fault), fault.exit_code)
         except KeyboardInterrupt:
-            _fail("interrupted", 130)
+            fail("interrupted", 130)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,10 +94,6 @@ def resolve_key(layout: Layout, given: str) -> str:
     return found.pop()
 
 
-def _print_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, default=str))
-
-
 @main.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.pass_context
@@ -103,8 +102,8 @@ def init(ctx: click.Context, directory: Path | None) -> None:
     root = directory or ctx.find_root().obj or Path.cwd()
     layout, made = init_repo(root)
     for item in made:
-        click.echo(f"created {item}")
-    click.echo(f"genjob ready in {layout.gen}")
+        say(f"created {item}")
+    say(f"genjob ready in {layout.gen}")
 
 
 @main.command()
@@ -144,11 +143,9 @@ def mint(
     new = [repo_relative(layout.root, p, cwd) for p in new_paths]
     job = build_job(layout, instruction, rel, new, V1 if schema == "v1" else V2, allow_secrets=allow_secrets)
     res = enqueue(layout, job)
-    click.echo(res.key)
+    say(res.key)
     if not res.created:
-        click.echo(
-            f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True
-        )
+        say(f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True)
 
 
 def _state_choices() -> list[str]:
@@ -173,29 +170,29 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     order = {s: i for i, s in enumerate(STATE_ORDER)}
     rows.sort(key=lambda r: (order[r.state], -r.created_at, r.key))
     if as_json:
-        _print_json([r.to_dict() for r in rows])
+        print_json([r.to_dict() for r in rows])
         return
     _print_policy(snap)
     if not rows:
-        click.echo("no jobs" + (f" in {', '.join(sorted(wanted))}" if wanted else ""))
+        say("no jobs" + (f" in {', '.join(sorted(wanted))}" if wanted else ""))
         return
     now = time.time()
-    click.echo(f"{'KEY':32}  {'STATE':12} {'AGE':>5} {'ATT':>3}  {'WORKER':16} INSTRUCTION")
+    say(f"{'KEY':32}  {'STATE':12} {'AGE':>5} {'ATT':>3}  {'WORKER':16} INSTRUCTION")
     for r in rows:
         first = summary_line(r)
         when = age(now - r.created_at) if r.created_at else "-"
-        click.echo(
+        say(
             f"{r.key:32}  {r.state.value:12} {when:>5} {r.attempts:>3}  "
-            f"{(r.worker or '-')[:16]:16} {first[:80]}"
+            f"{_clip(visible(r.worker or '-'), 16):16} {first[:80]}"
         )
-    click.echo("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
+    say("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
 
 
 def _print_policy(snap: Snapshot) -> None:
     if snap.config_error:
-        click.echo(f"warning: {snap.config_error}", err=True)
+        say(f"warning: {visible(snap.config_error)}", err=True)
     if not snap.signature_required:
-        click.echo("policy: signatures NOT required (require_signature = false)", err=True)
+        say("policy: signatures NOT required (require_signature = false)", err=True)
 
 
 @main.command()
@@ -207,38 +204,44 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
     layout = layout_of(ctx)
     d = job_detail(layout, resolve_key(layout, key))
     if as_json:
-        _print_json(d.to_dict())
+        print_json(d.to_dict())
         return
     r = d.row
-    click.echo(f"job {r.key}  {r.state.value}  ({r.schema})")
-    click.echo(f"digest  {r.digest}")
-    click.echo("instruction:")
+    say(f"job {r.key}  {r.state.value}  ({r.schema})")
+    say(f"digest  {r.digest}")
+    say("instruction:")
     for line in r.instruction.splitlines():
-        click.echo(f"  {visible(line)}")
+        say(f"  {visible(line)}")
     if d.document:
-        click.echo("inputs:")
+        say("inputs:")
         for p, h in sorted(d.document["inputs"].items()):
-            click.echo(f"  {visible(p)}  {h or '(new file)'}")
+            say(f"  {visible(p)}  {h or '(new file)'}")
     for p in r.problems + tuple(d.errors):
-        click.echo(f"! {visible(p)}")
+        say(f"! {visible(p)}")
     if d.lease:
         ls = d.lease
-        click.echo(
-            f"lease   {ls.worker} pid {ls.pid} on {ls.host}, attempt {ls.token}, "
+        say(
+            f"lease   {visible(ls.worker)} pid {ls.pid} on {visible(ls.host)}, attempt {ls.token}, "
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
     if d.verification:
         print_checks(d.verification)
     for diff in d.diffs:
-        click.echo(f"--- {diff.path}: {diff.status} +{diff.added} -{diff.removed}")
+        say(f"--- {visible(diff.path)}: {diff.status} +{diff.added} -{diff.removed}")
         if diff.text:
-            click.echo(_printable_block(diff.text), nl=False)
+            say(_printable_block(diff.text), nl=False)
     if d.timeline:
-        click.echo("timeline:")
+        say("timeline:")
         for e in d.timeline:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("at", 0)))
             extra = {k: v for k, v in e.items() if k not in ("at", "event", "key", "by")}
-            click.echo(f"  {stamp}  {e.get('event')}  by {e.get('by')}  {visible(json.dumps(extra))}")
+            event, by = visible(str(e.get("event"))), visible(str(e.get("by")))
+            say(f"  {stamp}  {event}  by {by}  {visible(json.dumps(extra))}")
+
+
+def _clip(text: str, width: int) -> str:
+    """`text` cut to `width` characters, ending in … when it was longer."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _printable_block(text: str) -> str:
@@ -248,10 +251,10 @@ def _printable_block(text: str) -> str:
 def print_checks(v: Any) -> None:
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
-    click.echo(f"verification of {v.key} (signature {policy}):")
+    say(f"verification of {v.key} (signature {policy}):")
     for c in v.checks:
-        click.echo(f"  [{marks.get(c.status, 'FAIL')}] {c.name:9} {visible(c.detail)}")
-    click.echo("  => apply may run" if v.ok else "  => apply refused")
+        say(f"  [{marks.get(c.status, 'FAIL')}] {c.name:9} {visible(c.detail)}")
+    say("  => apply may run" if v.ok else "  => apply refused")
 
 
 @main.command("claim")
@@ -268,8 +271,8 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
     layout = layout_of(ctx)
     ttl = ttl or load_config(layout.config).policy.lease_ttl
     c = claim(layout, worker, resolve_key(layout, key) if key else None, ttl, pid=os.getppid())
-    click.echo(c.key)
-    click.echo(f"claimed by {worker}, attempt {c.lease.token}, lease ttl {ttl:g}s", err=True)
+    say(c.key)
+    say(f"claimed by {worker}, attempt {c.lease.token}, lease ttl {ttl:g}s", err=True)
 
 
 @main.command("requeue")
@@ -280,7 +283,7 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
     """Put an ORPHANED job back in the queue, byte for byte."""
     layout = layout_of(ctx)
     path = requeue(layout, resolve_key(layout, key), force)
-    click.echo(f"requeued: {path.relative_to(layout.root)}")
+    say(f"requeued: {path.relative_to(layout.root)}")
 
 
 @main.command("verify")
@@ -293,7 +296,7 @@ def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
     loc = locate(layout, resolve_key(layout, key))
     v = verify(layout, loc.job, load_config(layout.config))
     if as_json:
-        _print_json(v.to_dict())
+        print_json(v.to_dict())
     else:
         print_checks(v)
     sys.exit(0 if v.ok else 1)
@@ -308,15 +311,15 @@ def apply_cmd(ctx: click.Context, key: str, commit: bool) -> None:
     layout = layout_of(ctx)
     res = apply_job(layout, resolve_key(layout, key), commit)
     if res.already:
-        click.echo(f"{res.key}: applied already; nothing to do")
+        say(f"{res.key}: applied already; nothing to do")
         return
     if res.verification and not res.verification.signature_required:
-        click.echo("note: applied under require_signature = false", err=True)
-    click.echo(f"applied {res.key}: {len(res.changed)} file(s) changed")
+        say("note: applied under require_signature = false", err=True)
+    say(f"applied {res.key}: {len(res.changed)} file(s) changed")
     for p in res.changed:
-        click.echo(f"  {visible(p)}")
+        say(f"  {visible(p)}")
     if res.commit:
-        click.echo(f"committed {res.commit}")
+        say(f"committed {res.commit}")
 
 
 @main.command("reject")
@@ -327,7 +330,7 @@ def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
     """Close a job as rejected."""
     layout = layout_of(ctx)
     path = reject(layout, resolve_key(layout, key), reason)
-    click.echo(f"rejected: {path.relative_to(layout.root)}")
+    say(f"rejected: {path.relative_to(layout.root)}")
 
 
 @main.command("cancel")
@@ -337,7 +340,7 @@ def cancel_cmd(ctx: click.Context, key: str) -> None:
     """Ask the worker running KEY to stop; it ends the job with an aborted receipt."""
     layout = layout_of(ctx)
     request_cancel(layout, resolve_key(layout, key))
-    click.echo("cancel requested")
+    say("cancel requested")
 
 
 @main.command("replay")
@@ -348,9 +351,9 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
     """Mint a stale, failed or rejected job again against the current tree."""
     layout = layout_of(ctx)
     res = replay(layout, resolve_key(layout, key), allow_secrets)
-    click.echo(res.key)
+    say(res.key)
     if not res.created:
-        click.echo(f"the same replay exists already: {res.path.relative_to(layout.root)}", err=True)
+        say(f"the same replay exists already: {res.path.relative_to(layout.root)}", err=True)
 
 
 @main.command("recover")
@@ -358,28 +361,40 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 def recover_cmd(ctx: click.Context) -> None:
     """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
     report = recover(layout_of(ctx))
-    for line in report:
-        click.echo(line)
-    if not report:
-        click.echo("nothing to recover")
+    for line in report.lines:
+        say(visible(line))
+    if not report.lines:
+        say("nothing to recover")
+    if report.left:
+        say(f"genjob: {len(report.left)} thing(s) left to recover; see the lines above", err=True)
+        sys.exit(1)
 
 
 @main.command("keygen")
 @click.option("--force", is_flag=True, help="Replace an existing worker key.")
 def keygen_cmd(force: bool) -> None:
     """Make this machine's Ed25519 worker key (in the user's config folder); print the public key file."""
-    click.echo(keygen(force))
+    say(str(keygen(force)))
 
 
 @main.command("trust")
 @click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--operator",
+    is_flag=True,
+    help="Pin it for every repository, in your own config folder (no repository can widen that list).",
+)
 @click.pass_context
-def trust_cmd(ctx: click.Context, pubkey_file: Path) -> None:
-    """Pin a worker public key in .gen/trusted_keys/."""
+def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
+    """Pin a worker public key in .gen/trusted_keys/ (or, with --operator, your own list)."""
+    if operator:
+        dest, fp = trust(operator_keys_dir(), pubkey_file)
+        say(f"trusted {fp} for every repository ({visible(str(dest))})")
+        return
     layout = layout_of(ctx)
     dest, fp = trust(layout.trusted_keys, pubkey_file)
     record_event(layout, "trusted", None, fingerprint=fp, file=dest.name)
-    click.echo(f"trusted {fp} ({dest.relative_to(layout.root)})")
+    say(f"trusted {fp} ({visible(str(dest.relative_to(layout.root)))})")
 
 
 @main.command("schema")
@@ -387,4 +402,4 @@ def trust_cmd(ctx: click.Context, pubkey_file: Path) -> None:
 def schema_cmd(kind: str) -> None:
     """Print the JSON Schema of a job document (v1 or v2) or a receipt."""
     adapter: TypeAdapter[Any] = TypeAdapter(JobV1 | JobV2 if kind == "job" else Receipt)
-    _print_json(adapter.json_schema(by_alias=True))
+    print_json(adapter.json_schema(by_alias=True))

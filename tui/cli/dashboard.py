@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tui.cli.commands import layout_of
+from tui.cli.output import say
 
 
 @click.command("tui")
@@ -30,14 +31,14 @@ def demo(directory: Path | None, no_tui: bool) -> None:
     from tui.demo import build_demo
 
     made = build_demo(directory, tied=not no_tui)
-    click.echo(f"demo repository: {made.root}")
-    click.echo(f"worker key: {made.config_home} (XDG_CONFIG_HOME for this demo)")
+    say(f"demo repository: {made.root}")
+    say(f"worker key: {made.config_home} (XDG_CONFIG_HOME for this demo)")
     for line in made.summary:
-        click.echo(f"  {line}")
+        say(f"  {line}")
     if no_tui:
-        click.echo(f"open it with: XDG_CONFIG_HOME={made.config_home} genjob --root {made.root} tui")
+        say(f"open it with: XDG_CONFIG_HOME={made.config_home} genjob --root {made.root} tui")
         if made.holder is not None:
-            click.echo(f"the running job's lease holder (pid {made.holder.pid}) stops within the hour")
+            say(f"the running job's lease holder (pid {made.holder.pid}) stops within the hour")
         return
     from tui.app import make_app
 

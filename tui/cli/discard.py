@@ -16,6 +16,6 @@ def discard_cmd(ctx: click.Context, key: str) -> None:
     """Move the files of INVALID job KEY that do not parse to .gen/logs/KEY/ (nothing is deleted)."""
     layout = layout_of(ctx)
     done = discard(layout, resolve_key(layout, key))
-    for rel, fault in zip(done.moved, done.faults, strict=True):
-        click.echo(f"set aside .gen/{visible(rel)}: {visible(fault)}")
-    click.echo(f"kept in {visible(str(done.folder.relative_to(layout.root)))}/")
+    for rel, kept, fault in zip(done.moved, done.kept, done.faults, strict=True):
+        click.echo(f"set aside .gen/{visible(rel)} as {visible(str(kept.relative_to(layout.root)))}")
+        click.echo(f"  it did not parse: {visible(fault)}")

@@ -17,6 +17,7 @@ from core.queue import locate
 from core.terminal import visible
 from core.verify import verify
 from tui.cli.commands import layout_of, print_checks, resolve_key
+from tui.cli.output import say
 
 T = TypeVar("T")
 
@@ -48,7 +49,7 @@ class _Visible:
 
 def _echo_visible(line: str) -> None:
     """A report line that may quote what a generator chose (file names, messages)."""
-    click.echo(visible(line))
+    say(visible(line))
 
 
 @click.command("ship")
@@ -72,7 +73,7 @@ def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | No
     )
     _echo_visible(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
     if not res.won:
-        click.echo(f"the lease was lost; this receipt was kept aside at {res.receipt}")
+        say(f"the lease was lost; this receipt was kept aside at {visible(str(res.receipt))}")
         sys.exit(1)
     v = verify(layout, locate(layout, full).job, load_config(layout.config))
     print_checks(v)
@@ -98,4 +99,4 @@ def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
-    click.echo(f"worker done: {summary}")
+    say(f"worker done: {summary}")

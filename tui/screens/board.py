@@ -242,7 +242,7 @@ class BoardScreen(Screen[None]):
         if isinstance(message.detail, str):
             pane.show_message(Text(visible(in_repo(message.detail, self.repo.root)), style="bold red"))
         else:
-            pane.show(message.detail, message.untrusted_signer)
+            pane.show(message.detail)
 
     @property
     def untrusted(self) -> bool:

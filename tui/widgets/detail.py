@@ -72,15 +72,13 @@ class DetailPane(Vertical):
         for tab_id, _ in TABS:
             self._body(tab_id).update("")
 
-    def show(self, detail: JobDetail, untrusted_signer: str | None = None) -> None:
+    def show(self, detail: JobDetail) -> None:
         self.detail = detail
         self.query_one("#detail-title", Static).update(render.title_text(detail))
         applied = detail.located is not None and detail.located.folder == "applied"
         self.tick()
         self._body("verify").update(
-            render.verification_text(
-                detail.verification, self.signature_required, applied, untrusted_signer, self.root
-            )
+            render.verification_text(detail.verification, self.signature_required, applied, self.root)
         )
         self._body("diff").update(render.diffs_text(detail.diffs, applied))
         self._body("timeline").update(render.timeline_text(detail))
