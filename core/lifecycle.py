@@ -107,7 +107,6 @@ ACTIONS: dict[str, frozenset[State]] = {
     "apply": frozenset({State.RECEIVED}),
     "reject": frozenset({State.QUEUED, State.ORPHANED, State.RECEIVED, State.FAILED, State.STALE}),
     "replay": frozenset({State.STALE, State.FAILED, State.REJECTED}),
-    "discard": frozenset({State.INVALID}),
 }
 
 

@@ -28,11 +28,11 @@ from textual.widget import Widget
 
 from core.apply import apply_job
 from core.config import load_config
-from core.discard import discard
+from core.discard import DISCARDABLE, discard
 from core.errors import GenjobError
 from core.inspect_job import job_detail
 from core.layout import Layout
-from core.lifecycle import State, allowed
+from core.lifecycle import ACTIONS, State
 from core.preflight import preflight
 from core.queue import Claim, cancel_requested, claim, heartbeat, reject, request_cancel, requeue
 from core.replay import replay
@@ -407,7 +407,11 @@ TABLE: dict[str, JobAction] = {
 }
 
 
+# The states each action is for: the lifecycle's rules, and discarding.
+STATES_FOR: dict[str, frozenset[State]] = {**ACTIONS, "discard": DISCARDABLE}
+
+
 def may(d: Dispatcher, action: str, key: str, state: State) -> bool:
-    """Whether `action` applies to a job in `state` here: the lifecycle's rule, and for a
-    job this board holds, shipping it too."""
-    return allowed(action, state) or (action == "ship" and state is State.RUNNING and d.holds(key))
+    """Whether `action` applies to a job in `state` here: its rule, and for a job this
+    board holds, shipping it too."""
+    return state in STATES_FOR[action] or (action == "ship" and state is State.RUNNING and d.holds(key))

@@ -29,10 +29,10 @@ from textual.widgets import Input, Static
 from core.board_view import BoardView
 from core.events import actor
 from core.layout import Layout
-from core.lifecycle import ACTIONS, STATE_ORDER, State
+from core.lifecycle import STATE_ORDER, State
 from core.queue import Enqueued
 from core.terminal import visible
-from tui.actions import TABLE, ActionDone, Dispatcher, Say, may
+from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
 from tui.feed import TIME_SENSITIVE, BoardFeed
 from tui.text import in_repo
 from tui.widgets.counts import DIGITS, CountsBar
@@ -64,7 +64,7 @@ NEXT_STEP = {
 
 
 def _states_for(action: str) -> str:
-    return ", ".join(s.value for s in STATE_ORDER if s in ACTIONS[action])
+    return ", ".join(s.value for s in STATE_ORDER if s in STATES_FOR[action])
 
 
 class FilterBox(Input):
