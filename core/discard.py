@@ -20,7 +20,6 @@ from core.evidence import set_aside
 from core.layout import JOB_FOLDERS, Layout
 from core.lifecycle import State
 from core.queue import check_key, read_job_file
-from core.receipts import load_receipt
 
 # What may be discarded: nothing else is set aside by hand (the lifecycle's own actions
 # never apply to an INVALID job).
@@ -37,6 +36,9 @@ class Discarded:
 
 def _unreadable(layout: Layout, key: str) -> list[tuple[Path, str]]:
     """The key's files that do not parse, each with its fault (a bad receipt brings its .sig)."""
+    # Imported here: receipts bring cryptography, which a board need not load to start.
+    from core.receipts import load_receipt
+
     bad = []
     for folder in JOB_FOLDERS:
         path = layout.job_file(folder, key)

@@ -14,6 +14,7 @@ ends it with an aborted receipt.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -104,6 +105,13 @@ class Approval:
 
 
 @dataclass
+class Held(Message):
+    """The board holds `claim` (it claimed the job, or heartbeated its lease at `claim.lease.heartbeat`)."""
+
+    claim: Claim
+
+
+@dataclass
 class Released(Message):
     """The board no longer holds `key` (its receipt is in, or its lease was taken back)."""
 
@@ -119,11 +127,10 @@ class Dispatcher(Widget):
         super().__init__(id=id)
         self.repo = layout
         self.worker_id = worker_id
-        # Jobs this board claimed and holds (its pid is in their lease), with when each was
-        # last heartbeated; a job being shipped is heartbeated by its ship instead.
+        # Jobs this board claimed and holds (its pid is in their lease), as last heartbeated;
+        # a job being shipped is heartbeated by its ship instead. Changed on the loop only.
         self.held: dict[str, Claim] = {}
         self.shipping: set[str] = set()
-        self._beaten: dict[str, float] = {}
 
     def on_mount(self) -> None:
         self.set_interval(HOLD_CHECK, self._keep_held)
@@ -221,7 +228,6 @@ class Dispatcher(Widget):
         third of their ttl; let go of a job whose lease is no longer ours."""
         from core.ship import abort_claim
 
-        now = time.time()
         for key, c in held.items():
             try:
                 if cancel_requested(self.repo, key):
@@ -231,25 +237,30 @@ class Dispatcher(Widget):
                         ActionDone("cancel", [f"stopped {key[:12]}: aborted receipt"], [], [key])
                     )
                     continue
-                if now - self._beaten.get(key, c.lease.claimed_at) >= c.lease.ttl / 3:
-                    if not heartbeat(self.repo, key, c.lease.token, self.worker_id):
+                now = time.time()
+                if now - c.lease.heartbeat >= c.lease.ttl / 3:
+                    if heartbeat(self.repo, key, c.lease.token, self.worker_id):
+                        beaten = c.lease.model_copy(update={"heartbeat": now})
+                        self.post_message(Held(dataclasses.replace(c, lease=beaten)))
+                    else:
                         self.post_message(Released(key))
-                        continue
-                    self._beaten[key] = now
             except (GenjobError, OSError) as exc:
                 self.post_message(Say(f"{key[:12]}: keeping the claim failed: {exc}", "error"))
+
+    @on(Held)
+    def _held(self, message: Held) -> None:
+        self.held[message.claim.key] = message.claim
 
     @on(Released)
     def _released(self, message: Released) -> None:
         self.held.pop(message.key, None)
-        self._beaten.pop(message.key, None)
 
 
 # -- the actions ------------------------------------------------------------------------------
 def _claim(d: Dispatcher, key: str, _: Any) -> str:
     ttl = d.lease_ttl()
     c = claim(d.repo, d.worker_id, key, ttl, pid=os.getpid())
-    d.held[key] = c
+    d.post_message(Held(c))
     return f"claimed {key[:12]} (attempt {c.lease.token}); this board holds it: s ships it, k stops it"
 
 
@@ -282,9 +293,11 @@ def _replay(d: Dispatcher, key: str, _: Any) -> Done:
     return Done(f"replayed {key[:12]} as {res.key[:12]}{note}", select=res.key)
 
 
-async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
+async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[str] | None:
+    """Confirm (one job), and say which of `keys` the board holds (it stops those itself)."""
+    held = frozenset(k for k in keys if d.holds(k))
     if bulk:
-        return True
+        return held
     body = Text(f"Stop the running job {keys[0]}?\n", style="bold")
     if d.holds(keys[0]):
         body.append("This board holds it: it ends now with an aborted receipt, ready to replay.")
@@ -294,12 +307,12 @@ async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
             "shows the request until it does."
         )
     dialog = ConfirmDialog("Stop job", body, yes="Stop job", no="Keep running", danger=True)
-    return bool(await d.ask(dialog))
+    return held if await d.ask(dialog) else None
 
 
-def _cancel(d: Dispatcher, key: str, _: Any) -> str:
+def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
     request_cancel(d.repo, key)
-    if d.holds(key):
+    if key in held:
         return f"stopping {key[:12]}: this board holds it and writes the aborted receipt"
     return f"cancel requested for {key[:12]}: its worker ends it with an aborted receipt"
 

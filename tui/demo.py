@@ -38,7 +38,6 @@ from core.models import Job
 from core.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
 from core.receipts import commit_receipt, make_receipt
 from core.repo import init_repo
-from core.ship import abort_claim
 from core.signing import keygen, load_private_key, trust
 
 CONFIG_DIR = ".demo-config"
@@ -364,6 +363,8 @@ def hold(root: Path, key: str, worker: str, ttl: float, parent: int = 0) -> int:
             if stop or (parent and not _alive(parent)):
                 return 0
             if cancel_requested(layout, key):
+                from core.ship import abort_claim  # the transports: only when it is needed
+
                 abort_claim(layout, c, "cancelled by the operator (genjob cancel)", worker)
                 return 0
             time.sleep(0.2)
