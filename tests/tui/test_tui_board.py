@@ -152,7 +152,7 @@ async def test_claim_lost_to_another_operator_is_a_message_not_a_crash(demo: Dem
         await select(pilot, key)
         claim(layout, "someone-else", key)  # between selection and keypress
         await pilot.press("c")
-        await wait_for(pilot, lambda: notes.any("not queued") or notes.any("is running"), "the refusal")
+        await wait_for(pilot, lambda: notes.any("not QUEUED") or notes.any("is RUNNING"), "the refusal")
         await wait_for(pilot, lambda: state_of(pilot, key) == "RUNNING", "the other claim")
         lease = json.loads(layout.lease(key).read_bytes())
         assert lease["worker"] == "someone-else"
