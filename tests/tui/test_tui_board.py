@@ -426,7 +426,7 @@ async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) 
         await pilot.press("s")
         await showing(pilot, HostPicker, "the host picker")
         hosts = pilot.app.screen.query_one(OptionList)
-        assert hosts.option_count == 2  # local and slow-local
+        assert hosts.option_count == 3  # local, tidy and slow-local
         hosts.focus()
         hosts.highlighted = 0
         await pilot.press("enter")
