@@ -6,6 +6,9 @@ changes code the way ruff does, with no model, key or network.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +52,18 @@ def test_init_and_ship_say_the_local_host_is_a_stand_in(
     shipped = cli("ship", job.key, "-q", root=repo.root)
     assert shipped.exit_code == 0, shipped.stderr
     assert "runs genjob's stand-in generator, which only appends a comment" in shipped.stdout
+
+
+def test_demo_no_tui_prints_commands_that_work_as_printed(tmp_path: Path) -> None:
+    genjob = Path(sys.executable).parent / "genjob"
+    out = subprocess.run(
+        [str(genjob), "demo", str(tmp_path / "demo"), "--no-tui"], capture_output=True, text=True, check=True
+    ).stdout
+    listed = next(line for line in out.splitlines() if line.startswith("or list it:"))
+    command = listed.removeprefix("or list it:").strip()
+    proc = subprocess.run(["bash", "-c", command], cwd="/", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "QUEUED" in proc.stdout and "RECEIVED" in proc.stdout
+    holder = re.search(r"lease holder \(pid (\d+)\)", out)
+    if holder:
+        os.kill(int(holder.group(1)), signal.SIGTERM)
