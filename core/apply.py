@@ -210,9 +210,6 @@ def _refuse_journal(layout: Layout, key: str, why: str) -> NoReturn:
     )
 
 
-
-
-
 def _same_filesystem(layout: Layout) -> None:
     if os.stat(layout.gen).st_dev != os.stat(layout.root).st_dev:
         raise GenjobError(f"{layout.gen}: on another filesystem than {layout.root}; apply needs one")

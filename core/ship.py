@@ -166,9 +166,8 @@ async def ship(
     key_pair = signing_key(config)
     worker = worker_id or actor()
     try:
-        claim = claimed or await asyncio.to_thread(
-            Claimer(layout, worker, config.policy.lease_ttl).claim, key
-        )
+        claimer = Claimer(layout, worker, config.policy.lease_ttl)
+        claim = claimed if claimed is not None else await asyncio.to_thread(claimer.claim, key)
         return await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), on_output, cancel)
     finally:
         if hosts is None:

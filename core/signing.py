@@ -131,7 +131,7 @@ def _pinned(
     folder: Path, untrusted: Callable[[Path], str | None], refused: dict[str, str]
 ) -> list[TrustedKey]:
     """The keys pinned in `folder` that parse and pass `untrusted`; the others go to `refused`."""
-    out = []
+    out: list[TrustedKey] = []
     try:
         names = sorted(n for n in os.listdir(folder) if n.endswith(".pub"))
     except (FileNotFoundError, NotADirectoryError):
