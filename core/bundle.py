@@ -17,59 +17,35 @@ import shutil
 import stat
 import tarfile
 import typing
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.runner import (
-    PROTOCOL_VERSION,
+from core.errors import GenjobError
+from core.rules import (
+    DEFAULT_LIMITS,
+    Limits,
     MemberCheck,
     check_allowed_paths,
     check_relpath,
     checked_members,
     loads_strict,
-    write_tar,
 )
-
-__all__ = [
-    "DEFAULT_LIMITS",
-    "BundleError",
-    "Limits",
-    "ResultInfo",
-    "check_relpath",
-    "extract_result",
-    "make_bundle",
-    "make_header",
-]
+from core.runner import PROTOCOL_VERSION, write_tar
 
 MAX_RESULT_JSON_BYTES = 4 << 20
 RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})
 
 
-class BundleError(Exception):
+class Readable(typing.Protocol):
+    """A stream of bytes read as it arrives (a file, a pipe, the transport's result)."""
+
+    def read(self, n: int = -1) -> bytes: ...
+
+
+class BundleError(GenjobError):
     """A bundle or result that is refused; the message names the member and the fault."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on what a job may ship and bring back."""
-
-    max_file_bytes: int = 64 << 20
-    max_total_bytes: int = 512 << 20
-    max_files: int = 1000
-    max_tail_bytes: int = 64 << 10
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"Limits.{name} must be a positive integer, not {value!r}")
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -144,7 +120,7 @@ def make_bundle(
         try:
             content = _read_local(value) if isinstance(value, Path) else bytes(value)
         except OSError as exc:
-            raise BundleError(f"files/{rel}: cannot read {value}: {exc.strerror}") from None
+            raise BundleError(f"files/{rel}: cannot read {value!s}: {exc.strerror}") from None
         if len(content) > limits.max_file_bytes:
             raise BundleError(f"files/{rel}: {len(content)} bytes, over max_file_bytes")
         total += len(content)
@@ -175,7 +151,7 @@ def _parse_result(raw: bytes) -> dict[str, Any]:
         raise BundleError(f"result.json: {exc}") from None
     if not isinstance(result, dict) or set(result) != RESULT_KEYS:
         raise BundleError(f"result.json: must have exactly the keys {sorted(RESULT_KEYS)}")
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "exit_code": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
         "timed_out": lambda v: isinstance(v, bool),
         "cancelled": lambda v: isinstance(v, bool),
@@ -237,7 +213,7 @@ def _write_output(root_fd: int, rel: str, content: typing.BinaryIO, size: int) -
 
 
 def extract_result(
-    source: typing.BinaryIO, allowed_paths: Iterable[str], limits: Limits, dest_dir: Path
+    source: Readable, allowed_paths: Iterable[str], limits: Limits, dest_dir: Path
 ) -> ResultInfo:
     """Validate a runner's result tar, read from ``source`` as it arrives, and write its
     outputs into a new ``dest_dir``.
@@ -281,7 +257,7 @@ def extract_result(
 
 
 def _receive(
-    source: typing.BinaryIO, allowed: set[str], limits: Limits, root_fd: int
+    source: Readable, allowed: set[str], limits: Limits, root_fd: int
 ) -> tuple[bytes, dict[str, str]]:
     """Read the result tar: write each output under ``root_fd``; return the raw
     ``result.json`` and the hash of each output written."""

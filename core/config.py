@@ -48,10 +48,23 @@ max_tail_bytes = 65536
 # {paths} and {workdir} are replaced by shell-quoted values. The instruction reaches
 # the generator only as a file (and $GENJOB_INSTRUCTION_FILE), never as shell text.
 [hosts.local]
-# The embedded default: a subprocess here, in a fresh temp workspace, clean environment.
+# A STAND-IN, not a model: it only appends a comment quoting the instruction to each
+# file, so that a round trip works at once. Point `generator` at a real tool (aider,
+# codex, claude, llm: see "Generator hosts" in genjob's README) or use `tidy` below.
+# It runs here, in a fresh temp workspace, with a clean environment.
 transport = "local"
 generator = "python3 -m core.demo_generator"
 timeout = 300
+concurrency = 2
+
+[hosts.tidy]
+# A real generator that needs no model, no key and no network: ruff removes unused
+# imports, modernises syntax, sorts imports and formats the job's Python files
+# (other files are left as they are). `genjob ship KEY --host tidy`.
+transport = "local"
+generator = "python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero {paths} \
+&& python3 -m ruff format --no-cache --quiet {paths}"
+timeout = 120
 concurrency = 2
 
 # [hosts.scratch]
@@ -100,6 +113,11 @@ class Host(BaseModel):
     python: Annotated[str, Field(min_length=1)] | None = None
     timeout: Annotated[float, Field(gt=0)] = 900.0
     concurrency: Annotated[int, Field(gt=0)] = 1
+
+    @property
+    def stand_in(self) -> bool:
+        """Whether this host runs genjob's demo generator, which only appends a comment."""
+        return "core.demo_generator" in self.generator
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> Host:

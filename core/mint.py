@@ -53,54 +53,68 @@ def build_job(
     allow_secrets: bool = False,
 ) -> Job:
     """Mint a job over the tree as it is now. Nothing is written."""
+    _check_request(instruction, paths, new_paths, allow_secrets)
+    if schema not in (V1, V2):
+        raise BadInput(f"--schema: unknown schema {schema!r}")
+    if schema == V1 and new_paths:
+        raise BadInput("--new: genjob.v1 jobs cannot create files (use --schema v2)")
+    if schema == V1 and replay_of:
+        raise BadInput("replay: genjob.v1 has no replay_of field")
+    inputs = hash_inputs(layout, paths, allow_secrets)
+    for rel in new_paths:
+        if regular_file_inside(layout.root, rel) is not None:
+            raise BadInput(f"{rel}: exists already; name it as a path, not --new")
+    if schema == V1:
+        return _v1_job(instruction, list(paths), inputs)
+    return _v2_job(instruction, {**inputs, **{p: None for p in new_paths}}, replay_of)
+
+
+def _check_request(
+    instruction: str, paths: Sequence[str], new_paths: Sequence[str], allow_secrets: bool
+) -> None:
     if not instruction.strip():
         raise BadInput("instruction: empty")
     if not allow_secrets:
         msg = _secret_message("instruction", instruction.encode())
         if msg:
             raise SecretFound(msg)
-    for rel in [*paths, *new_paths]:
+    named = [*paths, *new_paths]
+    for rel in named:
         checked(rel, "path")
-    dupes = sorted({p for p in [*paths, *new_paths] if [*paths, *new_paths].count(p) > 1})
+    dupes = sorted({p for p in named if named.count(p) > 1})
     if dupes:
         raise BadInput(f"path: {dupes[0]!r} named twice")
-    if not paths and not new_paths:
+    if not named:
         raise BadInput("path: a job needs at least one allowed path")
-    inputs = hash_inputs(layout, paths, allow_secrets)
-    for rel in new_paths:
-        if regular_file_inside(layout.root, rel) is not None:
-            raise BadInput(f"{rel}: exists already; name it as a path, not --new")
-    now = int(time.time())
-    if schema == V1:
-        if new_paths:
-            raise BadInput("--new: genjob.v1 jobs cannot create files (use --schema v2)")
-        if replay_of:
-            raise BadInput("replay: genjob.v1 has no replay_of field")
-        key = sha256_bytes(canonical({"instruction": instruction, "inputs": inputs}))[:32]
-        body = {
-            "schema": V1,
-            "job_id": str(uuid.uuid4()),
-            "idempotency_key": key,
-            "created_at": now,
-            "instruction": instruction,
-            "allowed_paths": list(paths),
-            "inputs": inputs,
-            "attempt": 1,
-        }
-        digest = sha256_bytes(canonical(body))
-        return JobV1.model_validate({**body, "digest": digest})
-    if schema != V2:
-        raise BadInput(f"--schema: unknown schema {schema!r}")
-    all_inputs: dict[str, str | None] = {**inputs, **{p: None for p in new_paths}}
-    ordered = sorted(all_inputs)
+
+
+def _v1_job(instruction: str, paths: list[str], inputs: dict[str, str]) -> Job:
+    """The seed's document: its digest covers every field, a fresh uuid and the time too."""
+    key = sha256_bytes(canonical({"instruction": instruction, "inputs": inputs}))[:32]
+    body = {
+        "schema": V1,
+        "job_id": str(uuid.uuid4()),
+        "idempotency_key": key,
+        "created_at": int(time.time()),
+        "instruction": instruction,
+        "allowed_paths": paths,
+        "inputs": inputs,
+        "attempt": 1,
+    }
+    return JobV1.model_validate({**body, "digest": sha256_bytes(canonical(body))})
+
+
+def _v2_job(instruction: str, inputs: dict[str, str | None], replay_of: str | None) -> Job:
+    """The default document: its digest covers only what the job means."""
+    ordered = sorted(inputs)
     meaning: dict[str, object] = {
         "schema": V2,
         "instruction": instruction,
         "allowed_paths": ordered,
-        "inputs": {p: all_inputs[p] for p in ordered},
+        "inputs": {p: inputs[p] for p in ordered},
     }
     if replay_of:
         meaning["replay_of"] = replay_of
     digest = sha256_bytes(canonical(meaning))
-    doc = {**meaning, "idempotency_key": digest[:32], "created_at": now, "digest": digest}
+    doc = {**meaning, "idempotency_key": digest[:32], "created_at": int(time.time()), "digest": digest}
     return job_from_obj(doc, "minted job")

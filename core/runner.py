@@ -34,210 +34,25 @@ import tarfile
 import tempfile
 import time
 import typing
-import unicodedata
+
+# Shipped together with this file (core.transport.base.shipped_source), these imports are
+# dropped there: the modules' source comes first in the same blob.
+from core.errors import GenjobError
+from core.rules import (
+    Limits,
+    MemberCheck,
+    TailBuffer,
+    check_allowed_paths,
+    checked_members,
+    loads_strict,
+)
 
 BOOTSTRAP = 'import sys;b=sys.stdin.buffer;exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
 PROTOCOL_VERSION = 1
 KILL_GRACE = 2.0
 MAX_HEADER_BYTES = 1 << 20
-MAX_PATH_BYTES = 4096
-MAX_COMPONENT_BYTES = 255
-RESERVED_TOP = frozenset({".gen", ".git"})
 MAX_VIOLATIONS = 100
-LIMIT_KEYS = ("max_file_bytes", "max_total_bytes", "max_files", "max_tail_bytes")
 PLACEHOLDER = re.compile(r"\{(instruction_file|job_file|paths|workdir)\}")
-
-
-def _unsafe_char(c: str) -> str | None:
-    """Why ``c`` may not stand in a path, or None: controls (C0, DEL, C1), and the
-    invisible format characters (bidi overrides, zero-width) and line separators that
-    could make a path show as another one on a terminal."""
-    code = ord(c)
-    if code < 0x20 or 0x7F <= code < 0xA0:
-        return f"control character U+{code:04X}"
-    if code < 0x80:
-        return None
-    if unicodedata.category(c) in ("Cf", "Zl", "Zp", "Cs"):
-        return f"invisible or format character U+{code:04X}"
-    return None
-
-
-def check_relpath(path: str) -> str:
-    """Return ``path`` unchanged if it is a safe repository-relative POSIX path.
-
-    The one rule for every path a job names, a generator sends back or a receipt lists,
-    on the client and on the generator host alike. Refuses, with a ValueError naming the
-    fault: non-strings, empty or over-long paths (``MAX_PATH_BYTES`` in UTF-8), text that
-    is not valid UTF-8, control and invisible format characters, backslashes, absolute
-    paths, empty, ``.`` or ``..`` components, and paths under a top-level ``.gen`` or
-    ``.git`` (the repository's own machinery is never a job's output).
-    """
-    if not isinstance(path, str):
-        raise ValueError(f"path must be a string, not {type(path).__name__}")
-    if not path:
-        raise ValueError("empty path")
-    try:
-        encoded = path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("path is not valid UTF-8") from None
-    if len(encoded) > MAX_PATH_BYTES:
-        raise ValueError(f"path longer than {MAX_PATH_BYTES} bytes")
-    for c in path:
-        why = _unsafe_char(c)
-        if why:
-            raise ValueError(f"{why} in path")
-    if "\\" in path:
-        raise ValueError("backslash in path")
-    if path.startswith("/"):
-        raise ValueError("absolute path")
-    parts = path.split("/")
-    for part in parts:
-        if part == "":
-            raise ValueError("empty component '' is not allowed")
-        if part in (".", ".."):
-            raise ValueError(f"path component {part!r} is not allowed")
-        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
-            raise ValueError(f"path component longer than {MAX_COMPONENT_BYTES} bytes")
-    if parts[0] in RESERVED_TOP:
-        raise ValueError(f"path under {parts[0]}/ is not allowed")
-    return path
-
-
-def check_allowed_paths(paths: object, max_files: int) -> list[str]:
-    """Validate a job's ``allowed_paths`` list: safe, unique, within the count limit."""
-    if not isinstance(paths, list):
-        raise ValueError("allowed_paths must be a list")
-    if len(paths) > max_files:
-        raise ValueError(f"allowed_paths has {len(paths)} entries, over max_files ({max_files})")
-    seen = set()
-    for path in paths:
-        try:
-            check_relpath(path)
-        except ValueError as exc:
-            raise ValueError(f"allowed path {path!r}: {exc}") from None
-        if path in seen:
-            raise ValueError(f"{path!r}: listed twice in allowed_paths")
-        seen.add(path)
-    return list(paths)
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _no_duplicate_keys(pairs: list) -> dict:
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _bounded_int(text: str) -> int:
-    if len(text) > 40:
-        raise ValueError("integer too long")
-    return int(text)
-
-
-def loads_strict(data: bytes) -> object:
-    """Parse JSON refusing duplicate keys, NaN/Infinity, huge integers and deep nesting."""
-    try:
-        return json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=_no_duplicate_keys,
-            parse_constant=_refuse_constant,
-            parse_int=_bounded_int,
-        )
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8: {exc}") from None
-
-
-_TAR_KINDS = {
-    tarfile.DIRTYPE: "directory",
-    tarfile.SYMTYPE: "symlink",
-    tarfile.LNKTYPE: "hard link",
-    tarfile.CHRTYPE: "character device",
-    tarfile.BLKTYPE: "block device",
-    tarfile.FIFOTYPE: "fifo",
-    tarfile.CONTTYPE: "contiguous file",
-    tarfile.GNUTYPE_SPARSE: "sparse file",
-}
-
-
-class MemberCheck:
-    """What every tar member must be, in archive order: a plain regular file, not named
-    before, within the count and the per-member and total sizes. Raises ValueError."""
-
-    def __init__(self, max_members: int, max_member_bytes: int, max_total_bytes: int) -> None:
-        self.limits = (max_members, max_member_bytes, max_total_bytes)
-        self.seen: set[str] = set()
-        self.total = 0
-
-    def __call__(self, info: tarfile.TarInfo) -> None:
-        max_members, max_member_bytes, max_total_bytes = self.limits
-        name = info.name
-        if len(self.seen) >= max_members:
-            raise ValueError(f"{name!r}: more than {max_members} members")
-        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-            kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
-            raise ValueError(f"{name!r}: {kind}, not a regular file")
-        if name in self.seen:
-            raise ValueError(f"{name!r}: duplicate member")
-        self.seen.add(name)
-        if info.size > max_member_bytes:
-            raise ValueError(f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}")
-        self.total += info.size
-        if self.total > max_total_bytes:
-            raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
-
-
-def checked_members(
-    source: typing.Any, check: MemberCheck
-) -> typing.Iterator[tuple[str, int, typing.BinaryIO]]:
-    """Each member of the tar read from ``source`` as it arrives, once ``check`` accepts
-    it: its name, its size and a reader of its content (good until the next member)."""
-    with tarfile.open(
-        fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
-    ) as archive:
-        for info in archive:
-            check(info)
-            yield info.name, info.size, archive.extractfile(info) or io.BytesIO()
-
-
-def read_tar(
-    data: bytes, max_members: int, max_member_bytes: int, max_total_bytes: int
-) -> list[tuple[str, bytes]]:
-    """Read an uncompressed in-memory tar, accepting nothing but plain regular files.
-
-    Returns ``(name, content)`` pairs in archive order. Raises ValueError naming the member
-    and the fault on: a member that is not a plain regular file, a duplicate name, too many
-    members, a member or total over its size limit, or a damaged archive. Names are
-    returned as stored (after pax/GNU long-name headers); callers check them.
-    """
-    members: list[tuple[str, bytes]] = []
-    check = MemberCheck(max_members, max_member_bytes, max_total_bytes)
-    try:
-        with tarfile.open(
-            fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape"
-        ) as archive:
-            while True:
-                info = archive.next()
-                if info is None:
-                    break
-                check(info)
-                handle = archive.extractfile(info)
-                content = handle.read() if handle is not None else b""
-                if len(content) != info.size:
-                    raise ValueError(f"{info.name!r}: truncated member")
-                members.append((info.name, content))
-    except tarfile.TarError as exc:
-        raise ValueError(f"damaged tar: {exc}") from None
-    except EOFError:
-        raise ValueError("damaged tar: unexpected end of data") from None
-    return members
 
 
 class _Counted:
@@ -277,7 +92,7 @@ def tar_writer(out: typing.BinaryIO) -> typing.Iterator[typing.Callable[..., Non
     Yields ``add(name, content, digest=None)``; a ``digest`` (a hashlib object) is fed
     the content as it is written, a megabyte at a time.
     """
-    with tarfile.open(
+    with tarfile.open(  # type: ignore[call-overload]  # copybufsize: a real, untyped parameter
         fileobj=_Counted(out), mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8", copybufsize=1 << 20
     ) as tf:
 
@@ -302,11 +117,11 @@ def write_tar(members: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-class ProtocolError(Exception):
+class ProtocolError(GenjobError):
     """The client sent something the runner refuses to work with."""
 
 
-class Cancelled(Exception):
+class Cancelled(GenjobError):
     """The client went away or the runner was told to stop."""
 
 
@@ -368,18 +183,15 @@ class Watch:
                     self.reason = "client closed the connection"
 
 
-class Tail:
+class Tail(TailBuffer):
     """Forwards generator output to stderr and keeps its last ``limit`` bytes."""
 
     def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
+        super().__init__(limit)
         self._forward = True
 
     def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > self.limit:
-            del self.data[: len(self.data) - self.limit]
+        super().add(chunk)
         self.note(chunk)
 
     def note(self, chunk: bytes) -> None:
@@ -391,7 +203,7 @@ class Tail:
                 self._forward = False
 
 
-def _leader_exited(proc: subprocess.Popen) -> bool:
+def _leader_exited(proc: subprocess.Popen[bytes]) -> bool:
     """True once the generator's shell has exited, without reaping it where possible.
 
     Leaving it a zombie keeps its process group id from being reused until the group
@@ -402,7 +214,7 @@ def _leader_exited(proc: subprocess.Popen) -> bool:
     return proc.poll() is not None
 
 
-def _killpg(proc: subprocess.Popen, sig: int) -> None:
+def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
 
@@ -410,7 +222,7 @@ def _killpg(proc: subprocess.Popen, sig: int) -> None:
 class Generator:
     """The generator's process group, its output pipe and the select loop around them."""
 
-    def __init__(self, proc: subprocess.Popen, watch: Watch, tail: Tail) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], watch: Watch, tail: Tail) -> None:
         self.proc = proc
         self.watch = watch
         self.tail = tail
@@ -479,7 +291,7 @@ class Generator:
         return f"cancelled: {self.watch.reason}"
 
 
-def read_header(stream: io.BufferedReader) -> dict:
+def read_header(stream: typing.BinaryIO) -> dict[str, typing.Any]:
     line = stream.readline(MAX_HEADER_BYTES)
     if not line:
         raise Cancelled("input closed before the header")
@@ -498,13 +310,10 @@ def read_header(stream: io.BufferedReader) -> dict:
     timeout = header.get("timeout")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ProtocolError("header: timeout must be a positive number")
-    limits = header.get("limits")
-    if not isinstance(limits, dict) or set(limits) != set(LIMIT_KEYS):
-        raise ProtocolError(f"header: limits must have exactly {', '.join(LIMIT_KEYS)}")
-    for key in LIMIT_KEYS:
-        value = limits[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ProtocolError(f"header: limits.{key} must be a positive integer")
+    try:
+        header["limits"] = Limits.from_dict(header.get("limits"))
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"header: {exc}") from None
     size = header.get("bundle_bytes")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ProtocolError("header: bundle_bytes must be a non-negative integer")
@@ -532,7 +341,7 @@ class _Exactly:
             pass
 
 
-def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, meta: str) -> list[str]:
+def receive_bundle(stream: typing.BinaryIO, size: int, limits: Limits, work: str, meta: str) -> list[str]:
     """Unpack the bundle as it arrives: ``job.json`` and ``instruction.txt`` into ``meta``,
     then each ``files/<allowed path>`` straight into ``work``; return the allowed paths.
 
@@ -541,7 +350,7 @@ def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, 
     Cancelled when stdin ends before ``size`` bytes.
     """
     source = _Exactly(stream, size)
-    check = MemberCheck(limits["max_files"] + 2, limits["max_file_bytes"], limits["max_total_bytes"])
+    check = MemberCheck(limits.max_files + 2, limits.max_file_bytes, limits.max_total_bytes)
     allowed: list[str] | None = None
     instruction = False
     try:
@@ -550,7 +359,7 @@ def receive_bundle(stream: typing.BinaryIO, size: int, limits: dict, work: str, 
                 if name != "job.json":
                     raise ValueError("job.json is missing (it comes first)")
                 job_bytes = handle.read()
-                allowed = _allowed_of(job_bytes, limits["max_files"])
+                allowed = _allowed_of(job_bytes, limits.max_files)
                 write_new_file(meta, "job.json", io.BytesIO(job_bytes), size)
             elif not instruction:
                 if name != "instruction.txt":
@@ -680,7 +489,7 @@ def _stray_entries(work: str, allowed: list[str]) -> list[str]:
     return found
 
 
-def collect(work: str, allowed: list[str], limits: dict) -> tuple[dict[str, bytes], list[str]]:
+def collect(work: str, allowed: list[str], limits: Limits) -> tuple[dict[str, bytes], list[str]]:
     """Gather the allowed regular files and name every violation in the workspace."""
     try:
         root_mode = os.lstat(work).st_mode
@@ -693,15 +502,15 @@ def collect(work: str, allowed: list[str], limits: dict) -> tuple[dict[str, byte
     total = 0
     for rel in sorted(allowed):
         try:
-            data = _read_allowed(work, rel, limits["max_file_bytes"])
+            data = _read_allowed(work, rel, limits.max_file_bytes)
         except ValueError as exc:
             violations.append(str(exc))
             continue
         if data is None:
             continue
         total += len(data)
-        if total > limits["max_total_bytes"]:
-            violations.append(f"{rel}: outputs over max_total_bytes ({limits['max_total_bytes']})")
+        if total > limits.max_total_bytes:
+            violations.append(f"{rel}: outputs over max_total_bytes ({limits.max_total_bytes})")
             continue
         outputs[rel] = data
     violations.extend(_stray_entries(work, allowed))
@@ -737,7 +546,9 @@ def generator_env(home: str, work: str, instruction_file: str, job_file: str) ->
     return env
 
 
-def run_job(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) -> dict[str, bytes]:
+def run_in_workspace(
+    header: dict[str, typing.Any], stdin: typing.BinaryIO, watch: Watch, result: dict[str, typing.Any]
+) -> dict[str, bytes]:
     """Receive, run and collect one job, filling ``result``; return the collected outputs.
 
     The workspace is ``<tmp>/work`` (the generator's cwd, holding only the repository
@@ -763,7 +574,7 @@ def run_job(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) ->
         )
         if watch.reason is not None:
             raise Cancelled(watch.reason)
-        tail = Tail(limits["max_tail_bytes"])
+        tail = Tail(limits.max_tail_bytes)
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
             cwd=work,
@@ -791,7 +602,7 @@ def run_job(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) ->
 
 
 def main() -> int:
-    result: dict = {
+    result: dict[str, typing.Any] = {
         "exit_code": None,
         "timed_out": False,
         "cancelled": False,
@@ -804,7 +615,7 @@ def main() -> int:
     stdin = sys.stdin.buffer
     try:
         header = read_header(stdin)
-        outputs = run_job(header, stdin, Watch(), result)
+        outputs = run_in_workspace(header, stdin, Watch(), result)
     except Cancelled as exc:
         result.update(cancelled=True, error=str(exc))
     except ProtocolError as exc:
@@ -819,7 +630,7 @@ def main() -> int:
     return 0
 
 
-def write_result(out: typing.BinaryIO, result: dict, outputs: dict[str, bytes]) -> None:
+def write_result(out: typing.BinaryIO, result: dict[str, typing.Any], outputs: dict[str, bytes]) -> None:
     """The result tar: the outputs first, each hashed as it goes out (so hashing overlaps
     sending), then ``result.json`` with those hashes."""
     hashes = {}

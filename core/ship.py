@@ -13,14 +13,13 @@ import asyncio
 import contextlib
 import functools
 import shutil
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.bundle import BundleError, Limits, ResultInfo
+from core.bundle import BundleError, ResultInfo
 from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
 from core.errors import BadInput, GenjobError
@@ -30,8 +29,9 @@ from core.layout import Layout
 from core.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.receipts import Committed, commit_receipt, make_receipt
+from core.rules import Limits, TailBuffer
 from core.signing import load_private_key, private_key_path
-from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
+from core.transport import JobSpec, LocalTransport, SSHTransport, Transport, run_job
 
 OutputCallback = Callable[[bytes], None]
 # How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
@@ -53,7 +53,8 @@ class ShipResult:
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
         return LocalTransport()
-    assert host.address and host.identity, "config validation requires both for ssh"
+    if not (host.address and host.identity):
+        raise BadInput(f"config.toml: hosts.{name}: an ssh host needs address and identity")
     return SSHTransport(
         host.address, host.port, host.identity, host.known_hosts, python=host.python or "python3"
     )
@@ -120,16 +121,15 @@ def read_inputs(layout: Layout, claim: Claim) -> dict[str, bytes]:
     return files
 
 
-def _verdict(
-    outcome_error: str | None, info: ResultInfo | None, stopped: str | None, refused: str | None
-) -> tuple[str, str | None]:
+def _verdict(run: _Run) -> tuple[str, str | None]:
     """The receipt status and its reason, most decisive cause first."""
-    if stopped:
-        return "aborted", stopped
-    if refused:
-        return "rejected", refused
-    if outcome_error is not None or info is None:
-        return "aborted", outcome_error or "no result from the generator host"
+    info = run.info
+    if run.stopped:
+        return "aborted", run.stopped[0]
+    if run.refused:
+        return "rejected", run.refused
+    if run.error is not None or info is None:
+        return "aborted", run.error or "no result from the generator host"
     if info.timed_out:
         return "aborted", "the generator ran past its timeout and was killed"
     if info.cancelled:
@@ -163,128 +163,132 @@ async def ship(
     config = hosts.config if hosts else load_config(layout.config)
     pool = hosts or Hosts(config)
     name = pool.pick(host)
-    host_cfg = config.hosts[name]
     key_pair = signing_key(config)
     worker = worker_id or actor()
     try:
-        claim = claimed or await asyncio.to_thread(
-            Claimer(layout, worker, config.policy.lease_ttl).claim, key
-        )
-        return await run_claimed(layout, claim, name, host_cfg, pool, key_pair, worker, on_output, cancel)
+        claimer = Claimer(layout, worker, config.policy.lease_ttl)
+        claim = claimed if claimed is not None else await asyncio.to_thread(claimer.claim, key)
+        return await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), on_output, cancel)
     finally:
         if hosts is None:
             await pool.close()
 
 
+@dataclass(frozen=True)
+class Shipment:
+    """One claimed job on its way to a host: what a run needs besides its callbacks."""
+
+    layout: Layout
+    claim: Claim
+    host: str
+    pool: Hosts
+    signer: Ed25519PrivateKey | None
+    worker: str
+
+    @property
+    def staging(self) -> Path:
+        """Where the outputs arrive: a fresh folder inside `.gen/out/`, one per attempt."""
+        return self.layout.out / f".tmp-{self.claim.key}-{self.claim.lease.token}"
+
+
+@dataclass
+class _Run:
+    """What one run found out, most decisive first in `_verdict`."""
+
+    stopped: list[str] = field(default_factory=list)
+    info: ResultInfo | None = None
+    error: str | None = None
+    refused: str | None = None
+
+
 async def run_claimed(
-    layout: Layout,
-    claim: Claim,
-    name: str,
-    host_cfg: Host,
-    pool: Hosts,
-    key_pair: Ed25519PrivateKey | None,
-    worker: str,
-    on_output: OutputCallback | None,
-    cancel: asyncio.Event | None,
+    shipment: Shipment,
+    on_output: OutputCallback | None = None,
+    cancel: asyncio.Event | None = None,
     *,
     cancel_reason: str = "cancelled by the operator",
 ) -> ShipResult:
-    """Run a claimed job on host `name` and commit its receipt; see `ship`.
+    """Run a claimed job on its host and commit its receipt; see `ship`.
 
     Setting `cancel` stops the run and ends it in an `aborted` receipt whose reason is
     `cancel_reason`; the result is returned as for any other outcome.
     """
-    config = pool.config
-    stop = asyncio.Event()
-    why: list[str] = []
-    tail: deque[bytes] = deque()
-    tail_size = [0]
+    claim, host = shipment.claim, shipment.pool.config.hosts[shipment.host]
+    tail = TailBuffer(shipment.pool.config.limits.max_tail_bytes)
 
     def output(chunk: bytes) -> None:
-        tail.append(chunk)
-        tail_size[0] += len(chunk)
-        while tail_size[0] > config.limits.max_tail_bytes and len(tail) > 1:
-            tail_size[0] -= len(tail.popleft())
+        tail.add(chunk)
         if on_output is not None:
             on_output(chunk)
 
-    async def watch() -> None:
-        """Heartbeat the lease every third of its ttl, and look for a cancel request every
-        CANCEL_POLL seconds; stop the run on a lost lease or a cancel."""
-        loop = asyncio.get_running_loop()
-        every = max(0.2, min(5.0, claim.lease.ttl / 3))
-        beat_at = loop.time()
-        while not stop.is_set():
-            if cancel is not None and cancel.is_set():
-                why.append(cancel_reason)
-            elif await asyncio.to_thread(cancel_requested, layout, claim.key):
-                why.append("cancelled by the operator (genjob cancel)")
-            elif loop.time() >= beat_at:
-                if not await asyncio.to_thread(heartbeat, layout, claim.key, claim.lease.token, worker):
-                    why.append("lease lost: the job was requeued or claimed by another worker")
-                beat_at = loop.time() + every
-            if why:
-                stop.set()
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_either(stop, cancel), min(CANCEL_POLL, every))
-
-    staged = layout.out / f".tmp-{claim.key}-{claim.lease.token}"
-    shutil.rmtree(staged, ignore_errors=True)
-    watcher = asyncio.create_task(watch())
-    info: ResultInfo | None = None
-    error: str | None = None
-    refused: str | None = None
+    run = _Run()
+    stop = asyncio.Event()
+    shutil.rmtree(shipment.staging, ignore_errors=True)
+    watcher = asyncio.create_task(_watch(shipment, stop, cancel, cancel_reason, run.stopped))
     interrupted: BaseException | None = None
     try:
-        outcome, info = await run_job(
-            pool.transport(name),
+        spec = JobSpec(
             job_doc=await asyncio.to_thread(read_bytes, claim.path),
             instruction=claim.job.instruction,
             allowed_paths=list(claim.job.allowed_paths),
-            files=functools.partial(read_inputs, layout, claim),
-            generator=host_cfg.generator,
-            timeout=host_cfg.timeout,
-            dest_dir=staged,
-            limits=Limits(**config.limits.model_dump()),
-            on_output=output,
-            cancel=stop,
+            files=functools.partial(read_inputs, shipment.layout, claim),
+            generator=host.generator,
+            timeout=host.timeout,
+            limits=Limits(**shipment.pool.config.limits.model_dump()),
         )
-        error = outcome.error
-        if outcome.stderr_tail and not tail:
+        transport = shipment.pool.transport(shipment.host)
+        outcome, run.info = await run_job(transport, spec, shipment.staging, output, stop)
+        run.error = outcome.error
+        if outcome.stderr_tail and not len(tail):
             output(outcome.stderr_tail)
     except BundleError as exc:
-        refused = f"refused what the generator sent back: {exc}"
-    except (BadInput, HostKeyError) as exc:
-        error = str(exc)
+        run.refused = f"refused what the generator sent back: {exc}"
+    except GenjobError as exc:
+        run.error = str(exc)
     except Exception as exc:  # after a claim, every outcome must still end in a receipt
-        error = f"worker error: {type(exc).__name__}: {exc}"
+        run.error = f"worker error: {type(exc).__name__}: {exc}"
     except asyncio.CancelledError as exc:
-        why.append("interrupted (the worker was stopped)")
+        run.stopped.append("interrupted (the worker was stopped)")
         interrupted = exc
     finally:
         stop.set()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
-    status, reason = _verdict(error, info, why[0] if why else None, refused)
-    committed = await asyncio.shield(
-        asyncio.to_thread(
-            _commit, layout, claim, status, reason, info, staged, key_pair, worker, name, b"".join(tail)
-        )
-    )
+    verdict = _verdict(run)
+    committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, verdict, run.info, bytes(tail)))
     if interrupted is not None:
         raise interrupted
+    status, reason = verdict
+    outputs = dict(run.info.outputs) if run.info is not None and status == "ok" else {}
     return ShipResult(
-        claim.key,
-        name,
-        claim.lease.token,
-        status,
-        reason,
-        committed.won,
-        committed.path,
-        dict(info.outputs) if info is not None and status == "ok" else {},
+        claim.key, shipment.host, claim.lease.token, status, reason, committed.won, committed.path, outputs
     )
+
+
+async def _watch(
+    shipment: Shipment, stop: asyncio.Event, cancel: asyncio.Event | None, cancel_reason: str, why: list[str]
+) -> None:
+    """Heartbeat the lease every third of its ttl, and look for a cancel request every
+    CANCEL_POLL seconds; stop the run (noting why) on a lost lease or a cancel."""
+    layout, claim = shipment.layout, shipment.claim
+    loop = asyncio.get_running_loop()
+    every = max(0.2, min(5.0, claim.lease.ttl / 3))
+    beat_at = loop.time()
+    while not stop.is_set():
+        if cancel is not None and cancel.is_set():
+            why.append(cancel_reason)
+        elif await asyncio.to_thread(cancel_requested, layout, claim.key):
+            why.append("cancelled by the operator (genjob cancel)")
+        elif loop.time() >= beat_at:
+            if not await asyncio.to_thread(heartbeat, layout, claim.key, claim.lease.token, shipment.worker):
+                why.append("lease lost: the job was requeued or claimed by another worker")
+            beat_at = loop.time() + every
+        if why:
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_either(stop, cancel), min(CANCEL_POLL, every))
 
 
 async def _either(a: asyncio.Event, b: asyncio.Event | None) -> None:
@@ -309,32 +313,25 @@ def abort_claim(layout: Layout, claim: Claim, reason: str, worker: str) -> Commi
         key_pair: Ed25519PrivateKey | None = load_private_key()
     except GenjobError:
         key_pair = None
-    staged = layout.out / f".tmp-{claim.key}-{claim.lease.token}"
-    return _commit(layout, claim, "aborted", reason, None, staged, key_pair, worker, "-", b"")
+    never_shipped = Shipment(layout, claim, "-", Hosts(Config()), key_pair, worker)
+    return _commit(never_shipped, ("aborted", reason), None, b"")
 
 
 def _commit(
-    layout: Layout,
-    claim: Claim,
-    status: str,
-    reason: str | None,
-    info: ResultInfo | None,
-    staged: Path,
-    key_pair: Ed25519PrivateKey | None,
-    worker: str,
-    host: str,
-    output: bytes,
+    shipment: Shipment, verdict: tuple[str, str | None], info: ResultInfo | None, output: bytes
 ) -> Committed:
     """Keep the evidence, then publish the receipt (outputs only for `ok`).
 
     Evidence that cannot be kept (a log folder that is a link, a full disk) is reported
     in the audit log; it never keeps the receipt from being written.
     """
+    layout, claim = shipment.layout, shipment.claim
+    status, reason = verdict
     stem = f"attempt-{claim.lease.token}"
     summary = {
         "attempt": claim.lease.token,
-        "host": host,
-        "worker": worker,
+        "host": shipment.host,
+        "worker": shipment.worker,
         "status": status,
         "reason": reason,
         "exit_code": info.exit_code if info else None,
@@ -347,16 +344,11 @@ def _commit(
         with contextlib.suppress(GenjobError, OSError):
             record_event(layout, "evidence_not_kept", claim.key, attempt=claim.lease.token, reason=str(exc))
     outputs = dict(info.outputs) if info is not None and status == "ok" else {}
+    staged = shipment.staging
     if status != "ok":
         shutil.rmtree(staged, ignore_errors=True)
-    receipt = make_receipt(claim.job, status, outputs, worker)
+    receipt = make_receipt(claim.job, status, outputs, shipment.worker)
+    kept_outputs = staged if status == "ok" and staged.exists() else None
     return commit_receipt(
-        layout,
-        claim.job,
-        receipt,
-        claim.lease.token,
-        worker,
-        staged if status == "ok" and staged.exists() else None,
-        key_pair,
-        reason,
+        layout, claim.job, receipt, claim.lease.token, shipment.worker, kept_outputs, shipment.signer, reason
     )

@@ -20,6 +20,7 @@ makes it meaningless), with its reason. Apply may run only when every step passe
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -173,6 +174,26 @@ def _check_receipt(v: Verification, layout: Layout, job: Job, rec: Receipt, conf
 
 
 def _check_outputs(v: Verification, layout: Layout, job: Job, rec: Receipt, config: Config) -> bool:
+    """Steps 6 to 10, in order; the first that fails skips the rest, with its reason."""
+    out = layout.out_dir(job.digest)
+    stats: dict[str, os.stat_result] = {}
+    steps: list[tuple[str, Callable[[], tuple[bool, str]], str]] = [
+        ("paths", lambda: _paths_step(job, rec), "outputs name paths outside the job"),
+        ("present", lambda: _present_step(out, job, rec, stats), "outputs missing"),
+        ("regular", lambda: _regular_step(stats), "outputs not regular"),
+        ("size", lambda: _size_step(stats, config), "outputs over the limits"),
+        ("hashes", lambda: _hashes_step(out, rec, stats), ""),
+    ]
+    for i, (name, step, why_skip) in enumerate(steps):
+        ok, detail = step()
+        if not v.add(name, ok, detail):
+            for later, _, _ in steps[i + 1 :]:
+                v.skip(later, why_skip)
+            return False
+    return True
+
+
+def _paths_step(job: Job, rec: Receipt) -> tuple[bool, str]:
     allowed = set(job.allowed_paths)
     bad = []
     for rel in rec.outputs:
@@ -183,16 +204,12 @@ def _check_outputs(v: Verification, layout: Layout, job: Job, rec: Receipt, conf
             continue
         if rel not in allowed:
             bad.append(rel)
-    if not v.add(
-        "paths",
-        not bad,
-        f"outside the job: {', '.join(sorted(bad))}" if bad else f"{len(rec.outputs)} output(s), all allowed",
-    ):
-        for name in ("present", "regular", "size", "hashes"):
-            v.skip(name, "outputs name paths outside the job")
-        return False
-    out = layout.out_dir(job.digest)
-    stats = {}
+    if bad:
+        return False, f"outside the job: {', '.join(sorted(bad))}"
+    return True, f"{len(rec.outputs)} output(s), all allowed"
+
+
+def _present_step(out: Path, job: Job, rec: Receipt, stats: dict[str, os.stat_result]) -> tuple[bool, str]:
     missing = []
     for rel in sorted(rec.outputs):
         try:
@@ -204,41 +221,32 @@ def _check_outputs(v: Verification, layout: Layout, job: Job, rec: Receipt, conf
             missing.append(rel)
         else:
             stats[rel] = st
-    if not v.add(
-        "present",
-        not missing,
-        f"missing or reached through a link: {', '.join(missing)}"
-        if missing
-        else f"all under out/{job.digest[:12]}…/",
-    ):
-        for name in ("regular", "size", "hashes"):
-            v.skip(name, "outputs missing")
-        return False
+    if missing:
+        return False, f"missing or reached through a link: {', '.join(missing)}"
+    return True, f"all under out/{job.digest[:12]}…/"
+
+
+def _regular_step(stats: dict[str, os.stat_result]) -> tuple[bool, str]:
     irregular = [rel for rel, st in stats.items() if not stat.S_ISREG(st.st_mode)]
-    if not v.add(
-        "regular",
-        not irregular,
-        f"not regular files: {', '.join(irregular)}" if irregular else "all regular files",
-    ):
-        v.skip("size", "outputs not regular")
-        v.skip("hashes", "outputs not regular")
-        return False
+    if irregular:
+        return False, f"not regular files: {', '.join(irregular)}"
+    return True, "all regular files"
+
+
+def _size_step(stats: dict[str, os.stat_result], config: Config) -> tuple[bool, str]:
     limits = config.limits
     big = [rel for rel, st in stats.items() if st.st_size > limits.max_file_bytes]
     total = sum(st.st_size for st in stats.values())
-    size_ok = not big and total <= limits.max_total_bytes and len(stats) <= limits.max_files
-    detail = (
-        f"{total} bytes in {len(stats)} file(s)"
-        if size_ok
-        else f"over the limits: {', '.join(big) or f'{total} bytes in all'}"
-    )
-    if not v.add("size", size_ok, detail):
-        v.skip("hashes", "outputs over the limits")
-        return False
+    if big or total > limits.max_total_bytes or len(stats) > limits.max_files:
+        return False, f"over the limits: {', '.join(big) or f'{total} bytes in all'}"
+    return True, f"{total} bytes in {len(stats)} file(s)"
+
+
+def _hashes_step(out: Path, rec: Receipt, stats: dict[str, os.stat_result]) -> tuple[bool, str]:
     drift = [rel for rel in sorted(stats) if sha256_file(out / rel) != rec.outputs[rel]]
-    return v.add(
-        "hashes", not drift, f"artifact drift at {', '.join(drift)}" if drift else "every output at its hash"
-    )
+    if drift:
+        return False, f"artifact drift at {', '.join(drift)}"
+    return True, "every output at its hash"
 
 
 def _check_signature(v: Verification, layout: Layout, rec: Receipt, config: Config) -> None:

@@ -18,7 +18,7 @@ from core.errors import GenjobError, NothingToClaim
 from core.events import actor
 from core.layout import Layout
 from core.queue import Claim, Claimer
-from core.ship import Hosts, ShipResult, run_claimed, signing_key
+from core.ship import Hosts, Shipment, ShipResult, run_claimed, signing_key
 
 Report = Callable[[str], None]
 
@@ -53,18 +53,8 @@ async def run_worker(
     report(f"worker {worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
 
     async def one(name: str, claim: Claim) -> ShipResult:
-        res = await run_claimed(
-            layout,
-            claim,
-            name,
-            config.hosts[name],
-            pool,
-            key_pair,
-            worker,
-            None,
-            halt,
-            cancel_reason="interrupted: the worker was stopped",
-        )
+        shipment = Shipment(layout, claim, name, pool, key_pair, worker)
+        res = await run_claimed(shipment, None, halt, cancel_reason="interrupted: the worker was stopped")
         verdict = res.status + (f": {res.reason}" if res.reason else "")
         if not res.won:
             verdict += " (lease lost; receipt kept aside)"
@@ -179,15 +169,15 @@ async def ship_batch(
     async def slot(name: str) -> None:
         while todo and not stop.is_set():
             key = todo.popleft()
+            claim = held.pop(key, None)
             try:
-                claim = held.pop(key, None) or await asyncio.to_thread(claimer.claim, key)
+                if claim is None:
+                    claim = await asyncio.to_thread(claimer.claim, key)
             except (GenjobError, OSError) as exc:
                 report(BatchEvent(key, "refused", name, str(exc)))
                 continue
             report(BatchEvent(key, "started", name, f"attempt {claim.lease.token}"))
-            res = await run_claimed(
-                layout, claim, name, config.hosts[name], pool, key_pair, worker, None, stop
-            )
+            res = await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), None, stop)
             results.append(res)
             report(BatchEvent(key, "finished", name, res.reason or "", res))
 

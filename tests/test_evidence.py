@@ -14,12 +14,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, write_config
 
 from core.bundle import ResultInfo
+from core.config import load_config
 from core.errors import BadInput
 from core.events import MAX_FIELD_CHARS, MAX_FIELD_ITEMS, MAX_READ_BYTES, bounded, job_events, record_event
 from core.evidence import keep, newest_log_tail, set_aside
 from core.layout import Layout
 from core.queue import claim
-from core.ship import _commit, ship
+from core.ship import Hosts, Shipment, _commit, ship
 
 
 def test_a_fifo_among_the_logs_does_not_hang_show(repo: Layout, signer: Ed25519PrivateKey) -> None:
@@ -101,9 +102,8 @@ def test_a_hostile_hosts_reason_and_violations_are_capped_when_recorded(
         violations=tuple("v" * 100_000 for _ in range(500)),
     )
     size_before = repo.events.stat().st_size
-    committed = _commit(
-        repo, c, "rejected", "; ".join(info.violations), info, repo.out / ".none", signer, "w1", "h", b"out"
-    )
+    shipment = Shipment(repo, c, "h", Hosts(load_config(repo.config)), signer, "w1")
+    committed = _commit(shipment, ("rejected", "; ".join(info.violations)), info, b"out")
     assert committed.won
     assert repo.events.stat().st_size - size_before < 64 * 1024
     assert repo.attempts_file(job.key).stat().st_size < 64 * 1024

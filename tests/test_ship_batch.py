@@ -44,7 +44,7 @@ async def test_each_job_ships_within_each_hosts_concurrency(
     assert {r.status for r in results} == {"ok"}
     assert peak["a"] <= 2 and peak["b"] <= 1
     refused = [e for e in events if e.phase == "refused"]
-    assert [e.key for e in refused] == [taken] and "not queued" in refused[0].text
+    assert [e.key for e in refused] == [taken] and "not QUEUED" in refused[0].text
 
 
 async def test_a_claim_already_held_is_shipped_without_a_second_claim(

@@ -22,9 +22,9 @@ import pytest
 from shipkit import alive
 from ssh_servers import SSHServer, known_hosts_line, write_key
 
-from core.bundle import Limits
 from core.errors import BadInput
-from core.transport import HostKeyError, LocalTransport, SSHTransport, Transport, run_job
+from core.rules import Limits
+from core.transport import HostKeyError, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,19 +83,16 @@ async def job(
     dest: str = "out",
 ):  # type: ignore[no-untyped-def]
     doc = json.dumps({"instruction": instruction, "allowed_paths": paths}).encode()
-    return await run_job(
-        transport,
+    spec = JobSpec(
         job_doc=doc,
         instruction=instruction,
         allowed_paths=paths,
         files=files if callable(files) else lambda: files or {},
         generator=generator,
         timeout=timeout,
-        dest_dir=tmp / dest,
         limits=limits,
-        on_output=on_output,
-        cancel=cancel,
     )
+    return await run_job(transport, spec, tmp / dest, on_output, cancel)
 
 
 async def wait_dead(pids: list[int]) -> list[int]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import queue
+import re
 import shlex
 import shutil
 import threading
@@ -22,17 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from core import runner
-from core.bundle import (
-    DEFAULT_LIMITS,
-    BundleError,
-    Limits,
-    ResultInfo,
-    extract_result,
-    make_bundle,
-    make_header,
-)
+from core import errors, rules, runner
+from core.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
 from core.errors import BadInput
+from core.rules import DEFAULT_LIMITS, Limits, TailBuffer
 
 OutputCallback = Callable[[bytes], None]
 T = TypeVar("T")
@@ -104,9 +99,24 @@ class Session:
     lost: tuple[type[BaseException], ...]
     python: str
 
+    @property
+    def broken(self) -> tuple[type[BaseException], ...]:
+        """What writing to or reading from a session that went away raises."""
+        return (*self.lost, OSError)
 
+
+# Shipped in this order: each module's `from core...` imports name the ones before it.
+_SHIPPED = (errors, rules, runner)
+_CORE_IMPORT = re.compile(rb"^from core\.[\w.]+ import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
+_FUTURE = b"from __future__ import annotations\n"
+
+
+@functools.cache
 def runner_source() -> bytes:
-    return Path(runner.__file__).read_bytes()
+    """The one blob the generator host runs: `core.errors`, `core.rules` and `core.runner`,
+    stdlib only, with their imports of each other dropped (the source is all there)."""
+    sources = (Path(m.__file__ or "").read_bytes() for m in _SHIPPED)
+    return _FUTURE + b"\n".join(_CORE_IMPORT.sub(b"", src).replace(_FUTURE, b"") for src in sources)
 
 
 def remote_command(python: str) -> str:
@@ -131,23 +141,12 @@ def max_result_bytes(header: Mapping[str, Any]) -> int:
     """Largest stdout a well-behaved runner can produce for this header."""
     limits = header["limits"]
     per_member = 3 * 512
-    return (
+    return int(
         limits["max_total_bytes"]
         + (limits["max_files"] + 1) * per_member
         + 4 * limits["max_tail_bytes"]
         + (8 << 20)
     )
-
-
-class _Tail:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > self.limit:
-            del self.data[: len(self.data) - self.limit]
 
 
 class _TooLarge(Exception):
@@ -169,84 +168,111 @@ async def drive(
     header's timeout plus ``slack`` has passed, on a lost connection, on an oversized
     result, and when this coroutine is itself cancelled.
     """
-    tail = _Tail(STDERR_TAIL_BYTES)
-    with contextlib.suppress(*session.lost, OSError):
+    with contextlib.suppress(*session.broken):
         session.stdin.write(runner_preamble())
     try:
         header, bundle = await _unless_cancelled(job, cancel)
-        line = b"" if header is _CANCELLED else header_line(header, bundle)
     except BaseException:
         await session.stop()
         raise
     if header is _CANCELLED:
         await session.stop()
         return RunOutcome(0, b"", None, "cancelled")
-    limit = max_result_bytes(header)
+    streams = _Streams(
+        session, (header_line(header, bundle), bundle), on_result, on_output, max_result_bytes(header)
+    )
+    running = asyncio.ensure_future(streams.run())
+    try:
+        await _first_of(running, cancel, header["timeout"] + slack)
+    except asyncio.CancelledError:
+        running.cancel()
+        await session.stop()
+        raise
+    if not running.done():
+        running.cancel()
+        await session.stop()
+        return streams.outcome(
+            None, "cancelled" if cancel is not None and cancel.is_set() else "deadline exceeded"
+        )
+    try:
+        status = running.result()
+    except _TooLarge as exc:
+        await session.stop()
+        return streams.outcome(None, str(exc))
+    except session.broken as exc:
+        await session.stop()
+        return streams.outcome(None, f"connection lost: {exc}")
+    except BaseException:
+        await session.stop()
+        raise
+    return _outcome(streams.received, status, bytes(streams.tail), session.python)
 
-    async def feed() -> None:
+
+class _Streams:
+    """One runner's three streams: the job in on stdin, the result out of stdout (bounded
+    by `limit`), the generator's output out of stderr (its tail kept)."""
+
+    def __init__(
+        self,
+        session: Session,
+        payload: tuple[bytes, ...],
+        on_result: OutputCallback,
+        on_output: OutputCallback | None,
+        limit: int,
+    ) -> None:
+        self.session = session
+        self.payload = payload
+        self.on_result = on_result
+        self.on_output = on_output
+        self.limit = limit
+        self.received = 0
+        self.tail = TailBuffer(STDERR_TAIL_BYTES)
+
+    async def run(self) -> int | None:
+        """Stream until both outputs end; the runner's exit status."""
+        feeder = asyncio.ensure_future(self._feed())
         try:
-            session.stdin.write(line)
-            session.stdin.write(bundle)
-            await session.stdin.drain()
-        except (*session.lost, OSError):
-            return
-
-    async def pump_stderr() -> None:
-        while chunk := await session.stderr.read(CHUNK):
-            tail.add(chunk)
-            if on_output is not None:
-                on_output(chunk)
-
-    received = 0
-
-    async def pump_stdout() -> None:
-        nonlocal received
-        while chunk := await session.stdout.read(CHUNK):
-            received += len(chunk)
-            if received > limit:
-                raise _TooLarge(f"runner output over {limit} bytes")
-            on_result(chunk)
-
-    async def whole() -> int | None:
-        feeder = asyncio.ensure_future(feed())
-        try:
-            await asyncio.gather(pump_stdout(), pump_stderr())
-            return await session.wait()
+            await asyncio.gather(self._stdout(), self._stderr())
+            return await self.session.wait()
         finally:
             feeder.cancel()
 
-    running = asyncio.ensure_future(whole())
+    def outcome(self, status: int | None, error: str) -> RunOutcome:
+        return RunOutcome(self.received, bytes(self.tail), status, error)
+
+    async def _feed(self) -> None:
+        try:
+            for part in self.payload:
+                self.session.stdin.write(part)
+            await self.session.stdin.drain()
+        except self.session.broken:
+            return
+
+    async def _stderr(self) -> None:
+        while chunk := await self.session.stderr.read(CHUNK):
+            self.tail.add(chunk)
+            if self.on_output is not None:
+                self.on_output(chunk)
+
+    async def _stdout(self) -> None:
+        while chunk := await self.session.stdout.read(CHUNK):
+            self.received += len(chunk)
+            if self.received > self.limit:
+                raise _TooLarge(f"runner output over {self.limit} bytes")
+            self.on_result(chunk)
+
+
+async def _first_of(running: asyncio.Future[Any], cancel: asyncio.Event | None, timeout: float) -> None:
+    """Wait until `running` ends, `cancel` is set or `timeout` passes, whichever is first."""
     waiters: set[asyncio.Future[Any]] = {running}
     cancel_wait = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
     if cancel_wait is not None:
         waiters.add(cancel_wait)
     try:
-        await asyncio.wait(waiters, timeout=header["timeout"] + slack, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        running.cancel()
-        await session.stop()
-        raise
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if cancel_wait is not None:
             cancel_wait.cancel()
-
-    if not running.done():
-        running.cancel()
-        await session.stop()
-        reason = "cancelled" if cancel is not None and cancel.is_set() else "deadline exceeded"
-        return RunOutcome(received, bytes(tail.data), None, reason)
-    try:
-        status = running.result()
-    except _TooLarge as exc:
-        await session.stop()
-        return RunOutcome(received, bytes(tail.data), None, str(exc))
-    except (*session.lost, OSError) as exc:
-        await session.stop()
-        return RunOutcome(received, bytes(tail.data), None, f"connection lost: {exc}")
-    except BaseException:
-        await session.stop()
-        raise
-    return _outcome(received, status, bytes(tail.data), session.python)
 
 
 # What `_unless_cancelled` gives when the cancel came first.
@@ -282,25 +308,44 @@ def _outcome(received: int, status: int | None, tail: bytes, python: str) -> Run
     return RunOutcome(received, tail, status, error)
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """What a host is asked to do for one job.
+
+    ``files`` gives the job's input files; it is called in a thread while the transport
+    starts the runner, so reading and bundling overlap the remote side's start.
+    """
+
+    job_doc: bytes
+    instruction: str
+    allowed_paths: list[str]
+    files: Callable[[], Mapping[str, bytes | Path]]
+    generator: str
+    timeout: float
+    limits: Limits = DEFAULT_LIMITS
+
+    def prepare(self) -> Prepared:
+        """The header and bundle; BadInput for a bundle that cannot be made."""
+        try:
+            bundle = make_bundle(
+                self.job_doc, self.instruction, self.allowed_paths, self.files(), limits=self.limits
+            )
+        except BundleError as exc:
+            raise BadInput(f"cannot bundle the job: {exc}") from None
+        return make_header(self.generator, self.timeout, self.limits, bundle), bundle
+
+
 async def run_job(
     transport: Transport,
-    *,
-    job_doc: bytes,
-    instruction: str,
-    allowed_paths: list[str],
-    files: Callable[[], Mapping[str, bytes | Path]],
-    generator: str,
-    timeout: float,
+    spec: JobSpec,
     dest_dir: Path,
-    limits: Limits = DEFAULT_LIMITS,
     on_output: OutputCallback | None = None,
     cancel: asyncio.Event | None = None,
 ) -> tuple[RunOutcome, ResultInfo | None]:
     """Bundle, run and check one job: the whole client side in one call.
 
-    ``files`` gives the job's input files; it is called in a thread while the transport
-    starts the runner. What it raises is raised here once the runner is stopped, and a
-    bundle it cannot make (a file over the limits) raises BadInput.
+    What ``spec.files`` raises is raised here once the runner is stopped, and a bundle
+    it cannot make (a file over the limits) raises BadInput.
 
     Returns the outcome and, when the runner finished and sent a result, the locally
     checked ``ResultInfo`` (outputs written under the new ``dest_dir``). A result that
@@ -308,22 +353,14 @@ async def run_job(
     Cancelled while the outputs are being written, it returns (raising) once they are,
     so ``dest_dir`` may then exist and is the caller's to remove.
     """
-
-    def prepare() -> Prepared:
-        try:
-            bundle = make_bundle(job_doc, instruction, allowed_paths, files(), limits=limits)
-        except BundleError as exc:
-            raise BadInput(f"cannot bundle the job: {exc}") from None
-        return make_header(generator, timeout, limits, bundle), bundle
-
     # Threads keep the event loop (heartbeats, other jobs' streams) moving while big
     # files are read and bundled, and while the outputs are written as they arrive.
-    prepared = asyncio.ensure_future(asyncio.to_thread(prepare))
+    prepared = asyncio.ensure_future(asyncio.to_thread(spec.prepare))
     pipe = _Pipe()
 
     def extract() -> ResultInfo:
         try:
-            return extract_result(pipe, allowed_paths, limits, dest_dir)
+            return extract_result(pipe, spec.allowed_paths, spec.limits, dest_dir)
         finally:
             pipe.abandoned = True
 

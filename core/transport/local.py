@@ -67,14 +67,16 @@ class LocalTransport:
             return RunOutcome(0, b"", None, f"{self.python} not found")
         except OSError as exc:
             return RunOutcome(0, b"", None, f"cannot start {self.python}: {exc.strerror}")
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+        if stdin is None or stdout is None or stderr is None:
+            raise RuntimeError("a subprocess started with three pipes has three pipes")
 
         async def stop() -> None:
             """SIGTERM and EOF: the runner kills its generator and removes its workspace;
             if it has not exited by then, kill its process group."""
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-            proc.stdin.close()
+            stdin.close()
             try:
                 await asyncio.wait_for(proc.wait(), STOP_WAIT)
             except TimeoutError:
@@ -83,9 +85,9 @@ class LocalTransport:
                 await proc.wait()
 
         session = Session(
-            stdin=proc.stdin,
-            stdout=proc.stdout,
-            stderr=proc.stderr,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
             wait=proc.wait,
             stop=stop,
             lost=(ConnectionResetError, BrokenPipeError),
@@ -94,7 +96,7 @@ class LocalTransport:
         try:
             return await drive(session, job, on_result, on_output, cancel, self.slack)
         finally:
-            proc.stdin.close()
+            stdin.close()
 
     async def close(self) -> None:
         """Nothing is held between jobs."""

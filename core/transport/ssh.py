@@ -18,6 +18,7 @@ from pathlib import Path
 
 import asyncssh
 
+from core.errors import GenjobError
 from core.transport.base import (
     STOP_WAIT,
     OutputCallback,
@@ -44,7 +45,7 @@ ENCRYPTION_ALGS = (
 CLOSE_GRACE = 1.0
 
 
-class HostKeyError(Exception):
+class HostKeyError(GenjobError):
     """The server's host key is not trusted by the known_hosts file: unknown or changed.
 
     The message carries the key's SHA256 fingerprint and the command that trusts it.

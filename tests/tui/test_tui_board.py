@@ -137,7 +137,7 @@ async def test_claim_lost_to_another_operator_is_a_message_not_a_crash(demo: Dem
         await d.select(key)
         claim(layout, "someone-else", key)  # between selection and keypress
         await d.press("c")
-        await d.until(lambda: d.inbox.said("not queued") or d.inbox.said("is running"), "the refusal")
+        await d.until(lambda: d.inbox.said("not QUEUED") or d.inbox.said("is RUNNING"), "the refusal")
         await d.until(lambda: d.state_of(key) == "RUNNING", "the other claim")
         lease = json.loads(layout.lease(key).read_bytes())
         assert lease["worker"] == "someone-else"
@@ -417,7 +417,7 @@ async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) 
         await d.press("s")
         await d.showing(HostPicker)
         hosts = d.screen.query_one(OptionList)
-        assert hosts.option_count == 2  # local and slow-local
+        assert hosts.option_count == 3  # local, tidy and slow-local
         hosts.focus()
         hosts.highlighted = 0
         await d.press("enter")
@@ -440,7 +440,10 @@ async def test_ship_cancel_ends_with_an_aborted_receipt(demo: Demo) -> None:
         await d.showing(HostPicker)
         hosts = d.screen.query_one(OptionList)
         hosts.focus()
-        hosts.highlighted = 1  # slow-local: its generator sleeps after each file
+        # slow-local: its generator sleeps after each file
+        hosts.highlighted = next(
+            i for i in range(hosts.option_count) if "slow-local" in str(hosts.get_option_at_index(i).prompt)
+        )
         await d.press("enter")
         await d.showing(ShipDialog)
         dialog = d.screen

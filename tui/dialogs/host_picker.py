@@ -15,6 +15,7 @@ from textual.widgets.option_list import Option
 from core.config import Host
 from core.terminal import visible
 
+GENERATOR_SHOWN = 36
 # The answer that ships a batch across every host, each at its own concurrency.
 EVERY_HOST = "*every-host*"
 
@@ -37,7 +38,10 @@ class HostPicker(ModalScreen[str | None]):
             if host.address:
                 label.append(f"  {visible(host.address)}", style="dim")
             label.append(f"  x{host.concurrency}", style="cyan")
-            label.append(f"  {visible(host.generator)[:60]}", style="dim")
+            generator = visible(host.generator)
+            if len(generator) > GENERATOR_SHOWN:  # one line per host, even at 80 columns
+                generator = generator[: GENERATOR_SHOWN - 1] + "…"
+            label.append(f"  {generator}", style="dim")
             options.append(Option(label, id=name))
         if self.every:
             label = Text("every host", style="bold")

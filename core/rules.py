@@ -1,0 +1,314 @@
+"""The rules genjob holds every input to, in one place: on the client and on the generator host.
+
+Stdlib only, and written for any python3 from 3.8 on: the client ships this module's
+source to the generator host together with the runner (`core.transport.base.shipped_source`),
+so the runner checks a bundle by the very rules the client checks a result by.
+
+ - paths: `check_relpath`, `check_allowed_paths`
+ - JSON: `loads_strict` (no duplicate keys, NaN, Infinity, huge integers or deep nesting)
+ - limits: `Limits`, what a job may ship and bring back
+ - tar members: `MemberCheck`, `checked_members`, `read_tar` (regular files only, each name
+   once, within the count and sizes, validated before a byte is written)
+ - output tails: `TailBuffer`, the last bytes of a generator's output
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import tarfile
+import typing
+import unicodedata
+
+MAX_PATH_BYTES = 4096
+MAX_COMPONENT_BYTES = 255
+RESERVED_TOP = frozenset({".gen", ".git"})
+MAX_JSON_DEPTH = 32
+MAX_INT_DIGITS = 30
+
+
+def _unsafe_char(c: str) -> str | None:
+    """Why ``c`` may not stand in a path, or None: controls (C0, DEL, C1), and the
+    invisible format characters (bidi overrides, zero-width) and line separators that
+    could make a path show as another one on a terminal."""
+    code = ord(c)
+    if code < 0x20 or 0x7F <= code < 0xA0:
+        return f"control character U+{code:04X}"
+    if code < 0x80:
+        return None
+    if unicodedata.category(c) in ("Cf", "Zl", "Zp", "Cs"):
+        return f"invisible or format character U+{code:04X}"
+    return None
+
+
+def check_relpath(path: str) -> str:
+    """Return ``path`` unchanged if it is a safe repository-relative POSIX path.
+
+    The one rule for every path a job names, a generator sends back or a receipt lists,
+    on the client and on the generator host alike. Refuses, with a ValueError naming the
+    fault: non-strings, empty or over-long paths (``MAX_PATH_BYTES`` in UTF-8), text that
+    is not valid UTF-8, control and invisible format characters, backslashes, absolute
+    paths, empty, ``.`` or ``..`` components, and paths under a top-level ``.gen`` or
+    ``.git`` (the repository's own machinery is never a job's output).
+    """
+    if not isinstance(path, str):
+        raise ValueError(f"path must be a string, not {type(path).__name__}")
+    if not path:
+        raise ValueError("empty path")
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("path is not valid UTF-8") from None
+    if len(encoded) > MAX_PATH_BYTES:
+        raise ValueError(f"path longer than {MAX_PATH_BYTES} bytes")
+    for c in path:
+        why = _unsafe_char(c)
+        if why:
+            raise ValueError(f"{why} in path")
+    if "\\" in path:
+        raise ValueError("backslash in path")
+    if path.startswith("/"):
+        raise ValueError("absolute path")
+    parts = path.split("/")
+    for part in parts:
+        if part == "":
+            raise ValueError("empty component '' is not allowed")
+        if part in (".", ".."):
+            raise ValueError(f"path component {part!r} is not allowed")
+        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
+            raise ValueError(f"path component longer than {MAX_COMPONENT_BYTES} bytes")
+    if parts[0] in RESERVED_TOP:
+        raise ValueError(f"path under {parts[0]}/ is not allowed")
+    return path
+
+
+def check_allowed_paths(paths: object, max_files: int) -> list[str]:
+    """Validate a job's ``allowed_paths`` list: safe, unique, within the count limit."""
+    if not isinstance(paths, list):
+        raise ValueError("allowed_paths must be a list")
+    if len(paths) > max_files:
+        raise ValueError(f"allowed_paths has {len(paths)} entries, over max_files ({max_files})")
+    seen = set()
+    for path in paths:
+        try:
+            check_relpath(path)
+        except ValueError as exc:
+            raise ValueError(f"allowed path {path!r}: {exc}") from None
+        if path in seen:
+            raise ValueError(f"{path!r}: listed twice in allowed_paths")
+        seen.add(path)
+    return list(paths)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def no_duplicate_keys(pairs: list[tuple[str, typing.Any]]) -> dict[str, typing.Any]:
+    """`object_pairs_hook` that refuses a key named twice (json keeps the last one)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+    return out
+
+
+def bounded_int(text: str) -> int:
+    """`parse_int` that refuses integers of more than `MAX_INT_DIGITS` digits."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer with {len(text)} digits")
+    return int(text)
+
+
+def refuse_constant(name: str) -> typing.Any:
+    """`parse_constant` that refuses NaN, Infinity and -Infinity."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_depth(text: str) -> int:
+    """Nesting depth of a JSON text, ignoring brackets inside strings."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_depth(text: str) -> None:
+    """Refuse a text nested deeper than `MAX_JSON_DEPTH` (only one with many brackets can be)."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=no_duplicate_keys, parse_constant=refuse_constant, parse_int=bounded_int
+)
+
+
+def loads_strict(data: bytes) -> object:
+    """Parse UTF-8 JSON by the strict rule, or raise ValueError naming the fault."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    check_depth(text)
+    try:
+        return STRICT_DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"malformed JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Bounds on what a job may ship and bring back, and on the output kept as evidence."""
+
+    max_file_bytes: int = 64 << 20
+    max_total_bytes: int = 512 << 20
+    max_files: int = 1000
+    max_tail_bytes: int = 64 << 10
+
+    def __post_init__(self) -> None:
+        for name, value in self.as_dict().items():
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive integer, not {value!r}")
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, value: object) -> Limits:
+        """Limits from a header's mapping: exactly these keys, each a positive integer."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(value, dict) or sorted(value) != sorted(names):
+            raise ValueError(f"limits must have exactly {', '.join(names)}")
+        return cls(**value)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class TailBuffer:
+    """The last `limit` bytes of a stream of chunks (a generator's output, kept as evidence)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+
+    def __bytes__(self) -> bytes:
+        return bytes(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+_TAR_KINDS = {
+    tarfile.DIRTYPE: "directory",
+    tarfile.SYMTYPE: "symlink",
+    tarfile.LNKTYPE: "hard link",
+    tarfile.CHRTYPE: "character device",
+    tarfile.BLKTYPE: "block device",
+    tarfile.FIFOTYPE: "fifo",
+    tarfile.CONTTYPE: "contiguous file",
+    tarfile.GNUTYPE_SPARSE: "sparse file",
+}
+
+
+class MemberCheck:
+    """What every tar member must be, in archive order: a plain regular file, not named
+    before, within the count and the per-member and total sizes. Raises ValueError."""
+
+    def __init__(self, max_members: int, max_member_bytes: int, max_total_bytes: int) -> None:
+        self.limits = (max_members, max_member_bytes, max_total_bytes)
+        self.seen: set[str] = set()
+        self.total = 0
+
+    def __call__(self, info: tarfile.TarInfo) -> None:
+        max_members, max_member_bytes, max_total_bytes = self.limits
+        name = info.name
+        if len(self.seen) >= max_members:
+            raise ValueError(f"{name!r}: more than {max_members} members")
+        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
+            raise ValueError(f"{name!r}: {kind}, not a regular file")
+        if name in self.seen:
+            raise ValueError(f"{name!r}: duplicate member")
+        self.seen.add(name)
+        if info.size > max_member_bytes:
+            raise ValueError(f"{name!r}: {info.size} bytes, over the limit of {max_member_bytes}")
+        self.total += info.size
+        if self.total > max_total_bytes:
+            raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
+
+
+def checked_members(
+    source: typing.Any, check: MemberCheck
+) -> typing.Iterator[tuple[str, int, typing.BinaryIO]]:
+    """Each member of the tar read from ``source`` as it arrives, once ``check`` accepts
+    it: its name, its size and a reader of its content (good until the next member)."""
+    with tarfile.open(
+        fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
+    ) as archive:
+        for info in archive:
+            check(info)
+            yield (
+                info.name,
+                info.size,
+                typing.cast(typing.BinaryIO, archive.extractfile(info) or io.BytesIO()),
+            )
+
+
+def read_tar(
+    data: bytes, max_members: int, max_member_bytes: int, max_total_bytes: int
+) -> list[tuple[str, bytes]]:
+    """Read an uncompressed in-memory tar, accepting nothing but plain regular files.
+
+    Returns ``(name, content)`` pairs in archive order. Raises ValueError naming the member
+    and the fault on: a member that is not a plain regular file, a duplicate name, too many
+    members, a member or total over its size limit, or a damaged archive. Names are
+    returned as stored (after pax/GNU long-name headers); callers check them.
+    """
+    members: list[tuple[str, bytes]] = []
+    check = MemberCheck(max_members, max_member_bytes, max_total_bytes)
+    try:
+        with tarfile.open(
+            fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape"
+        ) as archive:
+            while True:
+                info = archive.next()
+                if info is None:
+                    break
+                check(info)
+                handle = archive.extractfile(info)
+                content = handle.read() if handle is not None else b""
+                if len(content) != info.size:
+                    raise ValueError(f"{info.name!r}: truncated member")
+                members.append((info.name, content))
+    except tarfile.TarError as exc:
+        raise ValueError(f"damaged tar: {exc}") from None
+    except EOFError:
+        raise ValueError("damaged tar: unexpected end of data") from None
+    return members
