@@ -57,7 +57,7 @@ from core.errors import (
 )
 from core.events import actor, record_event
 from core.evidence import set_aside
-from core.layout import Layout
+from core.layout import FOLDER_STATE, Layout
 from core.models import Job, Receipt
 from core.ownership import repository_owners, require_trusted
 from core.queue import Located, locate, read_job_file
@@ -131,11 +131,11 @@ def apply_job(layout: Layout, key: str, commit: bool = False) -> Applied:
         if loc.folder != "running":
             if os.path.lexists(journal_path):
                 _refuse_journal(
-                    layout, key, f"the job is {_shown(loc.folder)}; no apply of it can be under way"
+                    layout, key, f"the job is {FOLDER_STATE[loc.folder]}; no apply of it can be under way"
                 )
             hint = f" (ship it first: genjob ship {key})" if loc.folder == "queue" else ""
             raise WrongState(
-                f"{key}: is {_shown(loc.folder)}; only a job with a receipt can be applied{hint}"
+                f"{key}: is {FOLDER_STATE[loc.folder]}; only a job with a receipt can be applied{hint}"
             )
         v = verify(layout, loc.job, config)
         if os.path.lexists(journal_path):
@@ -208,11 +208,6 @@ def _refuse_journal(layout: Layout, key: str, why: str) -> NoReturn:
         f"{path}: refused: {why}; nothing was written, and the journal was kept aside at "
         f"{aside.relative_to(layout.root)}"
     )
-
-
-def _shown(folder: str) -> str:
-    """A state folder as the state name the user sees."""
-    return "QUEUED" if folder == "queue" else folder.upper()
 
 
 def _same_filesystem(layout: Layout) -> None:

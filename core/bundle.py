@@ -17,7 +17,7 @@ import shutil
 import stat
 import tarfile
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,12 @@ from core.runner import PROTOCOL_VERSION, write_tar
 
 MAX_RESULT_JSON_BYTES = 4 << 20
 RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})
+
+
+class Readable(typing.Protocol):
+    """A stream of bytes read as it arrives (a file, a pipe, the transport's result)."""
+
+    def read(self, n: int = -1) -> bytes: ...
 
 
 class BundleError(GenjobError):
@@ -114,7 +120,7 @@ def make_bundle(
         try:
             content = _read_local(value) if isinstance(value, Path) else bytes(value)
         except OSError as exc:
-            raise BundleError(f"files/{rel}: cannot read {value}: {exc.strerror}") from None
+            raise BundleError(f"files/{rel}: cannot read {value!s}: {exc.strerror}") from None
         if len(content) > limits.max_file_bytes:
             raise BundleError(f"files/{rel}: {len(content)} bytes, over max_file_bytes")
         total += len(content)
@@ -145,7 +151,7 @@ def _parse_result(raw: bytes) -> dict[str, Any]:
         raise BundleError(f"result.json: {exc}") from None
     if not isinstance(result, dict) or set(result) != RESULT_KEYS:
         raise BundleError(f"result.json: must have exactly the keys {sorted(RESULT_KEYS)}")
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "exit_code": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
         "timed_out": lambda v: isinstance(v, bool),
         "cancelled": lambda v: isinstance(v, bool),
@@ -207,7 +213,7 @@ def _write_output(root_fd: int, rel: str, content: typing.BinaryIO, size: int) -
 
 
 def extract_result(
-    source: typing.BinaryIO, allowed_paths: Iterable[str], limits: Limits, dest_dir: Path
+    source: Readable, allowed_paths: Iterable[str], limits: Limits, dest_dir: Path
 ) -> ResultInfo:
     """Validate a runner's result tar, read from ``source`` as it arrives, and write its
     outputs into a new ``dest_dir``.
@@ -251,7 +257,7 @@ def extract_result(
 
 
 def _receive(
-    source: typing.BinaryIO, allowed: set[str], limits: Limits, root_fd: int
+    source: Readable, allowed: set[str], limits: Limits, root_fd: int
 ) -> tuple[bytes, dict[str, str]]:
     """Read the result tar: write each output under ``root_fd``; return the raw
     ``result.json`` and the hash of each output written."""

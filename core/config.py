@@ -32,6 +32,9 @@ DEFAULT_CONFIG = """\
 require_signature = true
 # A lease whose heartbeat is older than its ttl marks its job ORPHANED.
 lease_ttl = 120
+# Whether the board's approve also commits the applied paths (with a Genjob-Key:
+# trailer, like `genjob apply --commit`) in a git repository; the preflight can change it.
+commit_on_approve = false
 
 [limits]
 # What a generator may send back, per file and in all, and how many files.
@@ -45,10 +48,23 @@ max_tail_bytes = 65536
 # {paths} and {workdir} are replaced by shell-quoted values. The instruction reaches
 # the generator only as a file (and $GENJOB_INSTRUCTION_FILE), never as shell text.
 [hosts.local]
-# The embedded default: a subprocess here, in a fresh temp workspace, clean environment.
+# A STAND-IN, not a model: it only appends a comment quoting the instruction to each
+# file, so that a round trip works at once. Point `generator` at a real tool (aider,
+# codex, claude, llm: see "Generator hosts" in genjob's README) or use `tidy` below.
+# It runs here, in a fresh temp workspace, with a clean environment.
 transport = "local"
 generator = "python3 -m core.demo_generator"
 timeout = 300
+concurrency = 2
+
+[hosts.tidy]
+# A real generator that needs no model, no key and no network: ruff removes unused
+# imports, modernises syntax, sorts imports and formats the job's Python files
+# (other files are left as they are). `genjob ship KEY --host tidy`.
+transport = "local"
+generator = "python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero {paths} \
+&& python3 -m ruff format --no-cache --quiet {paths}"
+timeout = 120
 concurrency = 2
 
 # [hosts.scratch]
@@ -73,6 +89,7 @@ class Policy(BaseModel):
     model_config = _STRICT
     require_signature: bool = True
     lease_ttl: Annotated[float, Field(gt=0)] = 120.0
+    commit_on_approve: bool = False
 
 
 class Limits(BaseModel):
@@ -96,6 +113,11 @@ class Host(BaseModel):
     python: Annotated[str, Field(min_length=1)] | None = None
     timeout: Annotated[float, Field(gt=0)] = 900.0
     concurrency: Annotated[int, Field(gt=0)] = 1
+
+    @property
+    def stand_in(self) -> bool:
+        """Whether this host runs genjob's demo generator, which only appends a comment."""
+        return "core.demo_generator" in self.generator
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> Host:

@@ -15,6 +15,9 @@ STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
 # Where a key's job document may be, most final first: the first found decides.
 JOB_FOLDERS = ("applied", "rejected", "running", "queue")
 OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache")
+# The state a job in each folder is in, by the name the user sees (before what leases,
+# receipts and the tree add to it).
+FOLDER_STATE = {"queue": "QUEUED", "running": "RUNNING", "applied": "APPLIED", "rejected": "REJECTED"}
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from core.canonical import canonical, loads_strict, sha256_bytes
 from core.contract import HEX64_RE as HEX64_RE
 from core.contract import KEY_RE as KEY_RE
-from core.contract import MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS, MAX_PATHS, V1, V1_FIELD_ORDER, V2
+from core.contract import MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS, MAX_PATHS, V1_FIELD_ORDER
 from core.contract import RECEIPT_STATUSES as RECEIPT_STATUSES
 from core.contract import SCHEMAS as SCHEMAS
+from core.contract import V1 as V1
+from core.contract import V2 as V2
 from core.errors import BadInput
 from core.paths import check_relpath
 
@@ -169,13 +171,13 @@ def job_from_obj(obj: Any, source: str) -> Job:
         job = model.model_validate(obj)
     except ValidationError as exc:
         raise BadInput(f"{source}: {_first_error(exc)}") from None
-    if set(job.inputs) != set(job.allowed_paths):  # type: ignore[attr-defined]
+    if set(job.inputs) != set(job.allowed_paths):
         raise BadInput(f"{source}: inputs must name exactly the allowed paths")
     if job.compute_digest() != job.digest:
         raise BadInput(f"{source}: digest {job.digest[:12]}… does not match the document")
     if job.derived_key() != job.idempotency_key:
         raise BadInput(f"{source}: idempotency_key does not match instruction and inputs")
-    return job  # type: ignore[return-value]
+    return job
 
 
 def job_from_bytes(data: bytes, source: str) -> Job:

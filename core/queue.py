@@ -19,7 +19,7 @@ from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, mov
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
 from core.events import attempts, claims, record_attempt, record_event
 from core.freshness import LeaseState
-from core.layout import JOB_FOLDERS, Layout
+from core.layout import FOLDER_STATE, JOB_FOLDERS, Layout
 from core.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
 
@@ -161,7 +161,7 @@ class Claimer:
             claimed = self._try(check_key(key))
             if claimed is None:
                 loc = locate(self.layout, key)
-                raise WrongState(f"{key}: is {loc.folder}, not queued; nothing claimed")
+                raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}, not QUEUED; nothing claimed")
             return claimed
         skipped: dict[str, str] = {}
         for relisted in (False, True):
@@ -256,7 +256,7 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Path:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder != "running":
-            raise WrongState(f"{key}: is {loc.folder}; only a running job can be requeued")
+            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}; only an ORPHANED job can be requeued")
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; reject or replay it instead")
         state = lease_state(layout, key)
@@ -281,7 +281,7 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder in ("applied", "rejected"):
-            raise WrongState(f"{key}: is {loc.folder} already")
+            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]} already")
         if layout.journal_file(key).exists():
             raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
         live = lease_state(layout, key) in ("fresh", "claiming")
@@ -315,3 +315,11 @@ def request_cancel(layout: Layout, key: str) -> Path:
 
 def cancel_requested(layout: Layout, key: str) -> bool:
     return layout.cancel_request(key).exists()
+
+
+def cancel_requested_at(layout: Layout, key: str) -> float | None:
+    """When a cancel of `key` was asked for and is still waiting for its worker; else None."""
+    try:
+        return os.stat(layout.cancel_request(key)).st_mtime
+    except FileNotFoundError:
+        return None

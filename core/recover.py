@@ -21,6 +21,7 @@ fault is reported on one line, and `Recovery.left` says whether anything was lef
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -68,15 +69,14 @@ def recover(layout: Layout) -> Recovery:
     """Bring `.gen/` back to one state per key."""
     out = Recovery()
     for key in _journal_keys(layout):
-        out.attempt("R1", key, lambda key=key: _finish_apply(layout, key))
+        out.attempt("R1", key, functools.partial(_finish_apply, layout, key))
     with flocked(layout.lock):
-        out.attempt("R2-R4", "pairs", lambda: _resolve_pairs(layout))
-        out.attempt("R5", "strays", lambda: _sweep_strays(layout))
+        out.attempt("R2-R4", "pairs", functools.partial(_resolve_pairs, layout))
+        out.attempt("R5", "strays", functools.partial(_sweep_strays, layout))
         for folder in [layout.gen, *layout.all_dirs()]:
-            out.attempt(
-                "R6", str(folder.relative_to(layout.root)), lambda folder=folder: _sweep_temps(layout, folder)
-            )
-        out.attempt("R6", "staging", lambda: _sweep_staging(layout))
+            where = str(folder.relative_to(layout.root))
+            out.attempt("R6", where, functools.partial(_sweep_temps, layout, folder))
+        out.attempt("R6", "staging", functools.partial(_sweep_staging, layout))
     if out.lines:
         record_event(layout, "recovered", None, actions=[line[:300] for line in out.lines[:200]])
     return out
@@ -168,7 +168,7 @@ def _sweep_temps(layout: Layout, folder: Path) -> list[str]:
 
 def _sweep_staging(layout: Layout) -> list[str]:
     """A worker's staging folder `.gen/out/.tmp-<key>-<attempt>` once that attempt is over."""
-    report = []
+    report: list[str] = []
     try:
         names = os.listdir(layout.out)
     except FileNotFoundError:

@@ -105,11 +105,11 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def no_duplicate_keys(pairs: list) -> dict:
+def no_duplicate_keys(pairs: list[tuple[str, typing.Any]]) -> dict[str, typing.Any]:
     """`object_pairs_hook` that refuses a key named twice (json keeps the last one)."""
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen = set()
+        seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
                 raise ValueError(f"duplicate key {key!r}")
@@ -191,7 +191,7 @@ class Limits:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"Limits.{name} must be a positive integer, not {value!r}")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -274,7 +274,11 @@ def checked_members(
     ) as archive:
         for info in archive:
             check(info)
-            yield info.name, info.size, archive.extractfile(info) or io.BytesIO()
+            yield (
+                info.name,
+                info.size,
+                typing.cast(typing.BinaryIO, archive.extractfile(info) or io.BytesIO()),
+            )
 
 
 def read_tar(

@@ -92,7 +92,7 @@ def tar_writer(out: typing.BinaryIO) -> typing.Iterator[typing.Callable[..., Non
     Yields ``add(name, content, digest=None)``; a ``digest`` (a hashlib object) is fed
     the content as it is written, a megabyte at a time.
     """
-    with tarfile.open(
+    with tarfile.open(  # type: ignore[call-overload]  # copybufsize: a real, untyped parameter
         fileobj=_Counted(out), mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8", copybufsize=1 << 20
     ) as tf:
 
@@ -203,7 +203,7 @@ class Tail(TailBuffer):
                 self._forward = False
 
 
-def _leader_exited(proc: subprocess.Popen) -> bool:
+def _leader_exited(proc: subprocess.Popen[bytes]) -> bool:
     """True once the generator's shell has exited, without reaping it where possible.
 
     Leaving it a zombie keeps its process group id from being reused until the group
@@ -214,7 +214,7 @@ def _leader_exited(proc: subprocess.Popen) -> bool:
     return proc.poll() is not None
 
 
-def _killpg(proc: subprocess.Popen, sig: int) -> None:
+def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
 
@@ -222,7 +222,7 @@ def _killpg(proc: subprocess.Popen, sig: int) -> None:
 class Generator:
     """The generator's process group, its output pipe and the select loop around them."""
 
-    def __init__(self, proc: subprocess.Popen, watch: Watch, tail: Tail) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], watch: Watch, tail: Tail) -> None:
         self.proc = proc
         self.watch = watch
         self.tail = tail
@@ -291,7 +291,7 @@ class Generator:
         return f"cancelled: {self.watch.reason}"
 
 
-def read_header(stream: io.BufferedReader) -> dict:
+def read_header(stream: typing.BinaryIO) -> dict[str, typing.Any]:
     line = stream.readline(MAX_HEADER_BYTES)
     if not line:
         raise Cancelled("input closed before the header")
@@ -546,7 +546,9 @@ def generator_env(home: str, work: str, instruction_file: str, job_file: str) ->
     return env
 
 
-def run_in_workspace(header: dict, stdin: typing.BinaryIO, watch: Watch, result: dict) -> dict[str, bytes]:
+def run_in_workspace(
+    header: dict[str, typing.Any], stdin: typing.BinaryIO, watch: Watch, result: dict[str, typing.Any]
+) -> dict[str, bytes]:
     """Receive, run and collect one job, filling ``result``; return the collected outputs.
 
     The workspace is ``<tmp>/work`` (the generator's cwd, holding only the repository
@@ -600,7 +602,7 @@ def run_in_workspace(header: dict, stdin: typing.BinaryIO, watch: Watch, result:
 
 
 def main() -> int:
-    result: dict = {
+    result: dict[str, typing.Any] = {
         "exit_code": None,
         "timed_out": False,
         "cancelled": False,
@@ -628,7 +630,7 @@ def main() -> int:
     return 0
 
 
-def write_result(out: typing.BinaryIO, result: dict, outputs: dict[str, bytes]) -> None:
+def write_result(out: typing.BinaryIO, result: dict[str, typing.Any], outputs: dict[str, bytes]) -> None:
     """The result tar: the outputs first, each hashed as it goes out (so hashing overlaps
     sending), then ``result.json`` with those hashes."""
     hashes = {}

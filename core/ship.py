@@ -166,9 +166,8 @@ async def ship(
     key_pair = signing_key(config)
     worker = worker_id or actor()
     try:
-        claim = claimed or await asyncio.to_thread(
-            Claimer(layout, worker, config.policy.lease_ttl).claim, key
-        )
+        claimer = Claimer(layout, worker, config.policy.lease_ttl)
+        claim = claimed if claimed is not None else await asyncio.to_thread(claimer.claim, key)
         return await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), on_output, cancel)
     finally:
         if hosts is None:
@@ -301,6 +300,21 @@ async def _either(a: asyncio.Event, b: asyncio.Event | None) -> None:
     finally:
         for w in waits:
             w.cancel()
+
+
+def abort_claim(layout: Layout, claim: Claim, reason: str, worker: str) -> Committed:
+    """End a claimed job that is not running anywhere with an `aborted` receipt.
+
+    For a holder that never shipped its claim (a board, the demo's lease holder) when a
+    cancel is asked for: the job ends FAILED, ready to replay, instead of turning ORPHANED.
+    The receipt is signed when this machine has a worker key.
+    """
+    try:
+        key_pair: Ed25519PrivateKey | None = load_private_key()
+    except GenjobError:
+        key_pair = None
+    never_shipped = Shipment(layout, claim, "-", Hosts(Config()), key_pair, worker)
+    return _commit(never_shipped, ("aborted", reason), None, b"")
 
 
 def _commit(

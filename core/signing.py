@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -88,12 +88,14 @@ def load_private_key(path: Path | None = None) -> Ed25519PrivateKey:
 
 
 def parse_public_key(data: bytes, source: str) -> Ed25519PublicKey:
+    if data.lstrip().startswith(b"-----BEGIN"):
+        raise BadInput(f"{source}: a private key; pin the public half instead (its .pub file)")
     try:
         key = serialization.load_ssh_public_key(data.strip())
-    except (ValueError, TypeError, IndexError) as exc:
+    except (ValueError, TypeError, IndexError, UnsupportedAlgorithm) as exc:
         raise BadInput(f"{source}: not an OpenSSH public key ({exc})") from None
     if not isinstance(key, Ed25519PublicKey):
-        raise BadInput(f"{source}: not an Ed25519 public key")
+        raise BadInput(f"{source}: not an Ed25519 public key (genjob workers sign with Ed25519)")
     return key
 
 
@@ -129,7 +131,7 @@ def _pinned(
     folder: Path, untrusted: Callable[[Path], str | None], refused: dict[str, str]
 ) -> list[TrustedKey]:
     """The keys pinned in `folder` that parse and pass `untrusted`; the others go to `refused`."""
-    out = []
+    out: list[TrustedKey] = []
     try:
         names = sorted(n for n in os.listdir(folder) if n.endswith(".pub"))
     except (FileNotFoundError, NotADirectoryError):

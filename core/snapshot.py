@@ -56,6 +56,8 @@ from core.snapshot_records import (
     TreeStamp,
 )
 
+__all__ = ["JobRow", "Scanner", "Snapshot", "keys_from_paths", "take_snapshot"]
+
 CACHE_NAME = "snapshot.marshal"
 
 _state_of = attrgetter("state")

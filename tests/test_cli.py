@@ -193,7 +193,7 @@ def test_claim_a_given_key(repo: Layout) -> None:
     _, b = write_jobs(repo, 2)
     assert cli("claim", b, "--worker", "w1", "--ttl", "5", root=repo.root).stdout.strip() == b
     res = cli("claim", b, "--worker", "w2", root=repo.root)
-    assert res.exit_code == 2 and "is running, not queued" in res.stderr
+    assert res.exit_code == 2 and "is RUNNING, not QUEUED" in res.stderr
 
 
 def test_requeue_needs_force_for_a_live_lease(repo: Layout) -> None:

@@ -52,7 +52,7 @@ def test_claim_takes_the_oldest_and_writes_a_lease(repo: Layout) -> None:
 def test_claim_by_key_and_the_wrong_state(repo: Layout) -> None:
     keys = write_jobs(repo, 2)
     assert claim(repo, "w1", keys[1]).key == keys[1]
-    with pytest.raises(WrongState, match="is running, not queued"):
+    with pytest.raises(WrongState, match="is RUNNING, not QUEUED"):
         claim(repo, "w2", keys[1])
     with pytest.raises(NotFound):
         claim(repo, "w2", "f" * 32)
@@ -171,7 +171,7 @@ def test_requeue_refuses_a_live_lease_unless_forced(repo: Layout) -> None:
 
 def test_requeue_refuses_jobs_not_running_or_with_a_receipt(repo: Layout, signer: object) -> None:
     job = mint(repo)
-    with pytest.raises(WrongState, match="is queue; only a running job can be requeued"):
+    with pytest.raises(WrongState, match="is QUEUED; only an ORPHANED job can be requeued"):
         requeue(repo, job.key)
     receive(repo, job.key, {"src/app.py": b"x"})
     with pytest.raises(WrongState, match="has a receipt already"):
@@ -192,7 +192,7 @@ def test_reject_closes_a_job_with_its_reason(repo: Layout, signer: object) -> No
     assert loc.job == job
     assert repo.receipt(job.key).exists(), "the receipt stays as evidence"
     assert not (repo.running / f"{job.key}.json").exists()
-    with pytest.raises(WrongState, match="is rejected already"):
+    with pytest.raises(WrongState, match="is REJECTED already"):
         reject(repo, job.key, "again")
 
 

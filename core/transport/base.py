@@ -99,6 +99,11 @@ class Session:
     lost: tuple[type[BaseException], ...]
     python: str
 
+    @property
+    def broken(self) -> tuple[type[BaseException], ...]:
+        """What writing to or reading from a session that went away raises."""
+        return (*self.lost, OSError)
+
 
 # Shipped in this order: each module's `from core...` imports name the ones before it.
 _SHIPPED = (errors, rules, runner)
@@ -136,7 +141,7 @@ def max_result_bytes(header: Mapping[str, Any]) -> int:
     """Largest stdout a well-behaved runner can produce for this header."""
     limits = header["limits"]
     per_member = 3 * 512
-    return (
+    return int(
         limits["max_total_bytes"]
         + (limits["max_files"] + 1) * per_member
         + 4 * limits["max_tail_bytes"]
@@ -163,7 +168,7 @@ async def drive(
     header's timeout plus ``slack`` has passed, on a lost connection, on an oversized
     result, and when this coroutine is itself cancelled.
     """
-    with contextlib.suppress(*session.lost, OSError):
+    with contextlib.suppress(*session.broken):
         session.stdin.write(runner_preamble())
     try:
         header, bundle = await _unless_cancelled(job, cancel)
@@ -194,7 +199,7 @@ async def drive(
     except _TooLarge as exc:
         await session.stop()
         return streams.outcome(None, str(exc))
-    except (*session.lost, OSError) as exc:
+    except session.broken as exc:
         await session.stop()
         return streams.outcome(None, f"connection lost: {exc}")
     except BaseException:
@@ -240,7 +245,7 @@ class _Streams:
             for part in self.payload:
                 self.session.stdin.write(part)
             await self.session.stdin.drain()
-        except (*self.session.lost, OSError):
+        except self.session.broken:
             return
 
     async def _stderr(self) -> None:

@@ -67,7 +67,8 @@ class LocalTransport:
             return RunOutcome(0, b"", None, f"{self.python} not found")
         except OSError as exc:
             return RunOutcome(0, b"", None, f"cannot start {self.python}: {exc.strerror}")
-        if proc.stdin is None or proc.stdout is None or proc.stderr is None:
+        stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+        if stdin is None or stdout is None or stderr is None:
             raise RuntimeError("a subprocess started with three pipes has three pipes")
 
         async def stop() -> None:
@@ -75,7 +76,7 @@ class LocalTransport:
             if it has not exited by then, kill its process group."""
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-            proc.stdin.close()
+            stdin.close()
             try:
                 await asyncio.wait_for(proc.wait(), STOP_WAIT)
             except TimeoutError:
@@ -84,9 +85,9 @@ class LocalTransport:
                 await proc.wait()
 
         session = Session(
-            stdin=proc.stdin,
-            stdout=proc.stdout,
-            stderr=proc.stderr,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
             wait=proc.wait,
             stop=stop,
             lost=(ConnectionResetError, BrokenPipeError),
@@ -95,7 +96,7 @@ class LocalTransport:
         try:
             return await drive(session, job, on_result, on_output, cancel, self.slack)
         finally:
-            proc.stdin.close()
+            stdin.close()
 
     async def close(self) -> None:
         """Nothing is held between jobs."""

@@ -15,7 +15,7 @@ import click
 from pydantic import TypeAdapter
 
 from core.apply import apply_job
-from core.board import age, summary_line
+from core.board_view import age, summary_line
 from core.config import load_config
 from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
@@ -88,7 +88,7 @@ def resolve_key(layout: Layout, given: str) -> str:
         with os.scandir(layout.gen / folder) as it:
             found.update(e.name[:32] for e in it if e.name.startswith(given) and e.name.endswith(".json"))
     if not found:
-        raise NotFound(f"{given}: no job key starts with this")
+        raise NotFound(f"{given}: no job key starts with this; `genjob ls` lists the jobs")
     if len(found) > 1:
         raise GenjobError(f"{given}: ambiguous, matches {len(found)} jobs; type more of the key")
     return found.pop()
@@ -103,7 +103,13 @@ def init(ctx: click.Context, directory: Path | None) -> None:
     layout, made = init_repo(root)
     for item in made:
         say(f"created {item}")
-    say(f"genjob ready in {layout.gen}")
+    say(f"genjob ready in {visible(str(layout.gen))}")
+    if made:
+        say(
+            "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
+            'ruff for real (no model, no key). For a model, see "Generator hosts" in genjob\'s '
+            f"README and edit {visible(str(layout.config))}."
+        )
 
 
 @main.command()
@@ -148,16 +154,12 @@ def mint(
         say(f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True)
 
 
-def _state_choices() -> list[str]:
-    return [s.value for s in State] + [s.value.lower() for s in State]
-
-
 @main.command("ls")
 @click.option(
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(_state_choices()),
+    type=click.Choice([s.value for s in State], case_sensitive=False),
     help="Only jobs in this state. Repeatable.",
 )
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of job objects.")
@@ -207,17 +209,21 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         print_json(d.to_dict())
         return
     r = d.row
-    say(f"job {r.key}  {r.state.value}  ({r.schema})")
-    say(f"digest  {r.digest}")
-    say("instruction:")
-    for line in r.instruction.splitlines():
-        say(f"  {visible(line)}")
+    say(f"job {r.key}  {r.state.value}" + (f"  ({visible(r.schema)})" if r.schema else ""))
+    if r.digest:
+        say(f"digest  {r.digest}")
+    if r.instruction:
+        say("instruction:")
+        for line in r.instruction.splitlines():
+            say(f"  {visible(line)}")
     if d.document:
         say("inputs:")
         for p, h in sorted(d.document["inputs"].items()):
             say(f"  {visible(p)}  {h or '(new file)'}")
-    for p in r.problems + tuple(d.errors):
+    for p in dict.fromkeys(r.problems + tuple(d.errors)):  # each fault once, in order
         say(f"! {visible(p)}")
+    if r.state is State.INVALID:
+        say(f"  it cannot be run or applied; set it aside with: genjob discard {r.key}")
     if d.lease:
         ls = d.lease
         say(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -22,6 +24,12 @@ def tui(ctx: click.Context, readonly: bool) -> None:
     make_app(layout.root, readonly=readonly).run()
 
 
+def _this_command() -> str:
+    """How this `genjob` was started, as a path that works from any folder."""
+    argv0 = Path(sys.argv[0])
+    return str(argv0.resolve()) if argv0.name == "genjob" and argv0.exists() else "genjob"
+
+
 @click.command("demo")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--no-tui", is_flag=True, help="Only build the sandbox; do not open the board.")
@@ -36,7 +44,10 @@ def demo(directory: Path | None, no_tui: bool) -> None:
     for line in made.summary:
         say(f"  {line}")
     if no_tui:
-        say(f"open it with: XDG_CONFIG_HOME={made.config_home} genjob --root {made.root} tui")
+        env = f"XDG_CONFIG_HOME={shlex.quote(str(made.config_home))}"
+        genjob = f"{env} {shlex.quote(_this_command())} --root {shlex.quote(str(made.root))}"
+        say(f"open it with: {genjob} tui")
+        say(f"or list it:   {genjob} ls")
         if made.holder is not None:
             say(f"the running job's lease holder (pid {made.holder.pid}) stops within the hour")
         return
