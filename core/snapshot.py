@@ -368,7 +368,7 @@ class Scanner:
         if state is State.INCONSISTENT:
             problems.append(inconsistency_rule(frozenset(folders), receipt is not None))
         elif state is State.ORPHANED and verdict is not None:
-            problems.append(f"lease {verdict.state}: {verdict.why}; requeue replays the job")
+            problems.append(f"lease {verdict.state.value}: {verdict.why}; requeue replays the job")
             fixed = False
         elif state is State.RUNNING:
             if verdict is not None and verdict.why:

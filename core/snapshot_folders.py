@@ -10,10 +10,7 @@ are read on every scan.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from functools import partial
-from operator import attrgetter
 
 from core.snapshot_files import racy_after
 from core.snapshot_records import FileId, Listing
@@ -21,9 +18,6 @@ from core.snapshot_records import FileId, Listing
 # Listed in this order; the first five hold `<key>.json` files.
 LISTED = ("receipts", "running", "queue", "applied", "rejected", "attempts")
 JSON_FOLDERS = LISTED[:5]
-
-_LSTAT = partial(os.DirEntry.stat, follow_symlinks=False)
-_GROWING = attrgetter("st_ino", "st_size", "st_mtime_ns")
 
 
 def _entries(path: str) -> list[os.DirEntry[str]]:
@@ -45,9 +39,13 @@ def _list_growing(path: str) -> dict[str, FileId]:
     try:
         with os.scandir(fd) as it:
             for e in it:
-                if (n := e.name).endswith(".jsonl") and n[0] != ".":
-                    with contextlib.suppress(FileNotFoundError):
-                        out[n[:-6]] = _GROWING(_LSTAT(e))
+                n = e.name
+                if n.endswith(".jsonl") and n[0] != ".":
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    out[n[:-6]] = (st.st_ino, st.st_size, st.st_mtime_ns)
     finally:
         os.close(fd)
     return out
@@ -80,7 +78,7 @@ def file_identity(path: str, growing: bool) -> FileId | None:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
-    return _GROWING(st) if growing else st.st_ino
+    return (st.st_ino, st.st_size, st.st_mtime_ns) if growing else st.st_ino
 
 
 def list_folders(gen: str, old: dict[str, Listing] | None) -> tuple[dict[str, Listing], set[str] | None]:
