@@ -78,7 +78,7 @@ def judge(heartbeat: float, ttl: float, host: str, pid: int, now: float) -> Verd
     if why:
         return Verdict(LeaseState.STALE, why)
     if holder_dead(host, pid):
-        return Verdict(LeaseState.STALE, f"its process ({pid} on this host) is gone")
+        return Verdict(LeaseState.STALE, "the worker is gone")  # its process, on this host
     if not ttl <= MAX_TTL:
         return Verdict(
             LeaseState.FRESH, f"its ttl counts as {MAX_TTL:g} s, the longest allowed ({_said(ttl)})"
