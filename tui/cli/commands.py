@@ -19,6 +19,7 @@ from core.board_view import age, summary_line
 from core.config import load_config
 from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
+from core.freshness import MAX_TTL
 from core.events import record_event
 from core.inspect_job import job_detail
 from core.layout import Layout, find_root
@@ -266,7 +267,12 @@ def print_checks(v: Any) -> None:
 @main.command("claim")
 @click.argument("key", required=False)
 @click.option("--worker", required=True, help="Who claims (recorded in the lease and attempts).")
-@click.option("--ttl", type=float, default=None, help="Lease ttl in seconds (default: policy.lease_ttl).")
+@click.option(
+    "--ttl",
+    type=click.FloatRange(min=0, max=MAX_TTL, min_open=True),
+    default=None,
+    help=f"Lease ttl in seconds, at most {MAX_TTL:g} (default: policy.lease_ttl).",
+)
 @click.pass_context
 def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | None) -> None:
     """Claim KEY, or the oldest queued job. Exit 1 when nothing is left.
