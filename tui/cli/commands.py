@@ -19,8 +19,8 @@ from core.board_view import age, summary_line
 from core.config import load_config
 from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
-from core.freshness import MAX_TTL
 from core.events import record_event
+from core.freshness import MAX_TTL
 from core.inspect_job import job_detail
 from core.layout import Layout, find_root
 from core.lifecycle import STATE_ORDER, State
