@@ -30,7 +30,7 @@ from core.paths import repo_relative
 from core.queue import JOB_FOLDERS, claim, enqueue, locate, reject, request_cancel, requeue
 from core.recover import recover
 from core.replay import replay
-from core.repo import init_repo
+from core.repo import init_repo, is_git_work_tree
 from core.signing import keygen, operator_keys_dir, trust
 from core.snapshot import Snapshot, take_snapshot
 from core.terminal import visible
@@ -105,6 +105,12 @@ def init(ctx: click.Context, directory: Path | None) -> None:
     for item in made:
         say(f"created {item}")
     say(f"genjob ready in {visible(str(layout.gen))}")
+    if not is_git_work_tree(layout.root):
+        say(
+            f"warning: {visible(str(layout.root))} is not a git repository: `apply --commit` and the "
+            "board's commit will not work here (run `git init` first if you want them)",
+            err=True,
+        )
     if made:
         say(
             "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
