@@ -309,7 +309,9 @@ async def test_the_new_job_dialog_scrolls_to_its_buttons_at_80x24(demo: Demo) ->
         for selector in ("#instruction", "#file-filter", "#new-paths", "#submit", "#cancel"):
             widget = dialog.query_one(selector)
             widget.focus()
+            await d.pilot.pause()  # focus is set, then the screen schedules its scroll
             await d.pilot.pause()
+            await d.pilot.wait_for_scheduled_animations()
             assert screen.contains_region(widget.region) and widget.region.height > 0, selector
 
 
