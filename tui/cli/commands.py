@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 
 from core.apply import apply_job
 from core.board import age, summary_line
+from core.checks import CheckStatus, check_statuses, run_hint
 from core.config import load_config
 from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
@@ -107,7 +108,7 @@ def init(ctx: click.Context, directory: Path | None) -> None:
     if made:
         say(
             "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
-            "ruff for real (no model, no key). For a model, see \"Generator hosts\" in genjob's "
+            'ruff for real (no model, no key). For a model, see "Generator hosts" in genjob\'s '
             f"README and edit {visible(str(layout.config))}."
         )
 
@@ -232,6 +233,9 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         )
     if d.verification:
         print_checks(d.verification)
+        if d.located is not None:
+            config = load_config(layout.config)
+            print_check_states(check_statuses(layout, d.located.job, config, d.verification))
     for diff in d.diffs:
         say(f"--- {visible(diff.path)}: {diff.status} +{diff.added} -{diff.removed}")
         if diff.text:
@@ -252,6 +256,21 @@ def _clip(text: str, width: int) -> str:
 
 def _printable_block(text: str) -> str:
     return "".join(visible(line) + "\n" for line in text.splitlines())
+
+
+_MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old ", "running": "run "}
+
+
+def print_check_states(statuses: list[CheckStatus]) -> None:
+    """The configured checks of a job, one line each, as `verify` and `show` list them."""
+    if not statuses:
+        return
+    say("checks:")
+    for s in statuses:
+        need = "required" if s.required else "optional"
+        say(f"  [{_MARKS[s.state.value]}] {s.name:12} {need:8} {visible(s.detail)}")
+    if any(not s.sandboxed for s in statuses):
+        say('  note: some checks run UNSANDBOXED (sandbox = "none"): with all your rights, network included')
 
 
 def print_checks(v: Any) -> None:
@@ -297,15 +316,23 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
-    """Check a job's receipt step by step. Exit 0 only when apply may run."""
+    """Check a job's receipt step by step, and list its checks. Exit 0 only when apply may run."""
     layout = layout_of(ctx)
     loc = locate(layout, resolve_key(layout, key))
-    v = verify(layout, loc.job, load_config(layout.config))
+    config = load_config(layout.config)
+    v = verify(layout, loc.job, config)
+    statuses = check_statuses(layout, loc.job, config, v)
+    missing = [s.name for s in statuses if s.required and not s.satisfied]
     if as_json:
-        print_json(v.to_dict())
+        print_json(
+            {**v.to_dict(), "checks": [s.to_dict() for s in statuses], "apply_may_run": v.ok and not missing}
+        )
     else:
         print_checks(v)
-    sys.exit(0 if v.ok else 1)
+        print_check_states(statuses)
+        if v.ok and missing:
+            say(f"  => apply refused until required checks pass: {run_hint(loc.key, missing)}")
+    sys.exit(0 if v.ok and not missing else 1)
 
 
 @main.command("apply")
