@@ -342,15 +342,19 @@ def _bwrap_args(
     mounts.append((str(inside), ["--bind", source, str(inside)]))
     for _, op in sorted(mounts, key=lambda m: len(Path(m[0]).parts)):
         args += op
-    return [*args, "--chdir", str(inside)]
+    # The root bwrap builds the rest on is a memory filesystem: make it read-only too.
+    return [*args, "--remount-ro", "/", "--chdir", str(inside)]
 
 
 # Runs as root of a new user namespace with a private mount namespace, then becomes
 # bwrap: a memory filesystem on the mount point, the lower folder bound into it under a
 # plain name (so no path ever needs escaping in the overlay's options), and the overlay.
+# `userxattr` keeps the overlay's own marks in user xattrs, which a user namespace may
+# write: without it removing a folder of the lower tree fails.
 _PRELUDE = (
     'set -e; "$2" -t tmpfs -o mode=0700 genjob "$1"; cd "$1"; mkdir lower upper work merged; '
-    '"$2" --bind "$3" lower; "$2" -t overlay -o lowerdir=lower,upperdir=upper,workdir=work genjob merged; '
+    '"$2" --bind "$3" lower; '
+    '"$2" -t overlay -o lowerdir=lower,upperdir=upper,workdir=work,userxattr genjob merged; '
     'cd /; shift 3; exec "$@"'
 )
 
@@ -398,12 +402,14 @@ def _overlay_problem(dev: int, near: str) -> str | None:
         return problem
     with tempfile.TemporaryDirectory(prefix=".genjob-probe-", dir=near) as tmp:
         lower, mnt = Path(tmp) / "lower", Path(tmp) / "mnt"
-        lower.mkdir()
+        (lower / "folder").mkdir(parents=True)
         mnt.mkdir()
         (lower / "probe").write_bytes(b"lower\n")
+        (lower / "folder" / "probe").write_bytes(b"lower\n")
         spec = Confinement(Overlay(lower, mnt), at=Path("/genjob-probe"))
         try:
-            problem = _probe(launch(spec, ["/bin/sh", "-c", "echo upper > probe"]))
+            # A file written and a folder removed: what a test suite does to its tree.
+            problem = _probe(launch(spec, ["/bin/sh", "-c", "echo upper > probe && rm -r folder"]))
         except SandboxError as exc:
             return str(exc)
         if problem is None and (lower / "probe").read_bytes() != b"lower\n":
