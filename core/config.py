@@ -32,6 +32,9 @@ DEFAULT_CONFIG = """\
 require_signature = true
 # A lease whose heartbeat is older than its ttl marks its job ORPHANED.
 lease_ttl = 120
+# Whether the board's approve also commits the applied paths (with a Genjob-Key:
+# trailer, like `genjob apply --commit`) in a git repository; the preflight can change it.
+commit_on_approve = false
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
@@ -112,6 +115,7 @@ class Policy(BaseModel):
     model_config = _STRICT
     require_signature: bool = True
     lease_ttl: Annotated[float, Field(gt=0)] = 120.0
+    commit_on_approve: bool = False
     # Checks that must have passed on a receipt's exact outputs before it is applied.
     require_checks: list[CheckName] = []
 

@@ -3,9 +3,10 @@
 from tui.cli.check import check_cmd
 from tui.cli.commands import main
 from tui.cli.dashboard import demo, tui
+from tui.cli.discard import discard_cmd
 from tui.cli.worker import ship_cmd, worker_cmd
 
-for command in (tui, demo, ship_cmd, worker_cmd, check_cmd):
+for command in (tui, demo, ship_cmd, worker_cmd, discard_cmd, check_cmd):
     main.add_command(command)
 
 __all__ = ["main"]
