@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -232,10 +232,10 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
     if d.verification:
-        print_checks(d.verification)
-        if d.located is not None:
-            config = load_config(layout.config)
-            print_check_states(check_statuses(layout, d.located.job, config, d.verification))
+        job = d.located.job if d.located is not None else None
+        config = load_config(layout.config)
+        statuses = check_statuses(layout, job, config, d.verification) if job is not None else []
+        print_checks(d.verification, statuses)
     for diff in d.diffs:
         say(f"--- {visible(diff.path)}: {diff.status} +{diff.added} -{diff.removed}")
         if diff.text:
@@ -261,25 +261,27 @@ def _printable_block(text: str) -> str:
 _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old ", "running": "run "}
 
 
-def print_check_states(statuses: list[CheckStatus]) -> None:
-    """The configured checks of a job, one line each, as `verify` and `show` list them."""
-    if not statuses:
-        return
-    say("checks:")
-    for s in statuses:
-        need = "required" if s.required else "optional"
-        say(f"  [{_MARKS[s.state.value]}] {s.name:12} {need:8} {visible(s.detail)}")
-    if any(not s.sandboxed for s in statuses):
-        say('  note: some checks run UNSANDBOXED (sandbox = "none"): with all your rights, network included')
-
-
-def print_checks(v: Any) -> None:
+def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
+    """The receipt's verification step by step, the job's checks, and whether apply may run."""
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
     say(f"verification of {v.key} (signature {policy}):")
     for c in v.checks:
         say(f"  [{marks.get(c.status, 'FAIL')}] {c.name:9} {visible(c.detail)}")
-    say("  => apply may run" if v.ok else "  => apply refused")
+    if statuses:
+        say("checks:")
+    for s in statuses:
+        need = "required" if s.required else "optional"
+        say(f"  [{_MARKS[s.state.value]}] {s.name:12} {need:8} {visible(s.detail)}")
+    if any(not s.sandboxed for s in statuses):
+        say('  note: some checks run UNSANDBOXED (sandbox = "none"): with all your rights, network included')
+    missing = [s.name for s in statuses if s.required and not s.satisfied]
+    if not v.ok:
+        say("  => apply refused")
+    elif missing:
+        say(f"  => apply refused until required checks pass: {run_hint(v.key, missing)}")
+    else:
+        say("  => apply may run")
 
 
 @main.command("claim")
@@ -324,14 +326,10 @@ def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
     statuses = check_statuses(layout, loc.job, config, v)
     missing = [s.name for s in statuses if s.required and not s.satisfied]
     if as_json:
-        print_json(
-            {**v.to_dict(), "checks": [s.to_dict() for s in statuses], "apply_may_run": v.ok and not missing}
-        )
+        states = [s.to_dict() for s in statuses]
+        print_json({**v.to_dict(), "check_states": states, "apply_may_run": v.ok and not missing})
     else:
-        print_checks(v)
-        print_check_states(statuses)
-        if v.ok and missing:
-            say(f"  => apply refused until required checks pass: {run_hint(loc.key, missing)}")
+        print_checks(v, statuses)
     sys.exit(0 if v.ok and not missing else 1)
 
 
