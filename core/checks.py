@@ -23,7 +23,7 @@ import shlex
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import sandbox
-from core.canonical import canonical, loads_strict, read_bytes
+from core.canonical import canonical, loads_strict, read_bytes, sha256_bytes
 from core.config import Check, CheckName, Config, load_config
 from core.durable import atomic_write_at, folder
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
@@ -137,6 +137,62 @@ class CheckRun:
     @property
     def passed(self) -> bool:
         return self.record is not None and self.record.result == "passed"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a job's receipt stands, for a list of many jobs: whether it verifies now,
+    each check's state, and which outputs that is about (a digest of the receipt's
+    output hashes; None without a receipt)."""
+
+    verdict: bool | None
+    checks: tuple[CheckStatus, ...]
+    outputs: str | None
+
+    @property
+    def approvable(self) -> bool:
+        """The receipt verifies and every required check passed on it."""
+        return self.verdict is True and all(c.satisfied for c in self.checks if c.required)
+
+
+def receipt_standing(layout: Layout, key: str, config: Config) -> Standing:
+    """Verify `key`'s receipt now and judge its checks; never raises for a bad job."""
+    try:
+        loc = locate(layout, key)
+        if not os.path.lexists(layout.receipt(key)):
+            return Standing(None, (), None)
+        v = verify(layout, loc.job, config)
+    except (GenjobError, OSError):
+        return Standing(None, (), None)
+    outputs = sha256_bytes(canonical(v.receipt.outputs)) if v.receipt is not None else None
+    checks = tuple(check_statuses(layout, loc.job, config, v)) if loc.folder == "running" else ()
+    return Standing(v.ok, checks, outputs)
+
+
+def approvable(standings: Mapping[str, Standing]) -> tuple[list[str], dict[str, list[str]]]:
+    """Split jobs into those apply would take now and, by reason, those it would not: a
+    bulk approve runs on the first and says why it leaves out the others."""
+    ok: list[str] = []
+    left: dict[str, list[str]] = {}
+    for key, standing in standings.items():
+        if standing.approvable:
+            ok.append(key)
+            continue
+        if standing.verdict is not True:
+            why = "the receipt does not verify"
+        else:
+            states = {c.state for c in standing.checks if c.required and not c.satisfied}
+            why = "required checks " + (
+                "failed"
+                if CheckState.FAILED in states
+                else "still running"
+                if CheckState.RUNNING in states
+                else "stale"
+                if CheckState.STALE in states
+                else "not run yet"
+            )
+        left.setdefault(why, []).append(key)
+    return ok, left
 
 
 def run_hint(key: str, names: Sequence[str]) -> str:
