@@ -364,18 +364,17 @@ async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
         body.append("their receipts verify and their required checks passed on these exact outputs.\n")
     else:
         body.append(f"None of the {marked} marked job(s) may be approved now.\n", style="bold")
+    body.append("".join(f"  {key}\n" for key in ok[:LISTED]), style="dim")
+    if len(ok) > LISTED:
+        body.append(f"  … and {len(ok) - LISTED} more\n", style="dim")
     if left or skipped:
         body.append(f"\n{sum(map(len, left.values())) + skipped} left out:\n")
     if skipped:
         body.append(f"  {skipped}: not RECEIVED (approve is for RECEIVED jobs)\n", style="yellow")
     for why, which in left.items():
-        body.append(f"  {len(which)}: {why} ", style="yellow")
-        body.append(" ".join(k[:12] for k in which[:LISTED]), style="dim")
-        body.append(" …\n" if len(which) > LISTED else "\n", style="dim")
-    for key in ok[:LISTED]:
-        body.append(f"  {key}\n", style="dim")
-    if len(ok) > LISTED:
-        body.append(f"  … and {len(ok) - LISTED} more\n", style="dim")
+        body.append(f"  {len(which)}: {why}: ", style="yellow")
+        more = " …" if len(which) > LISTED else ""
+        body.append(" ".join(k[:12] for k in which[:LISTED]) + more + "\n", style="dim")
     if not ok:
         d.post_message(Say(body.plain.strip(), "warning", "bulk approve"))
         return None

@@ -185,7 +185,10 @@ class CheckRunner(Widget):
         """Tell the board, at most every `OUTPUT_EVERY` seconds per job."""
         if key in self._output_timers:
             return
-        wait = max(0.0, self._output_at.get(key, 0.0) + OUTPUT_EVERY - time.monotonic())
+        wait = self._output_at.get(key, 0.0) + OUTPUT_EVERY - time.monotonic()
+        if wait <= 0:
+            self._post_output(key)
+            return
         self._output_timers[key] = self.set_timer(wait, lambda: self._post_output(key))
 
     def _post_output(self, key: str) -> None:

@@ -178,9 +178,11 @@ def verification_text(
     applied: bool = False,
     root: Path | None = None,
     checks: Text | None = None,
+    missing: Sequence[str] = (),
 ) -> Group | Text:
-    """The receipt's checks as a checklist, with the signature policy stated first, then
-    the job's own checks (`checks_text`)."""
+    """The receipt's checks as a checklist, with the signature policy stated first and the
+    job's own checks (`checks_text`) next; the verdict last counts the required checks
+    not passed (`missing`) too."""
     head = Text()
     head.append_text(policy_text(v.signature_required if v else signature_required))
     head.append("\n")
@@ -210,6 +212,10 @@ def verification_text(
             tail.append("=> applied from a receipt that verifies", OK)
         else:
             tail.append(f"=> applied; {len(v.failures)} check(s) fail now", BAD)
+    elif v.ok and missing:
+        waits = ", ".join(missing)
+        tail.append(f"=> the receipt verifies; apply waits for the required check(s) {waits}", SKIP)
+        tail.append(" (t runs them)", LABEL)
     elif v.ok:
         tail.append("=> every check passed: apply may run", OK)
     elif v.only_base_failed():
@@ -218,7 +224,7 @@ def verification_text(
         tail.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
     if v.signer:
         tail.append(f"\nsigner {v.signer}", LABEL)
-    return Group(head, table, Text(""), tail, checks or Text())
+    return Group(head, checks or Text(), table, Text(""), tail)
 
 
 # Each check state's mark in the Verify tab, the preflight and the job list.
@@ -236,15 +242,19 @@ OUTPUT_LINES = 14
 
 
 def checks_text(
-    statuses: Sequence[CheckStatus], live: Mapping[str, LiveCheck], now: float | None = None
+    statuses: Sequence[CheckStatus],
+    live: Mapping[str, LiveCheck],
+    now: float | None = None,
+    root: Path | None = None,
 ) -> Text:
     """The job's checks: each one's state, what it found, and the output of a failed or
-    running one (a check this board runs shows its output as it comes)."""
+    running one (a check this board runs shows its output as it comes). A check runs at
+    the repository's own path, so the paths it prints show from the repository's root."""
     now = time.time() if now is None else now
     text = Text()
     if not statuses:
         return text
-    text.append("\nchecks\n", Style(bold=True))
+    text.append("checks\n", Style(bold=True))
     for status in statuses:
         running = live.get(status.name)
         state = CheckState.RUNNING if running is not None else status.state
@@ -258,7 +268,8 @@ def checks_text(
             else:
                 text.append(f"running for {age(now - running.started_at)}", style)
         else:
-            text.append(literal(status.detail, style if state is not CheckState.PASSED else Style(), False))
+            shown = in_repo(status.detail, root)
+            text.append(literal(shown, style if state is not CheckState.PASSED else Style(), False))
             if status.record is not None and state in (CheckState.PASSED, CheckState.FAILED):
                 text.append(f"  ({age(now - status.record.started_at)} ago)", LABEL)
         if not status.sandboxed:
@@ -270,12 +281,9 @@ def checks_text(
         if output:
             for line in output.splitlines()[-OUTPUT_LINES:]:
                 text.append("     │ ", LABEL)
-                text.append(literal(line, keep_newlines=False))
+                text.append(literal(in_repo(line, root), keep_newlines=False))
                 text.append("\n")
-    missing = [s.name for s in statuses if s.required and not s.satisfied]
-    if missing:
-        text.append(f"=> apply waits for the required check(s) {', '.join(missing)} to pass", SKIP)
-        text.append(" (t runs them)\n", LABEL)
+    text.append("\n")
     return text
 
 

@@ -84,9 +84,12 @@ class DetailPane(Vertical):
 
     def _show_verify(self, detail: JobDetail) -> None:
         applied = detail.located is not None and detail.located.folder == "applied"
-        checks = render.checks_text(detail.checks, self.live)
+        checks = render.checks_text(detail.checks, self.live, root=self.root)
+        missing = [c.name for c in detail.checks if c.required and not c.satisfied]
         self._body("verify").update(
-            render.verification_text(detail.verification, self.signature_required, applied, self.root, checks)
+            render.verification_text(
+                detail.verification, self.signature_required, applied, self.root, checks, missing
+            )
         )
         if detail.verification is not None:
             v = detail.verification
