@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,7 +228,14 @@ def _check(layout: Layout, keys: list[str]) -> dict[str, bool]:
     async def every() -> list[list[CheckRun]]:
         return await asyncio.gather(*(run_checks(layout, key) for key in keys))
 
-    return {key: all(r.passed for r in runs) for key, runs in zip(keys, asyncio.run(every()), strict=True)}
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        results = asyncio.run(every())
+    else:  # built from inside an event loop (a script driving the board): a loop of its own
+        with ThreadPoolExecutor(1) as pool:
+            results = pool.submit(lambda: asyncio.run(every())).result()
+    return {key: all(r.passed for r in runs) for key, runs in zip(keys, results, strict=True)}
 
 
 def _dead_pid() -> int:
