@@ -104,9 +104,6 @@ def _depth(text: str) -> int:
 
 
 _STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
-# `JSONDecoder.decode` without its two Python layers: these are what it calls.
-_SCAN = _STRICT_DECODER.scan_once
-_SPACE = json.decoder.WHITESPACE.match
 
 
 def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -121,14 +118,7 @@ def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> A
     if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
         raise BadInput(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        try:
-            obj, end = _SCAN(text, _SPACE(text, 0).end())
-        except StopIteration as err:
-            raise json.JSONDecodeError("Expecting value", text, err.value) from None
-        end = _SPACE(text, end).end()
-        if end != len(text):
-            raise json.JSONDecodeError("Extra data", text, end)
-        return obj
+        return _STRICT_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{source}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:
