@@ -410,7 +410,8 @@ def checkable(layout: Layout, key: str, config: Config) -> tuple[Job, Receipt, V
             )
         lines = "; ".join(f"{c.name}: {c.detail}" for c in v.failures)
         raise VerificationFailed(f"{layout.receipt(key)}: does not verify, so it is not checked; {lines}")
-    assert v.receipt is not None  # v.ok means the receipt parsed
+    if v.receipt is None:
+        raise VerificationFailed(f"{layout.receipt(key)}: no receipt to check")
     return loc.job, v.receipt, v
 
 

@@ -154,3 +154,9 @@ def test_the_readme_example_of_checks_is_a_valid_config() -> None:
     block = section.split("```toml\n", 1)[1].split("```", 1)[0]
     config = Config.model_validate(tomllib.loads(block))
     assert list(config.checks) == ["tests", "lint"] and config.policy.require_checks == ["tests"]
+
+
+def test_ls_says_which_checks_run_unsandboxed(repo: Layout) -> None:
+    configure(repo, {"tests": 'run = "true"\nsandbox = "none"', "lint": 'run = "true"'})
+    res = cli("ls", root=repo.root)
+    assert 'policy: checks run UNSANDBOXED (sandbox = "none"): tests' in res.stderr

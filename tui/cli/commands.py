@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -167,7 +168,8 @@ def mint(
 @click.pass_context
 def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     """List jobs with their derived states."""
-    snap = take_snapshot(layout_of(ctx))
+    layout = layout_of(ctx)
+    snap = take_snapshot(layout)
     wanted = {s.upper() for s in states}
     rows = [r for r in snap.rows.values() if not wanted or r.state.value in wanted]
     order = {s: i for i, s in enumerate(STATE_ORDER)}
@@ -175,7 +177,7 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         print_json([r.to_dict() for r in rows])
         return
-    _print_policy(snap)
+    _print_policy(snap, layout)
     if not rows:
         say("no jobs" + (f" in {', '.join(sorted(wanted))}" if wanted else ""))
         return
@@ -191,11 +193,17 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     say("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
 
 
-def _print_policy(snap: Snapshot) -> None:
+def _print_policy(snap: Snapshot, layout: Layout) -> None:
     if snap.config_error:
         say(f"warning: {visible(snap.config_error)}", err=True)
+        return
     if not snap.signature_required:
         say("policy: signatures NOT required (require_signature = false)", err=True)
+    with contextlib.suppress(GenjobError):
+        checks = load_config(layout.config).checks
+        unsandboxed = [name for name, c in checks.items() if c.sandbox == "none"]
+        if unsandboxed:
+            say(f'policy: checks run UNSANDBOXED (sandbox = "none"): {", ".join(unsandboxed)}', err=True)
 
 
 @main.command()
