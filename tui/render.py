@@ -390,13 +390,13 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
             text.append(" ✘ ", BAD)
             text.append(f"required check(s) not passed on these outputs: {', '.join(p.checks_missing)}")
             text.append(" (t runs them)\n", LABEL)
-    for c in p.checks:
-        mark, style = CHECK_MARKS[c.state]
+    for check in p.checks:
+        mark, style = CHECK_MARKS[check.state]
         text.append(f" {mark} ", style)
-        text.append(f"{c.name} ", Style(bold=True))
-        text.append("(required) " if c.required else "", LABEL)
-        text.append(literal(c.detail, LABEL, keep_newlines=False))
-        if not c.sandboxed:
+        text.append(f"{check.name} ", Style(bold=True))
+        text.append("(required) " if check.required else "", LABEL)
+        text.append(literal(in_repo(check.detail, root), LABEL, keep_newlines=False))
+        if not check.sandboxed:
             text.append("  UNSANDBOXED", UNSANDBOXED)
         text.append("\n")
     text.append("\n")
