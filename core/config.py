@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from core.canonical import read_bytes
 from core.errors import BadInput
+from core.freshness import MAX_TTL
 from core.ownership import operator_owners, repository_owners, require_trusted
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -114,7 +115,7 @@ CheckName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 class Policy(BaseModel):
     model_config = _STRICT
     require_signature: bool = True
-    lease_ttl: Annotated[float, Field(gt=0)] = 120.0
+    lease_ttl: Annotated[float, Field(gt=0, le=MAX_TTL)] = 120.0
     commit_on_approve: bool = False
     # Checks that must have passed on a receipt's exact outputs before it is applied.
     require_checks: list[CheckName] = []

@@ -260,7 +260,7 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Path:
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; reject or replay it instead")
         state = lease_state(layout, key)
-        if state in ("fresh", "claiming") and not force:
+        if state.live and not force:
             lease = read_lease(layout, key)
             holder = f" held by {lease.worker} (pid {lease.pid} on {lease.host})" if lease else ""
             raise WrongState(f"{key}: lease is live{holder}; use --force to take it back")
@@ -284,7 +284,7 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
             raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]} already")
         if layout.journal_file(key).exists():
             raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
-        live = lease_state(layout, key) in ("fresh", "claiming")
+        live = lease_state(layout, key).live
         if loc.folder == "running" and not layout.receipt(key).exists() and live:
             raise WrongState(f"{key}: is running; cancel it first")
         dst = layout.job_file("rejected", key)
