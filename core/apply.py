@@ -3,7 +3,8 @@
 Apply runs under `.gen/state.lock`:
  1. a job already in `applied/` is a no-op (a journal left behind is closed);
  2. the receipt must verify now: every check in `core.verify`, the signature by policy.
-    A tree that moved on since the job was minted makes the job STALE (`Stale`);
+    A tree that moved on since the job was minted makes the job STALE (`Stale`). Every
+    check policy requires (`require_checks`) must have passed on these exact outputs;
  3. the targets follow from the job and the verified receipt alone: each output path
     with the job's input hash (before; None for a new file) and the output hash (after);
  4. a journal naming them goes to `.gen/journal/<key>.json`; each output is copied from
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from core.canonical import canonical, loads_strict, read_bytes
+from core.checks import require_checks
 from core.config import Config, load_config
 from core.durable import (
     atomic_write,
@@ -143,6 +145,7 @@ def apply_job(layout: Layout, key: str, commit: bool = False) -> Applied:
             changed = _Apply(layout, loc.job, targets, config, resuming=True).run()
         else:
             targets = _checked_plan(layout, loc, v)
+            require_checks(layout, loc.job, config, v)
             changed = _Apply(layout, loc.job, targets, config, resuming=False).run()
         _record(layout, loc.job, targets, changed, v)
     result = Applied(key, changed, False, layout.job_file("applied", key), v)

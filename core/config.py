@@ -36,6 +36,9 @@ lease_ttl = 120
 # Whether the board's approve also commits the applied paths (with a Genjob-Key:
 # trailer, like `genjob apply --commit`) in a git repository; the preflight can change it.
 commit_on_approve = false
+# Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
+# before apply writes them.
+# require_checks = ["tests"]
 
 [limits]
 # What a generator may send back, per file and in all, and how many files.
@@ -83,7 +86,30 @@ concurrency = 2
 --message-file {instruction_file} {paths}'
 # timeout = 900
 # concurrency = 2
+
+# Checks run on a receipt's outputs before you approve it: `genjob check KEY`, and the
+# board runs them as each receipt arrives. Each runs in a scratch copy of the repository
+# (tracked files, the job's inputs, the receipt's outputs written in), never in your tree,
+# under bubblewrap: no network, nothing of your home, keys or untracked files, and the
+# scratch copy the only place it can write. {paths} becomes the job's output paths,
+# shell-quoted. `python3` is the interpreter genjob runs on.
+# [checks.tests]
+# run = "python3 -m unittest discover -s tests"
+# timeout = 600
+# sandbox = "bwrap"          # "none" runs it unsandboxed, with all your rights; every view says so
+# read_only = [".venv"]      # more it may read (relative paths are in this repository)
+#
+# [checks.lint]
+# run = "python3 -m ruff check --no-cache {paths}"
+# timeout = 120
+#
+# [check_runs]
+# on_receipt = true          # the board runs every check as a receipt arrives
+# concurrency = 2            # checks at once
 """
+
+
+CheckName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class Policy(BaseModel):
@@ -91,6 +117,8 @@ class Policy(BaseModel):
     require_signature: bool = True
     lease_ttl: Annotated[float, Field(gt=0, le=MAX_TTL)] = 120.0
     commit_on_approve: bool = False
+    # Checks that must have passed on a receipt's exact outputs before it is applied.
+    require_checks: list[CheckName] = []
 
 
 class Limits(BaseModel):
@@ -129,11 +157,41 @@ class Host(BaseModel):
         return self
 
 
+class Check(BaseModel):
+    """A named command run on a receipt's outputs in a scratch copy of the repository."""
+
+    model_config = _STRICT
+    run: Annotated[str, Field(min_length=1, max_length=4000)]
+    timeout: Annotated[float, Field(gt=0)] = 600.0
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    # More paths the check may read (relative ones are in the repository), each at its own path.
+    read_only: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=64)] = []
+
+
+class CheckRuns(BaseModel):
+    """When the board runs checks by itself."""
+
+    model_config = _STRICT
+    on_receipt: bool = True
+    concurrency: Annotated[int, Field(gt=0, le=64)] = 2
+
+
 class Config(BaseModel):
     model_config = _STRICT
     policy: Policy = Policy()
     limits: Limits = Limits()
     hosts: dict[str, Host] = {}
+    checks: dict[CheckName, Check] = {}
+    check_runs: CheckRuns = CheckRuns()
+
+    @model_validator(mode="after")
+    def _required_checks_exist(self) -> Config:
+        missing = [name for name in self.policy.require_checks if name not in self.checks]
+        if missing:
+            raise ValueError(
+                f"policy.require_checks names {', '.join(missing)}, which no [checks.NAME] table defines"
+            )
+        return self
 
 
 class OperatorPolicy(BaseModel):
@@ -168,9 +226,13 @@ def _parse_toml(path: Path, model: type[_M]) -> _M:
         return model.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
-        raise BadInput(f"{path}: {where}: {msg}") from None
+        where = "".join(f"{p}: " for p in [".".join(str(p) for p in err["loc"])] if p)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        elif err["type"] == "string_pattern_mismatch":
+            msg = "a name is letters, digits, '.', '_' and '-' (64 at most), starting with a letter or digit"
+        raise BadInput(f"{path}: {where}{msg}") from None
 
 
 def load_operator_config() -> OperatorConfig:

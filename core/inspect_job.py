@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.canonical import read_bytes, sha256_bytes
+from core.checks import CheckStatus, check_statuses
 from core.config import load_config
 from core.errors import BadInput, GenjobError, TooLarge
 from core.events import attempts, job_events
@@ -47,6 +48,7 @@ class JobDetail:
     log_tail: str
     errors: list[str] = field(default_factory=list)
     cancel_requested_at: float | None = None  # a cancel asked for and not yet honoured
+    checks: list[CheckStatus] = field(default_factory=list)  # the configured checks of a receipt
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,7 @@ class JobDetail:
             "log_tail": self.log_tail,
             "errors": self.errors,
             "cancel_requested_at": self.cancel_requested_at,
+            "checks": [c.to_dict() for c in self.checks],
         }
 
 
@@ -119,9 +122,13 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         lease_error = str(exc)
     verification = None
     diffs: list[FileDiff] = []
+    checks: list[CheckStatus] = []
     if located is not None and layout.receipt(key).exists():
         try:
-            verification = verify(layout, located.job, load_config(layout.config))
+            config = load_config(layout.config)
+            verification = verify(layout, located.job, config)
+            if located.folder == "running":
+                checks = check_statuses(layout, located.job, config, verification)
         except GenjobError as exc:
             errors.append(str(exc))
         rec = verification.receipt if verification else None
@@ -141,4 +148,5 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         log_tail=newest_log_tail(layout, key),
         errors=errors,
         cancel_requested_at=cancel_requested_at(layout, key),
+        checks=checks,
     )

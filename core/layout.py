@@ -14,7 +14,7 @@ GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
 # Where a key's job document may be, most final first: the first found decides.
 JOB_FOLDERS = ("applied", "rejected", "running", "queue")
-OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache")
+OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache", "checks", "scratch")
 # The state a job in each folder is in, by the name the user sees (before what leases,
 # receipts and the tree add to it).
 FOLDER_STATE = {"queue": "QUEUED", "running": "RUNNING", "applied": "APPLIED", "rejected": "REJECTED"}
@@ -82,6 +82,16 @@ class Layout:
         return self.gen / "cache"
 
     @cached_property
+    def checks(self) -> Path:
+        """Check records: `checks/<key>/<name>.json`, each bound to the bytes it checked."""
+        return self.gen / "checks"
+
+    @cached_property
+    def scratch(self) -> Path:
+        """The scratch trees checks run in; each is removed when its run ends."""
+        return self.gen / "scratch"
+
+    @cached_property
     def events(self) -> Path:
         return self.gen / "events.jsonl"
 
@@ -117,6 +127,12 @@ class Layout:
 
     def journal_file(self, key: str) -> Path:
         return self.journal / f"{key}.json"
+
+    def check_dir(self, key: str) -> Path:
+        return self.checks / key
+
+    def check_record(self, key: str, name: str) -> Path:
+        return self.checks / key / f"{name}.json"
 
     def all_dirs(self) -> list[Path]:
         return [self.gen / d for d in STATE_DIRS + OTHER_DIRS]

@@ -2,13 +2,15 @@
 
 An operator sees this before the tree changes: each path with its lines added and
 removed, the signature and the policy that asks for it, whether the base is still
-fresh, and every check that would refuse the apply.
+fresh, every verification step that would refuse the apply, and the job's checks
+(a required one that has not passed refuses it too).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.checks import CheckStatus
 from core.config import load_config
 from core.errors import GenjobError
 from core.inspect_job import JobDetail
@@ -43,6 +45,14 @@ class Preflight:
     # Whether apply may also commit (a git work tree), and what the config proposes.
     git: bool = False
     commit_default: bool = False
+    # The job's checks, and the required ones that have not passed on these outputs.
+    checks: tuple[CheckStatus, ...] = ()
+    checks_missing: tuple[str, ...] = ()
+
+    @property
+    def may_apply(self) -> bool:
+        """The receipt verifies and every required check passed: apply would run."""
+        return self.verified and not self.checks_missing
 
     @property
     def added(self) -> int:
@@ -77,6 +87,8 @@ def preflight(layout: Layout, detail: JobDetail) -> Preflight:
         failures=tuple(f"{c.name}: {c.detail}" for c in (v.failures if v else [])) + tuple(detail.errors),
         git=is_git_work_tree(layout.root),
         commit_default=commit_default,
+        checks=tuple(detail.checks),
+        checks_missing=tuple(c.name for c in detail.checks if c.required and not c.satisfied),
     )
 
 

@@ -28,6 +28,7 @@ from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
 from core.apply import apply_job
+from core.checks import Standing, approvable, receipt_standing
 from core.config import load_config
 from core.discard import DISCARDABLE, discard
 from core.errors import GenjobError
@@ -38,6 +39,7 @@ from core.preflight import preflight
 from core.queue import Claim, cancel_requested, claim, heartbeat, reject, request_cancel, requeue
 from core.replay import replay
 from core.terminal import visible
+from tui.check_runner import CheckRunner
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
 
@@ -52,6 +54,9 @@ Ask = Callable[["Dispatcher", list[str], bool], Awaitable[Any]]
 Call = Callable[["Dispatcher", str, Any], "str | Done"]
 # An action that runs in a dialog of its own instead of key by key (shipping).
 Run = Callable[["Dispatcher", list[str], Any], Awaitable[None]]
+# A bulk action's own confirm instead of the count's: the marked jobs it runs on (None:
+# none), told how many other marked jobs were skipped already.
+Narrow = Callable[["Dispatcher", list[str], int], Awaitable["list[str] | None"]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class JobAction:
     ask: Ask | None = None
     call: Call | None = None
     run: Run | None = None
+    narrow: Narrow | None = None
 
 
 @dataclass(frozen=True)
@@ -123,10 +129,11 @@ class Dispatcher(Widget):
 
     DEFAULT_CSS = "Dispatcher { display: none; }"
 
-    def __init__(self, layout: Layout, worker_id: str, *, id: str | None = None) -> None:
+    def __init__(self, layout: Layout, worker_id: str, checks: CheckRunner, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.repo = layout
         self.worker_id = worker_id
+        self.checks = checks
         # Jobs this board claimed and holds (its pid is in their lease), as last heartbeated;
         # a job being shipped is heartbeated by its ship instead. Changed on the loop only.
         self.held: dict[str, Claim] = {}
@@ -139,7 +146,12 @@ class Dispatcher(Widget):
     async def dispatch(self, name: str, keys: list[str], bulk: bool, skipped: int = 0) -> None:
         """Ask what `name` needs, then run it on `keys` (a bulk action confirms its count first)."""
         action = TABLE[name]
-        if bulk and not await self.confirm_bulk(action.verb, keys, skipped):
+        if bulk and action.narrow is not None:
+            narrowed = await action.narrow(self, keys, skipped)
+            if not narrowed:
+                return
+            keys = narrowed
+        elif bulk and not await self.confirm_bulk(action.verb, keys, skipped):
             return
         answer: Any = True
         if action.ask is not None:
@@ -336,6 +348,45 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
     return answer if isinstance(answer, Approval) else None
 
 
+async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str] | None:
+    """Bulk approve: the marked jobs whose receipts verify and whose required checks passed,
+    after one confirm that says how many pass, how many are left out and why."""
+    try:
+        standings = await asyncio.to_thread(_standings, d.repo, keys)
+    except GenjobError as exc:
+        d.post_message(Say(str(exc), "error"))
+        return None
+    ok, left = approvable(standings)
+    marked = len(keys) + skipped
+    body = Text()
+    if ok:
+        body.append(f"Approve {len(ok)} of {marked} marked job(s): ", style="bold")
+        body.append("their receipts verify and their required checks passed on these exact outputs.\n")
+    else:
+        body.append(f"None of the {marked} marked job(s) may be approved now.\n", style="bold")
+    body.append("".join(f"  {key}\n" for key in ok[:LISTED]), style="dim")
+    if len(ok) > LISTED:
+        body.append(f"  … and {len(ok) - LISTED} more\n", style="dim")
+    if left or skipped:
+        body.append(f"\n{sum(map(len, left.values())) + skipped} left out:\n")
+    if skipped:
+        body.append(f"  {skipped}: not RECEIVED (approve is for RECEIVED jobs)\n", style="yellow")
+    for why, which in left.items():
+        body.append(f"  {len(which)}: {why}: ", style="yellow")
+        more = " …" if len(which) > LISTED else ""
+        body.append(" ".join(k[:12] for k in which[:LISTED]) + more + "\n", style="dim")
+    if not ok:
+        d.post_message(Say(body.plain.strip(), "warning", "bulk approve"))
+        return None
+    dialog = ConfirmDialog("Bulk approve", body, yes=f"Approve {len(ok)}", danger=True)
+    return ok if await d.ask(dialog) else None
+
+
+def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
+    config = load_config(repo.config)
+    return {key: receipt_standing(repo, key, config) for key in keys}
+
+
 def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
     res = apply_job(d.repo, key, commit=approval.commit)
     if res.already:
@@ -408,10 +459,45 @@ async def _ship(d: Dispatcher, keys: list[str], plan: ShipPlan) -> None:
         d.dispatch("apply", keys[:1], False)
 
 
+async def _all_marked(d: Dispatcher, keys: list[str], skipped: int) -> list[str]:
+    """No confirm: running or stopping checks changes nothing in the tree."""
+    return keys
+
+
+async def _run_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
+    """Run every configured check of each job again (`t`), in the board's check runner."""
+    try:
+        names = list((await asyncio.to_thread(load_config, d.repo.config)).checks)
+    except GenjobError as exc:
+        d.post_message(Say(str(exc), "error"))
+        return
+    if not names:
+        d.post_message(
+            Say(
+                'no checks configured: add a [checks.NAME] table with run = "..." to .gen/config.toml',
+                "warning",
+            )
+        )
+        return
+    started = sum(len(d.checks.start(key, names)) for key in keys)
+    running = len(keys) * len(names) - started
+    note = f"; {running} running already" if running else ""
+    d.post_message(Say(f"checks: {started} started on {len(keys)} job(s){note}", title="run checks"))
+
+
+async def _stop_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
+    stopped = d.checks.stop(keys)
+    d.post_message(
+        Say(f"stopping {stopped} check(s): their sandboxes are killed, no record kept", title="stop checks")
+    )
+
+
 TABLE: dict[str, JobAction] = {
     "claim": JobAction("claim", call=_claim),
     "ship": JobAction("ship", ask=_ask_host, run=_ship),
-    "apply": JobAction("approve", ask=_ask_preflight, call=_apply),
+    "apply": JobAction("approve", ask=_ask_preflight, call=_apply, narrow=_approvable),
+    "checks": JobAction("run checks", run=_run_checks, narrow=_all_marked),
+    "stop_checks": JobAction("stop checks", run=_stop_checks, narrow=_all_marked),
     "reject": JobAction("reject", ask=_ask_reason, call=_reject),
     "requeue": JobAction("requeue", ask=_ask_requeue, call=_requeue),
     "replay": JobAction("replay", call=_replay),
@@ -420,11 +506,19 @@ TABLE: dict[str, JobAction] = {
 }
 
 
-# The states each action is for: the lifecycle's rules, and discarding.
-STATES_FOR: dict[str, frozenset[State]] = {**ACTIONS, "discard": DISCARDABLE}
+# The states each action is for: the lifecycle's rules, discarding, and checks (they run
+# on a receipt not yet applied; any of this board's running checks can be stopped).
+STATES_FOR: dict[str, frozenset[State]] = {
+    **ACTIONS,
+    "discard": DISCARDABLE,
+    "checks": frozenset({State.RECEIVED}),
+    "stop_checks": frozenset(State),
+}
 
 
 def may(d: Dispatcher, action: str, key: str, state: State) -> bool:
     """Whether `action` applies to a job in `state` here: its rule, and for a job this
-    board holds, shipping it too."""
+    board holds, shipping it too; stopping checks, only where this board runs some."""
+    if action == "stop_checks":
+        return d.checks.running(key)
     return state in STATES_FOR[action] or (action == "ship" and state is State.RUNNING and d.holds(key))

@@ -5,13 +5,16 @@ worker key in a demo-local config folder (`<DIR>/.demo-config`, used as
 XDG_CONFIG_HOME) that is trusted, and jobs that are queued, running (a small holder
 process keeps its lease fresh), orphaned, received (verified, with drifted output, with
 an untrusted signature), stale, failed, applied, rejected and invalid. Outputs are made
-by the demo generator's own edit (`core.demo_generator.comment_block`).
+by the demo generator's own edit (`core.demo_generator.comment_block`). The project's
+tests are a check policy requires; they ran, sandboxed, on two receipts: one passes,
+one (whose output breaks `div`) fails.
 
     python -m tui.demo hold ROOT KEY WORKER TTL PARENT_PID   # the lease holder build_demo starts
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -21,13 +24,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from core import sandbox
 from core.apply import apply_job
 from core.canonical import sha256_bytes
+from core.checks import CheckRun, run_checks
 from core.demo_generator import comment_block
 from core.durable import atomic_write
 from core.errors import GenjobError
@@ -60,11 +66,13 @@ PROJECT: dict[str, str] = {
     "calc/cli.py": "import sys\n\nfrom calc.parse import tokens\n\n\ndef main(argv=None):\n"
     "    argv = sys.argv[1:] if argv is None else argv\n    print(tokens(' '.join(argv)))\n"
     "    return 0\n",
-    "tests/test_ops.py": "from calc.ops import add, div, mul, sub\n\n\ndef test_ops():\n"
-    "    assert add(2, 3) == 5\n    assert sub(2, 3) == -1\n    assert mul(2, 3) == 6\n"
-    "    assert div(6, 3) == 2\n",
-    "tests/test_parse.py": "from calc.parse import tokens\n\n\ndef test_tokens():\n"
-    '    assert tokens("2*(3+4)") == ["2", "*", "(", "3", "+", "4", ")"]\n',
+    "tests/test_ops.py": "import unittest\n\nfrom calc.ops import add, div, mul, sub\n\n\n"
+    "class OpsTest(unittest.TestCase):\n    def test_ops(self):\n"
+    "        self.assertEqual(add(2, 3), 5)\n        self.assertEqual(sub(2, 3), -1)\n"
+    "        self.assertEqual(mul(2, 3), 6)\n        self.assertEqual(div(7, 2), 3.5)\n",
+    "tests/test_parse.py": "import unittest\n\nfrom calc.parse import tokens\n\n\n"
+    "class ParseTest(unittest.TestCase):\n    def test_tokens(self):\n"
+    '        self.assertEqual(tokens("2*(3+4)"), ["2", "*", "(", "3", "+", "4", ")"])\n',
 }
 
 HOSTS = """
@@ -74,6 +82,17 @@ transport = "local"
 generator = "GENJOB_DEMO_DELAY=0.7 python3 -m core.demo_generator"
 timeout = 120
 concurrency = 1
+"""
+
+# The project's tests, with nothing but the standard library, as a check every receipt
+# must pass before it is applied.
+CHECKS = """
+# The project's own tests, run on each receipt's outputs in a scratch copy of the
+# repository (`genjob check KEY`; the board runs them as receipts arrive).
+[checks.tests]
+run = "python3 -m unittest discover -s tests"
+timeout = 120
+sandbox = "{sandbox}"
 """
 
 SPOOF = (
@@ -171,10 +190,13 @@ def _receive(
     key: Ed25519PrivateKey | None,
     status: str = "ok",
     reason: str | None = None,
+    outputs: dict[str, bytes] | None = None,
 ) -> dict[str, bytes]:
-    """Claim `job`, stage the generator's outputs and commit a signed receipt for them."""
+    """Claim `job`, stage the generator's outputs (or `outputs`) and commit a signed receipt
+    for them."""
     c = claim(layout, WORKER, job.key, ttl=300.0)
-    outputs = _generated(layout, job) if status == "ok" else {}
+    if outputs is None:
+        outputs = _generated(layout, job) if status == "ok" else {}
     staged = layout.out / f".staging-{secrets.token_hex(6)}"
     staged.mkdir()
     for rel, data in outputs.items():
@@ -188,6 +210,32 @@ def _receive(
     receipt = make_receipt(job, status, {rel: sha256_bytes(d) for rel, d in outputs.items()}, WORKER)
     commit_receipt(layout, job, receipt, c.lease.token, WORKER, staged, key, reason)
     return outputs
+
+
+def _configure_checks(layout: Layout) -> str | None:
+    """The demo's check, required by policy; sandboxed when bwrap can run here, else
+    unsandboxed (the demo's own code only). Returns why it is not sandboxed, if it is not."""
+    problem = sandbox.bwrap_problem()
+    text = layout.config.read_text().replace('# require_checks = ["tests"]', 'require_checks = ["tests"]')
+    text += CHECKS.format(sandbox="bwrap" if problem is None else "none")
+    atomic_write(layout.config, text.encode())
+    return problem
+
+
+def _check(layout: Layout, keys: list[str]) -> dict[str, bool]:
+    """Run the demo's checks on these jobs at once; whether each passed."""
+
+    async def every() -> list[list[CheckRun]]:
+        return await asyncio.gather(*(run_checks(layout, key) for key in keys))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        results = asyncio.run(every())
+    else:  # built from inside an event loop (a script driving the board): a loop of its own
+        with ThreadPoolExecutor(1) as pool:
+            results = pool.submit(lambda: asyncio.run(every())).result()
+    return {key: all(r.passed for r in runs) for key, runs in zip(keys, results, strict=True)}
 
 
 def _dead_pid() -> int:
@@ -237,11 +285,14 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
     layout, _ = init_repo(root)
     _exclude(root, CONFIG_DIR)
     atomic_write(layout.config, layout.config.read_bytes() + HOSTS.encode())
+    unsandboxed = _configure_checks(layout)
     with _config_home(config_home):
         trust(layout.trusted_keys, keygen())
         signer = load_private_key()
     demo = Demo(root, config_home)
     say = demo.summary.append
+    if unsandboxed:
+        say(f'checks run UNSANDBOXED (sandbox = "none"): bwrap cannot run here ({unsandboxed})')
 
     for role, text, paths in (
         ("queued", "Add type hints to every function in calc/ops.py", ["calc/ops.py"]),
@@ -258,7 +309,10 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
     verified = _mint(layout, "Add a module docstring to calc/__init__.py", ["calc/__init__.py"])
     demo.keys["verified"] = verified.key
     _receive(layout, verified, signer)
-    say(f"received, verified: {verified.key}")
+    broken = _mint(layout, "Return whole numbers from div", ["calc/ops.py"])
+    demo.keys["checks_failed"] = broken.key
+    ops = PROJECT["calc/ops.py"].replace("return a / b", "return a // b")
+    _receive(layout, broken, signer, outputs={"calc/ops.py": ops.encode()})
 
     drifted = _mint(layout, "Support unary minus in the tokenizer", ["calc/parse.py", "tests/test_parse.py"])
     demo.keys["drifted"] = drifted.key
@@ -290,8 +344,12 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
     applied = _mint(layout, "Add a test for subtraction of negatives", [], ["tests/test_negatives.py"])
     demo.keys["applied"] = applied.key
     _receive(layout, applied, signer)
+    passed = _check(layout, [verified.key, broken.key, applied.key])
+    verdict = {True: "pass", False: "FAIL (policy refuses to apply it)"}
+    say(f"received, verified, its tests {verdict[passed[verified.key]]}: {verified.key}")
+    say(f"received, verified, its tests {verdict[passed[broken.key]]}: {broken.key}")
     apply_job(layout, applied.key)
-    say(f"applied: {applied.key}")
+    say(f"applied (its tests passed first): {applied.key}")
 
     rejected = _mint(layout, "Delete the tests, they are slow", ["tests/test_ops.py", "tests/test_parse.py"])
     demo.keys["rejected"] = rejected.key

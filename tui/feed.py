@@ -26,10 +26,13 @@ from textual.widget import Widget
 from watchfiles import Change, awatch
 
 from core.board_view import BoardView
+from core.checks import Standing, receipt_standing
+from core.config import Config, load_config
 from core.errors import GenjobError
 from core.inspect_job import JobDetail, job_detail
 from core.layout import Layout
 from core.lifecycle import State
+from core.models import KEY_RE
 from core.preflight import receipt_verdict
 from core.snapshot import JobRow, Scanner, keys_from_paths
 from tui.heap import release_free_memory
@@ -56,9 +59,27 @@ VERDICT_BATCH = 64
 
 
 def _watch_filter(change: Change, path: str) -> bool:
-    """Events worth a look: job files, leases, receipts, attempts, config; not temp or cache files."""
+    """Events worth a look: job files, leases, receipts, attempts, check records, config;
+    not temp or cache files, nor the scratch trees checks run in (thousands of links each)."""
     name = os.path.basename(path)
-    return not name.startswith(".tmp-") and f"{os.sep}cache{os.sep}" not in path
+    return (
+        not name.startswith(".tmp-")
+        and f"{os.sep}cache{os.sep}" not in path
+        and f"{os.sep}scratch{os.sep}" not in path
+        and not path.endswith(f"{os.sep}scratch")
+    )
+
+
+def check_keys(layout: Layout, paths: Iterable[str]) -> set[str]:
+    """The jobs whose check records (or runs under way) these changed paths belong to."""
+    base = str(layout.checks) + os.sep
+    keys = set()
+    for path in paths:
+        if path.startswith(base):
+            key = path[len(base) :].split(os.sep, 1)[0]
+            if KEY_RE.fullmatch(key):
+                keys.add(key)
+    return keys
 
 
 class BoardFeed(Widget):
@@ -92,6 +113,21 @@ class BoardFeed(Widget):
         """Whether each received job's receipt verifies now (None: cannot tell)."""
 
         verdicts: dict[str, bool | None]
+
+    @dataclass
+    class ChecksFound(Message):
+        """Where each judged job's receipt and checks stand (with checks configured)."""
+
+        standings: dict[str, Standing]
+
+    @dataclass
+    class ChecksConfigured(Message):
+        """The checks `config.toml` defines, which policy requires, and how the board runs them."""
+
+        names: tuple[str, ...]
+        unsandboxed: tuple[str, ...]
+        on_receipt: bool
+        concurrency: int
 
     @dataclass
     class DetailLoaded(Message):
@@ -153,6 +189,9 @@ class BoardFeed(Widget):
                         self._pending.add("*")
                     self._pending.update(keys_from_paths(self.repo, paths))
                     self._wake.set()
+                    judged = [k for k in check_keys(self.repo, paths) if k in self.view.rows]
+                    if judged:
+                        self.judge(judged)
             except Exception as exc:
                 self._status(watching="polling")
                 self.post_message(self.Trouble(f"watching .gen/ failed ({exc}); rescanning, retrying in 5s"))
@@ -212,6 +251,7 @@ class BoardFeed(Widget):
                 self._emit(dict.fromkeys(gone))
             trusted = await asyncio.to_thread(self._count_trusted)
             self.post_message(self.PolicyRead(scanner.signature_required, scanner.config_error, trusted))
+            await self._read_checks()
             await asyncio.to_thread(scanner.save_cache)
             await asyncio.to_thread(release_free_memory)
             # The rows live as long as the board: keep the cyclic GC from walking them
@@ -221,6 +261,21 @@ class BoardFeed(Widget):
         except Exception as exc:
             self.post_message(self.Trouble(f"scanning .gen/ failed: {exc}", "error"))
         self._status(scanning=False)
+
+    async def _read_checks(self) -> None:
+        try:
+            config = await asyncio.to_thread(load_config, self.repo.config)
+        except GenjobError:
+            return  # the status line says what is wrong with the config
+        checks = config.checks
+        self.post_message(
+            self.ChecksConfigured(
+                tuple(checks),
+                tuple(n for n, c in checks.items() if c.sandbox == "none"),
+                config.check_runs.on_receipt,
+                config.check_runs.concurrency,
+            )
+        )
 
     def _count_trusted(self) -> int:
         """Pinned keys, counted by file (the detail pane verifies each signature properly)."""
@@ -244,12 +299,26 @@ class BoardFeed(Widget):
         if judge:
             self._verdicts(judge)
 
+    def judge(self, keys: Iterable[str]) -> None:
+        """Verify these jobs' receipts and judge their checks again (a check ended, say)."""
+        self._verdicts(list(keys))
+
     @work(thread=True, group="verdicts", exit_on_error=False)
     def _verdicts(self, keys: list[str]) -> None:
-        """Verify received jobs' receipts for the list's ✔/✘ (hashing happens here, off the loop)."""
+        """Verify received jobs' receipts for the list's ✔/✘ and judge their checks (hashing
+        happens here, off the loop)."""
+        try:
+            config: Config | None = load_config(self.repo.config)
+        except GenjobError:
+            config = None
         for start in range(0, len(keys), VERDICT_BATCH):
-            found = {k: receipt_verdict(self.repo, k) for k in keys[start : start + VERDICT_BATCH]}
-            self.post_message(self.VerdictsFound(found))
+            batch = keys[start : start + VERDICT_BATCH]
+            if config is None or not config.checks:
+                self.post_message(self.VerdictsFound({k: receipt_verdict(self.repo, k) for k in batch}))
+                continue
+            standings = {k: receipt_standing(self.repo, k, config) for k in batch}
+            self.post_message(self.VerdictsFound({k: s.verdict for k, s in standings.items()}))
+            self.post_message(self.ChecksFound(standings))
 
     # -- one job ----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.style import Style
@@ -13,11 +14,15 @@ from rich.table import Table
 from rich.text import Text
 
 from core.board_view import age
+from core.checks import CheckState, CheckStatus
 from core.inspect_job import FileDiff, JobDetail
 from core.preflight import Preflight
 from core.terminal import visible
 from core.verify import FAILED, PASSED, Verification
 from tui.text import STATE_STYLES, in_repo, literal, state_text
+
+if TYPE_CHECKING:
+    from tui.check_runner import LiveCheck
 
 LABEL = Style(color="bright_black")
 OK = Style(color="green", bold=True)
@@ -172,8 +177,12 @@ def verification_text(
     signature_required: bool,
     applied: bool = False,
     root: Path | None = None,
+    checks: Text | None = None,
+    missing: Sequence[str] = (),
 ) -> Group | Text:
-    """The receipt's checks as a checklist, with the signature policy stated first."""
+    """The receipt's checks as a checklist, with the signature policy stated first and the
+    job's own checks (`checks_text`) next; the verdict last counts the required checks
+    not passed (`missing`) too."""
     head = Text()
     head.append_text(policy_text(v.signature_required if v else signature_required))
     head.append("\n")
@@ -203,6 +212,10 @@ def verification_text(
             tail.append("=> applied from a receipt that verifies", OK)
         else:
             tail.append(f"=> applied; {len(v.failures)} check(s) fail now", BAD)
+    elif v.ok and missing:
+        waits = ", ".join(missing)
+        tail.append(f"=> the receipt verifies; apply waits for the required check(s) {waits}", SKIP)
+        tail.append(" (t runs them)", LABEL)
     elif v.ok:
         tail.append("=> every check passed: apply may run", OK)
     elif v.only_base_failed():
@@ -211,7 +224,72 @@ def verification_text(
         tail.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
     if v.signer:
         tail.append(f"\nsigner {v.signer}", LABEL)
-    return Group(head, table, Text(""), tail)
+    return Group(head, checks or Text(), table, Text(""), tail)
+
+
+# Each check state's mark in the Verify tab, the preflight and the job list.
+CHECK_MARKS: dict[CheckState, tuple[str, Style]] = {
+    CheckState.PASSED: ("✔", OK),
+    CheckState.FAILED: ("✘", BAD),
+    CheckState.RUNNING: ("●", Style(color="yellow", bold=True)),
+    CheckState.STALE: ("○", SKIP),
+    CheckState.NOT_RUN: ("·", LABEL),
+}
+UNSANDBOXED = Style(color="black", bgcolor="yellow", bold=True)
+# How many lines of a check's output the Verify tab shows: a failure's last words, or the
+# newest lines of one running now.
+OUTPUT_LINES = 14
+
+
+def checks_text(
+    statuses: Sequence[CheckStatus],
+    live: Mapping[str, LiveCheck],
+    now: float | None = None,
+    root: Path | None = None,
+) -> Text:
+    """The job's checks: each one's state, what it found, and the output of a failed or
+    running one (a check this board runs shows its output as it comes). A check runs at
+    the repository's own path, so the paths it prints show from the repository's root."""
+    now = time.time() if now is None else now
+    text = Text()
+    if not statuses:
+        return text
+    text.append("checks\n", Style(bold=True))
+    for status in statuses:
+        running = live.get(status.name)
+        state = CheckState.RUNNING if running is not None else status.state
+        mark, style = CHECK_MARKS[state]
+        text.append(f" {mark} ", style)
+        text.append(f"{status.name:<12}", Style(bold=True))
+        text.append(f" {'required' if status.required else 'optional':<9}", LABEL)
+        if running is not None:
+            if running.started_at is None:
+                text.append("waiting for a free slot", style)
+            else:
+                text.append(f"running for {age(now - running.started_at)}", style)
+        else:
+            shown = in_repo(status.detail, root)
+            text.append(literal(shown, style if state is not CheckState.PASSED else Style(), False))
+            if status.record is not None and state in (CheckState.PASSED, CheckState.FAILED):
+                text.append(f"  ({age(now - status.record.started_at)} ago)", LABEL)
+        if not status.sandboxed:
+            text.append("  UNSANDBOXED", UNSANDBOXED)
+        text.append("\n")
+        output = running.output if running is not None else None
+        if output is None and state is CheckState.FAILED and status.record is not None:
+            output = status.record.tail
+        if output:
+            for line in output.splitlines()[-OUTPUT_LINES:]:
+                text.append("     │ ", LABEL)
+                text.append(literal(in_repo(line, root), keep_newlines=False))
+                text.append("\n")
+    text.append("\n")
+    return text
+
+
+def check_marks(statuses: Sequence[CheckStatus], live: Mapping[str, LiveCheck]) -> str:
+    """One mark per check, in the config's order: what the job list and the tab show."""
+    return "".join(CHECK_MARKS[CheckState.RUNNING if s.name in live else s.state][0] for s in statuses)
 
 
 def _highlighted(path: str, code: str) -> Text:
@@ -300,7 +378,7 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     apply would write, then the signature, its policy and the base."""
     text = Text()
     text.append(f"apply {p.key}\n", Style(bold=True))
-    if p.verified:
+    if p.may_apply:
         text.append("every check passed: y applies, n cancels\n", OK)
     else:
         text.append("apply would be refused:\n", BAD)
@@ -308,6 +386,19 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
             text.append(" ✘ ", BAD)
             text.append(literal(in_repo(f, root), keep_newlines=False))
             text.append("\n")
+        if p.checks_missing:
+            text.append(" ✘ ", BAD)
+            text.append(f"required check(s) not passed on these outputs: {', '.join(p.checks_missing)}")
+            text.append(" (t runs them)\n", LABEL)
+    for check in p.checks:
+        mark, style = CHECK_MARKS[check.state]
+        text.append(f" {mark} ", style)
+        text.append(f"{check.name} ", Style(bold=True))
+        text.append("(required) " if check.required else "", LABEL)
+        text.append(literal(in_repo(check.detail, root), LABEL, keep_newlines=False))
+        if not check.sandboxed:
+            text.append("  UNSANDBOXED", UNSANDBOXED)
+        text.append("\n")
     text.append("\n")
     for c in p.changes:
         text.append("  ")
@@ -332,7 +423,7 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     base.append(literal(in_repo(p.base_detail, root), LABEL, keep_newlines=False))
     facts.add_row("base", base)
     parts: list[Text | Table] = [text, facts]
-    if p.verified and not p.git:
+    if p.may_apply and not p.git:
         parts.append(Text("\n  (not a git repository: there is nothing to commit to)", LABEL))
     return Group(*parts)
 

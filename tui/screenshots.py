@@ -78,6 +78,22 @@ async def failed_verification(pilot: Pilot[None], demo: Demo) -> None:
     await _select(pilot, demo.keys["untrusted"], "verify")
 
 
+async def checks_failed(pilot: Pilot[None], demo: Demo) -> None:
+    await _select(pilot, demo.keys["checks_failed"], "verify")
+
+
+async def bulk_approve(pilot: Pilot[None], demo: Demo) -> None:
+    app = pilot.app
+    assert isinstance(app, GenjobApp)
+    for role in ("verified", "checks_failed", "untrusted", "queued"):
+        await _select(pilot, demo.keys[role])
+        await pilot.press("space")
+    await _until(pilot, lambda: all(k in app.board.table.checks for k in (demo.keys["verified"],)))
+    await pilot.press("a")
+    await _until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmDialog")
+    await pilot.pause(0.2)
+
+
 async def orphan(pilot: Pilot[None], demo: Demo) -> None:
     await _select(pilot, demo.keys["orphan"], "lease")
 
@@ -124,6 +140,8 @@ SHOTS: list[tuple[str, tuple[int, int], Steps]] = [
     ("receipt-diff", (160, 45), receipt_diff),
     ("approve-preflight", (160, 45), approve_preflight),
     ("failed-verification", (160, 45), failed_verification),
+    ("checks-failed", (160, 45), checks_failed),
+    ("bulk-approve", (120, 35), bulk_approve),
     ("orphan", (160, 45), orphan),
     ("literal-markup", (160, 45), literal_markup),
     ("narrow-80x24", (80, 24), narrow),

@@ -9,11 +9,13 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from core import sandbox
 from core.layout import Layout
 from core.lease import new_lease, read_lease, write_lease
 from tui.demo import Demo, build_demo
@@ -37,12 +39,15 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
 @contextlib.contextmanager
 def frozen_demo(where: Path) -> Iterator[Demo]:
     """The demo with everything it shows fixed, for screenshots that must not change from
-    run to run: the clock (stopped, in UTC), the worker keys (from a fixed seed) and the
-    folder's name (`calc`). Its lease holder is a real process, whose times stay off screen."""
+    run to run: the clock (stopped, in UTC), the worker keys (from a fixed seed), the
+    folder's name (`calc`) and how long checks take. Its lease holder is a real process,
+    whose times stay off screen."""
     seeds = (hashlib.sha256(b"genjob-snapshot-%d" % i).digest() for i in itertools.count())
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TZ", "UTC")
         time.tzset()
+        # Checks take what they take; their records say they took no time at all.
+        mp.setattr(sandbox, "time", SimpleNamespace(monotonic=lambda: 0.0))
         mp.setattr(
             Ed25519PrivateKey,
             "generate",

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import pytest
-from boardkit import Driver, run_board
+from boardkit import Driver, plain, run_board
 from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
-from textual.widgets import Input, TextArea
+from textual.widgets import Input, Static, TextArea
 
 from tui.demo import Demo
 from tui.dialogs.bulk_ship import BulkShipDialog
@@ -43,11 +43,16 @@ def svg(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     return snapshot.use_extension(SVGFile)
 
 
-async def screenshot(d: Driver) -> str:
-    """The screen once it is still: animations over, no cursor blinking, verdicts in."""
+async def screenshot(d: Driver, running: bool = False) -> str:
+    """The screen once it is still: animations over, no cursor blinking, verdicts and check
+    marks in, and (unless `running`) no check under way."""
     board = d.board
     received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED"]
     await d.until(lambda: all(k in board.table.verdicts for k in received), "the list's verdicts")
+    await d.until(lambda: board.table.check_column, "the checks' column")
+    await d.until(lambda: all(k in board.table.checks for k in received), "the list's check marks")
+    if not running:
+        await d.until(lambda: not board.checks.live, "the checks under way to end")
     for widget in d.screen.query("Input, TextArea"):
         if isinstance(widget, (Input, TextArea)):
             widget.cursor_blink = False
@@ -136,6 +141,24 @@ async def new_job(d: Driver, demo: Demo) -> None:
     await d.until(lambda: bool(dialog.files), "the repository's files")
 
 
+async def checks_failed(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["checks_failed"], "verify")
+
+
+async def preflight_checks_refused(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["checks_failed"])
+    await d.press("a")
+    await d.showing(PreflightDialog)
+
+
+async def bulk_approve(d: Driver, demo: Demo) -> None:
+    for role in ("verified", "checks_failed", "untrusted", "queued"):
+        await d.select(demo.keys[role])
+        await d.press("space")
+    await d.press("a")
+    await d.showing(ConfirmDialog)
+
+
 async def bulk_confirm(d: Driver, demo: Demo) -> None:
     for role in ("queued", "queued3"):
         await d.select(demo.keys[role])
@@ -158,6 +181,9 @@ STILL: list[tuple[str, Steps]] = [
     ("host-picker", host_picker),
     ("new-job", new_job),
     ("bulk-confirm", bulk_confirm),
+    ("checks-failed", checks_failed),
+    ("preflight-checks-refused", preflight_checks_refused),
+    ("bulk-approve", bulk_approve),
 ]
 
 
@@ -208,3 +234,21 @@ async def test_bulk_ship_at_its_end(
         await d.until(lambda: dialog.done, "the batch to end")
         await d.until(lambda: all(d.state_of(k) == "RECEIVED" for k in keys), "the receipts on the board")
         assert await screenshot(d) == svg
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_check_running_with_its_output(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    config = demo.root / ".gen" / "config.toml"
+    config.write_text(config.read_text() + '\n[checks.slow]\nrun = "echo started the slow one; sleep 600"\n')
+    key = demo.keys["verified"]
+    async with run_board(demo.root, size) as d:
+        await on_job(d, key, "verify")
+        pane = d.board.query_one(DetailPane)
+        await d.until(lambda: len(d.board.checks.live) == 2, "the slow check to run on both receipts")
+        await d.until(lambda: all(c.output for c in d.board.checks.live.values()), "their output")
+        tab = pane.query_one("#detail-verify", Static)
+        await d.until(lambda: "started the slow one" in plain(tab), "the output in the Verify tab")
+        assert await screenshot(d, running=True) == svg

@@ -53,7 +53,7 @@ async def test_every_state_shows_with_counts(demo: Demo) -> None:
         text = "\n".join(d.lines())
         assert "INVALID" in text and "malformed JSON" in text
         counts = b.query_one("CountsBar").render().plain
-        assert "QUEUED 5" in counts and "RECEIVED 3" in counts
+        assert "QUEUED 5" in counts and "RECEIVED 4" in counts
 
 
 async def test_markup_and_escapes_in_instructions_show_literally(demo: Demo) -> None:
@@ -324,8 +324,8 @@ async def test_filter_by_text_and_state(demo: Demo) -> None:
         await d.press("escape")
         await d.until(lambda: len(b.view) == len(b.view.rows), "the filter to clear")
         await d.press("4")  # RECEIVED, the fourth chip
-        await d.until(lambda: len(b.view) == 3, "the state filter")
-        assert {b.view.row_at(i).state.value for i in range(3)} == {"RECEIVED"}
+        await d.until(lambda: len(b.view) == 4, "the state filter")
+        assert {b.view.row_at(i).state.value for i in range(4)} == {"RECEIVED"}
         await d.press("4")
         await d.until(lambda: len(b.view) == len(b.view.rows), "the state filter to clear")
 

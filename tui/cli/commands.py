@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from pydantic import TypeAdapter
 
 from core.apply import apply_job
 from core.board_view import age, summary_line
+from core.checks import CheckStatus, check_statuses, run_hint
 from core.config import load_config
 from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
@@ -173,7 +175,8 @@ def mint(
 @click.pass_context
 def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     """List jobs with their derived states."""
-    snap = take_snapshot(layout_of(ctx))
+    layout = layout_of(ctx)
+    snap = take_snapshot(layout)
     wanted = {s.upper() for s in states}
     rows = [r for r in snap.rows.values() if not wanted or r.state.value in wanted]
     order = {s: i for i, s in enumerate(STATE_ORDER)}
@@ -181,7 +184,7 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         print_json([r.to_dict() for r in rows])
         return
-    _print_policy(snap)
+    _print_policy(snap, layout)
     if not rows:
         say("no jobs" + (f" in {', '.join(sorted(wanted))}" if wanted else ""))
         return
@@ -197,11 +200,17 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     say("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
 
 
-def _print_policy(snap: Snapshot) -> None:
+def _print_policy(snap: Snapshot, layout: Layout) -> None:
     if snap.config_error:
         say(f"warning: {visible(snap.config_error)}", err=True)
+        return
     if not snap.signature_required:
         say("policy: signatures NOT required (require_signature = false)", err=True)
+    with contextlib.suppress(GenjobError):
+        checks = load_config(layout.config).checks
+        unsandboxed = [name for name, c in checks.items() if c.sandbox == "none"]
+        if unsandboxed:
+            say(f'policy: checks run UNSANDBOXED (sandbox = "none"): {", ".join(unsandboxed)}', err=True)
 
 
 @main.command()
@@ -238,7 +247,10 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
     if d.verification:
-        print_checks(d.verification)
+        job = d.located.job if d.located is not None else None
+        config = load_config(layout.config)
+        statuses = check_statuses(layout, job, config, d.verification) if job is not None else []
+        print_checks(d.verification, statuses)
     for diff in d.diffs:
         say(f"--- {visible(diff.path)}: {diff.status} +{diff.added} -{diff.removed}")
         if diff.text:
@@ -261,13 +273,30 @@ def _printable_block(text: str) -> str:
     return "".join(visible(line) + "\n" for line in text.splitlines())
 
 
-def print_checks(v: Any) -> None:
+_MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old ", "running": "run "}
+
+
+def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
+    """The receipt's verification step by step, the job's checks, and whether apply may run."""
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
     say(f"verification of {v.key} (signature {policy}):")
     for c in v.checks:
         say(f"  [{marks.get(c.status, 'FAIL')}] {c.name:9} {visible(c.detail)}")
-    say("  => apply may run" if v.ok else "  => apply refused")
+    if statuses:
+        say("checks:")
+    for s in statuses:
+        need = "required" if s.required else "optional"
+        say(f"  [{_MARKS[s.state.value]}] {s.name:12} {need:8} {visible(s.detail)}")
+    if any(not s.sandboxed for s in statuses):
+        say('  note: some checks run UNSANDBOXED (sandbox = "none"): with all your rights, network included')
+    missing = [s.name for s in statuses if s.required and not s.satisfied]
+    if not v.ok:
+        say("  => apply refused")
+    elif missing:
+        say(f"  => apply refused until required checks pass: {run_hint(v.key, missing)}")
+    else:
+        say("  => apply may run")
 
 
 @main.command("claim")
@@ -309,15 +338,19 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
-    """Check a job's receipt step by step. Exit 0 only when apply may run."""
+    """Check a job's receipt step by step, and list its checks. Exit 0 only when apply may run."""
     layout = layout_of(ctx)
     loc = locate(layout, resolve_key(layout, key))
-    v = verify(layout, loc.job, load_config(layout.config))
+    config = load_config(layout.config)
+    v = verify(layout, loc.job, config)
+    statuses = check_statuses(layout, loc.job, config, v)
+    missing = [s.name for s in statuses if s.required and not s.satisfied]
     if as_json:
-        print_json(v.to_dict())
+        states = [s.to_dict() for s in statuses]
+        print_json({**v.to_dict(), "check_states": states, "apply_may_run": v.ok and not missing})
     else:
-        print_checks(v)
-    sys.exit(0 if v.ok else 1)
+        print_checks(v, statuses)
+    sys.exit(0 if v.ok and not missing else 1)
 
 
 @main.command("apply")

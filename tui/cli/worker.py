@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import click
 
+from core.checks import check_statuses
 from core.config import load_config
 from core.layout import Layout
 from core.queue import locate
@@ -62,7 +63,7 @@ def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | No
     """Claim a queued job, ship it to a generator host, and print the receipt's verdict.
 
     Ctrl-C or SIGTERM stops the remote generator; the job ends in an aborted receipt.
-    Exit 0 when the receipt verifies and apply may run, 1 otherwise.
+    Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     """
     from core.ship import ship
 
@@ -81,8 +82,9 @@ def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | No
             f"note: {visible(res.host)} runs genjob's stand-in generator, which only appends a comment; "
             "`--host tidy` runs ruff, and genjob's README shows real model hosts"
         )
-    v = verify(layout, locate(layout, full).job, config)
-    print_checks(v)
+    job = locate(layout, full).job
+    v = verify(layout, job, config)
+    print_checks(v, check_statuses(layout, job, config, v))
     sys.exit(0 if v.ok else 1)
 
 

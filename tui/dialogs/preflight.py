@@ -1,4 +1,4 @@
-"""The approve preflight: paths, lines, signature, base; `y` applies, `n` cancels.
+"""The approve preflight: paths, lines, signature, base, checks; `y` applies, `n` cancels.
 
 In a git repository it also offers to commit the applied paths with a `Genjob-Key:`
 trailer (`genjob apply --commit`); `c` toggles it, and `policy.commit_on_approve` in
@@ -40,19 +40,19 @@ class PreflightDialog(ModalScreen[Approval | None]):
             yield Static("Approve: preflight", classes="dialog-title")
             with VerticalScroll(classes="dialog-body"):
                 yield Static(preflight_text(p, self.root), id="preflight-body")
-            if p.git and p.verified:
+            if p.git and p.may_apply:
                 yield Checkbox(
                     "commit the applied paths, with a Genjob-Key: trailer (c)",
                     p.commit_default,
                     id="commit",
                 )
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Apply (y)", id="yes", variant="success", disabled=not p.verified)
+                yield Button("Apply (y)", id="yes", variant="success", disabled=not p.may_apply)
                 yield Button("Cancel (n)", id="no")
 
     def on_mount(self) -> None:
         fit_to_terminal(self)
-        self.query_one("#yes" if self.preflight.verified else "#no", Button).focus()
+        self.query_one("#yes" if self.preflight.may_apply else "#no", Button).focus()
 
     @property
     def commit(self) -> bool:
@@ -69,5 +69,11 @@ class PreflightDialog(ModalScreen[Approval | None]):
     def action_answer(self, value: bool) -> None:
         if value and not self.preflight.verified:
             self.notify("the receipt does not verify: apply would be refused", severity="error")
+            return
+        if value and self.preflight.checks_missing:
+            missing = ", ".join(self.preflight.checks_missing)
+            self.notify(
+                f"required checks have not passed ({missing}): apply would be refused", severity="error"
+            )
             return
         self.dismiss(Approval(self.commit) if value else None)

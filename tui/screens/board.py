@@ -1,8 +1,10 @@
 """The board: counts, the job list and the selected job's detail, live from `.gen/`.
 
 Files are the source of truth. The screen composes the widgets and routes messages: a
-`BoardFeed` reports what is on disk (rows, verdicts, a job's detail), a `Dispatcher` runs
-each key's action (`tui.actions.TABLE`) and reports its outcome, and the screen shows both.
+`BoardFeed` reports what is on disk (rows, verdicts, checks, a job's detail), a
+`Dispatcher` runs each key's action (`tui.actions.TABLE`) and reports its outcome, a
+`CheckRunner` runs checks (as receipts arrive, and on `t`) and reports how they go, and
+the screen shows all three.
 
 Movement is the arrow keys (and page up/down, home/end); every letter is an action, so
 that no movement key ever collides with one. The job list holds the focus: after a
@@ -13,6 +15,7 @@ only while it is shown.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import ClassVar
 
 from rich.style import Style
@@ -27,12 +30,15 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from core.board_view import BoardView
+from core.checks import Standing
 from core.events import actor
 from core.layout import Layout
 from core.lifecycle import STATE_ORDER, State
 from core.queue import Enqueued
 from core.terminal import visible
+from tui import render
 from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
+from tui.check_runner import CheckRunner
 from tui.feed import TIME_SENSITIVE, BoardFeed
 from tui.text import in_repo
 from tui.widgets.counts import DIGITS, CountsBar
@@ -47,7 +53,18 @@ TICK = 1.0
 RELOAD = 5.0
 
 # The board's actions on jobs, most useful first: the order of their hints.
-JOB_ACTIONS = ("apply", "ship", "claim", "cancel", "requeue", "replay", "reject", "discard")
+JOB_ACTIONS = (
+    "apply",
+    "checks",
+    "stop_checks",
+    "ship",
+    "claim",
+    "cancel",
+    "requeue",
+    "replay",
+    "reject",
+    "discard",
+)
 # What to do with a job in each state: the hint a refusal ends with.
 NEXT_STEP = {
     State.QUEUED: "claim (c) or ship (s) it",
@@ -90,6 +107,16 @@ class BoardScreen(Screen[None]):
             "R", "job('replay')", "Replay", tooltip="Replay a stale, failed or rejected job", id="replay"
         ),
         Binding("x", "job('reject')", "Reject", tooltip="Reject a job, with a reason", id="reject"),
+        Binding(
+            "t",
+            "job('checks')",
+            "Checks",
+            tooltip="Run a received job's checks again, sandboxed",
+            id="checks",
+        ),
+        Binding(
+            "T", "job('stop_checks')", "Stop checks", tooltip="Stop the checks running", id="stop_checks"
+        ),
         Binding("D", "job('discard')", "Discard", tooltip="Set an INVALID job's files aside", id="discard"),
         Binding("n", "new_job", "New", tooltip="Write a new job and queue it", id="new"),
         Binding("d", "diff", "Diff", tooltip="The selected job's diff, full screen", id="diff"),
@@ -117,7 +144,19 @@ class BoardScreen(Screen[None]):
     ]
     # The bindings that change something: hidden (and refused) on a read-only board.
     CHANGES = frozenset(
-        {"approve", "ship", "claim", "cancel", "requeue", "replay", "reject", "discard", "new"}
+        {
+            "approve",
+            "ship",
+            "claim",
+            "cancel",
+            "requeue",
+            "replay",
+            "reject",
+            "discard",
+            "new",
+            "checks",
+            "stop_checks",
+        }
     )
 
     def __init__(self, layout: Layout, readonly: bool = False) -> None:
@@ -135,11 +174,16 @@ class BoardScreen(Screen[None]):
         self._select_when_seen: str | None = None
         self._loaded_at = 0.0
         self.worker_id = f"board:{actor()}"
+        # Where each judged job's receipt and checks stand, and the checks that run unsandboxed.
+        self.standings: dict[str, Standing] = {}
+        self.unsandboxed: tuple[str, ...] = ()
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield BoardFeed(self.repo, self.view, id="feed")
-        yield Dispatcher(self.repo, self.worker_id, id="dispatcher")
+        runner = CheckRunner(self.repo, id="check-runner")
+        yield runner
+        yield Dispatcher(self.repo, self.worker_id, runner, id="dispatcher")
         yield Static(id="status")
         yield CountsBar(id="counts")
         yield FilterBox(placeholder="filter: key prefix, words of the instruction, worker, path", id="filter")
@@ -189,6 +233,10 @@ class BoardScreen(Screen[None]):
     def dispatcher(self) -> Dispatcher:
         return self.query_one(Dispatcher)
 
+    @property
+    def checks(self) -> CheckRunner:
+        return self.query_one(CheckRunner)
+
     # -- what the feed reports -------------------------------------------------------------------
     @on(BoardFeed.RowsChanged)
     def _rows_changed(self, message: BoardFeed.RowsChanged) -> None:
@@ -213,6 +261,53 @@ class BoardScreen(Screen[None]):
     @on(BoardFeed.VerdictsFound)
     def _verdicts_found(self, message: BoardFeed.VerdictsFound) -> None:
         self.table.set_verdicts(message.verdicts)
+
+    @on(BoardFeed.ChecksFound)
+    def _checks_found(self, message: BoardFeed.ChecksFound) -> None:
+        before = {k: self.standings.get(k) for k in message.standings}
+        self.standings.update(message.standings)
+        self._show_check_marks(message.standings)
+        self.checks.consider(message.standings)
+        selected = self.table.cursor_key
+        if selected in message.standings and before[selected] != message.standings[selected]:
+            self._schedule_detail()
+
+    @on(BoardFeed.ChecksConfigured)
+    def _checks_configured(self, message: BoardFeed.ChecksConfigured) -> None:
+        self.checks.configure(message.on_receipt and not self.readonly, message.concurrency)
+        self.table.show_check_column(bool(message.names))
+        self.unsandboxed = message.unsandboxed
+        self._show_status()
+
+    def _show_check_marks(self, keys: Iterable[str]) -> None:
+        """The list's check marks of `keys`: each check as judged, or running on this board."""
+        marks: dict[str, str | None] = {}
+        for key in keys:
+            standing = self.standings.get(key)
+            marks[key] = render.check_marks(standing.checks, self.checks.live_for(key)) if standing else None
+        self.table.set_checks(marks)
+
+    @on(CheckRunner.Started)
+    @on(CheckRunner.Output)
+    def _check_moved(self, message: CheckRunner.Started | CheckRunner.Output) -> None:
+        if isinstance(message, CheckRunner.Started):
+            self._show_check_marks([message.key])
+            self._show_keys()
+        if message.key == self.table.cursor_key:
+            self.query_one(DetailPane).show_checks(self.checks.live_for(message.key))
+
+    @on(CheckRunner.Ended)
+    def _check_ended(self, message: CheckRunner.Ended) -> None:
+        severity: SeverityLevel = (
+            "information" if message.passed else "error" if message.passed is False else "warning"
+        )
+        self._say(message.text, title=f"{message.key[:12]}", severity=severity)
+        self._show_check_marks([message.key])
+        self.feed.judge([message.key])
+        if message.key == self.table.cursor_key:
+            self.query_one(DetailPane).show_checks(self.checks.live_for(message.key))
+            self._schedule_detail()
+        self._show_keys()
 
     @on(BoardFeed.Status)
     def _feed_status(self, message: BoardFeed.Status) -> None:
@@ -239,6 +334,7 @@ class BoardScreen(Screen[None]):
             return
         self._loaded_at = time.monotonic()
         pane = self.query_one(DetailPane)
+        pane.live = self.checks.live_for(message.key)
         if isinstance(message.detail, str):
             pane.show_message(Text(visible(in_repo(message.detail, self.repo.root)), style="bold red"))
         else:
@@ -267,6 +363,12 @@ class BoardScreen(Screen[None]):
             text.append("signatures required", style=Style(color="green", bold=True))
         else:
             text.append("signatures NOT required", style=Style(color="black", bgcolor="yellow", bold=True))
+        if self.unsandboxed:
+            text.append("  ")
+            text.append(
+                f"checks UNSANDBOXED: {', '.join(self.unsandboxed)}",
+                style=Style(color="black", bgcolor="yellow", bold=True),
+            )
         marks = len(self.table.marks) if self.is_mounted else 0
         if marks:
             text.append(f"  {marks} marked", style="bold yellow")

@@ -1,8 +1,9 @@
-"""The detail pane: one job's document, lease, verification, diff, timeline and output."""
+"""The detail pane: one job's document, lease, verification and checks, diff, timeline and output."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.text import Text
@@ -12,6 +13,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from core.inspect_job import JobDetail
 from tui import render
+from tui.check_runner import LiveCheck
 
 TABS = (
     ("job", "Job"),
@@ -33,6 +35,8 @@ class DetailPane(Vertical):
         self.root = root  # the repository's, so that its paths show from there
         self.detail: JobDetail | None = None
         self.signature_required = True
+        # The checks of the shown job that this board runs now, with their output so far.
+        self.live: Mapping[str, LiveCheck] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no job selected"), id="detail-title")
@@ -72,14 +76,33 @@ class DetailPane(Vertical):
         for tab_id, _ in TABS:
             self._body(tab_id).update("")
 
+    def show_checks(self, live: Mapping[str, LiveCheck]) -> None:
+        """Show the checks this board runs for the shown job (their output as it comes)."""
+        self.live = live
+        if self.detail is not None:
+            self._show_verify(self.detail)
+
+    def _show_verify(self, detail: JobDetail) -> None:
+        applied = detail.located is not None and detail.located.folder == "applied"
+        checks = render.checks_text(detail.checks, self.live, root=self.root)
+        missing = [c.name for c in detail.checks if c.required and not c.satisfied]
+        self._body("verify").update(
+            render.verification_text(
+                detail.verification, self.signature_required, applied, self.root, checks, missing
+            )
+        )
+        if detail.verification is not None:
+            v = detail.verification
+            label = f"Verify {'✔' if v.ok or (applied and v.only_base_failed()) else '✘'}"
+            marks = render.check_marks(detail.checks, self.live)
+            self.query_one(TabbedContent).get_tab("tab-verify").label = f"{label} {marks}" if marks else label
+
     def show(self, detail: JobDetail) -> None:
         self.detail = detail
         self.query_one("#detail-title", Static).update(render.title_text(detail))
         applied = detail.located is not None and detail.located.folder == "applied"
         self.tick()
-        self._body("verify").update(
-            render.verification_text(detail.verification, self.signature_required, applied, self.root)
-        )
+        self._show_verify(detail)
         self._body("diff").update(render.diffs_text(detail.diffs, applied))
         self._body("timeline").update(render.timeline_text(detail))
         self._body("output").update(render.output_text(detail))
@@ -87,9 +110,8 @@ class DetailPane(Vertical):
         for tab_id, title in TABS:
             label = title
             if tab_id == "verify" and detail.verification is not None:
-                v = detail.verification
-                label = f"Verify {'✔' if v.ok or (applied and v.only_base_failed()) else '✘'}"
-            elif tab_id == "diff" and detail.diffs:
+                continue  # `_show_verify` labels it, with the checks' marks
+            if tab_id == "diff" and detail.diffs:
                 label = f"Diff ({len(detail.diffs)})"
             elif tab_id == "timeline" and detail.timeline:
                 label = f"Timeline ({len(detail.timeline)})"

@@ -51,6 +51,9 @@ class JobTable(ScrollView, can_focus=True):
         "jobtable--dim",
         "jobtable--empty",
         "jobtable--warning",
+        "jobtable--pass",
+        "jobtable--fail",
+        "jobtable--busy",
     }
     DEFAULT_CSS = """
     JobTable { background: $surface; scrollbar-size-vertical: 0; }
@@ -69,6 +72,9 @@ class JobTable(ScrollView, can_focus=True):
     JobTable > .jobtable--dim { color: $text-muted; }
     JobTable > .jobtable--empty { color: $foreground; }
     JobTable > .jobtable--warning { color: $text-error; text-style: bold; }
+    JobTable > .jobtable--pass { color: $text-success; }
+    JobTable > .jobtable--fail { color: $text-error; text-style: bold; }
+    JobTable > .jobtable--busy { color: $text-warning; text-style: bold; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("up", "cursor(-1)", "Up", show=False),
@@ -102,6 +108,10 @@ class JobTable(ScrollView, can_focus=True):
         self._strips: dict[tuple[object, ...], Strip] = {}
         self.position = ""
         self.verdicts: dict[str, bool] = {}
+        # Each received job's checks, one mark each (✔ ✘ ● ○ ·); the column shows only
+        # when the config defines checks.
+        self.checks: dict[str, str] = {}
+        self.check_column = False
         # What an empty list says instead (set by the screen): lines, and whether each warns.
         self.empty: list[tuple[str, bool]] = []
 
@@ -145,6 +155,7 @@ class JobTable(ScrollView, can_focus=True):
             for key, row in changed.items():
                 if row is None or row != self.view.rows.get(key):
                     self.verdicts.pop(key, None)
+                    self.checks.pop(key, None)
             self.view.update(changed)
             self.marks.difference_update(k for k, r in changed.items() if r is None)
         self._sync_size()
@@ -196,6 +207,21 @@ class JobTable(ScrollView, can_focus=True):
                 self.verdicts[key] = ok
         self.refresh()
 
+    def set_checks(self, marks: Mapping[str, str | None]) -> None:
+        """Each job's check marks (None: none to show)."""
+        for key, shown in marks.items():
+            if shown is None:
+                self.checks.pop(key, None)
+            elif key in self.view.rows:
+                self.checks[key] = shown
+        self.refresh()
+
+    def show_check_column(self, shown: bool) -> None:
+        if shown != self.check_column:
+            self.check_column = shown
+            self._strips.clear()
+            self.refresh()
+
     def select(self, key: str) -> bool:
         """Put the cursor on `key` if it is in view."""
         index = self.view.index_of(key)
@@ -239,12 +265,12 @@ class JobTable(ScrollView, can_focus=True):
 
     # -- rendering -----------------------------------------------------------------------
     def _columns(self) -> list[int]:
-        """Widths of mark, key, state, age, attempts, worker; the instruction takes the rest.
-        They follow the list's own width only, so the header and every row agree."""
+        """Widths of mark, key, state, (checks,) age, attempts, worker; the instruction takes
+        the rest. They follow the list's own width only, so the header and every row agree."""
         width = self.scrollable_content_region.width
         key = 33 if self.wide_keys else 13
         worker = 18 if width >= 110 else 10
-        return [2, key, 11, 5, 4, worker]
+        return [2, key, 11, *([4] if self.check_column else []), 5, 4, worker]
 
     def _cells(self, cells: list[tuple[str, Style]], width: int) -> Strip:
         widths = self._columns()
@@ -262,7 +288,7 @@ class JobTable(ScrollView, can_focus=True):
     def _styles(self) -> dict[str, Style]:
         base = self.rich_style
         styles = {"base": base}
-        for name in ("header", "cursor", "marked", "dim", "empty", "warning"):
+        for name in ("header", "cursor", "marked", "dim", "empty", "warning", "pass", "fail", "busy"):
             styles[name] = base + self.get_component_rich_style(f"jobtable--{name}")
         return styles
 
@@ -289,7 +315,8 @@ class JobTable(ScrollView, can_focus=True):
         base = styles["base"]
         if y == 0:
             head = styles["header"]
-            names = ["", "KEY", "STATE", "AGE", "ATT", "WORKER", "INSTRUCTION"]
+            names = ["", "KEY", "STATE", *(["CHK"] if self.check_column else []), "AGE", "ATT", "WORKER"]
+            names.append("INSTRUCTION")
             where = self.position
             strip = self._cells([(n, head) for n in names], max(0, width - cell_len(where)))
             return Strip.join([strip, Strip([Segment(where, head)])]).crop_extend(0, width, head)
@@ -307,7 +334,8 @@ class JobTable(ScrollView, can_focus=True):
         when = age(time.time() - created) if created else "-"
         marked = row.key in self.marks
         verdict = self.verdicts.get(row.key) if row.state is State.RECEIVED else None
-        ident = (row, width, cursor, marked, when, self.has_focus, verdict)
+        checks = self.checks.get(row.key, "") if self.check_column else None
+        ident = (row, width, cursor, marked, when, self.has_focus, verdict, checks)
         hit = self._strips.get(ident)
         if hit is not None:
             return hit
@@ -323,6 +351,11 @@ class JobTable(ScrollView, can_focus=True):
             ("●" if marked else " ", mark_style),
             (row.key[: self._columns()[1] - 1], mark_style),  # a prefix, as git shows commit ids
             (row.state.value + VERDICT[verdict], state_style),
+            *(
+                [(checks, styles["cursor"] if cursor else _checks_style(checks, styles))]
+                if checks is not None
+                else []
+            ),
             (when, dim),
             (str(row.attempts) if row.attempts else "-", dim),
             (visible(row.worker, tab=" ") or "-", dim),
@@ -330,6 +363,17 @@ class JobTable(ScrollView, can_focus=True):
         ]
         strip = self._strips[ident] = self._cells(cells, width).extend_cell_length(width, style)
         return strip
+
+
+def _checks_style(marks: str, styles: dict[str, Style]) -> Style:
+    """A job's check marks in one colour: a failure first, then one running or stale."""
+    if "✘" in marks:
+        return styles["fail"]
+    if "●" in marks or "○" in marks:
+        return styles["busy"]
+    if marks and set(marks) == {"✔"}:
+        return styles["pass"]
+    return styles["dim"]
 
 
 def _fit(text: str, width: int) -> str:

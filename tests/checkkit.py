@@ -1,0 +1,104 @@
+"""Helpers the check tests share: a small project with a real test suite, configs, process scans."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from corekit import make_repo, mint, receive
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.checks import CheckRun, run_checks
+from core.layout import Layout
+from core.models import Job
+
+CALC = b"def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
+CALC_BROKEN = b"def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
+CALC_BETTER = b'def add(a, b):\n    """The sum."""\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n'
+TESTS = (
+    b"from calc import add, mul\n\n\n"
+    b"def test_add():\n    assert add(2, 3) == 5\n\n\n"
+    b"def test_mul():\n    assert mul(2, 3) == 6\n"
+)
+PROJECT: dict[str, bytes] = {
+    "calc.py": CALC,
+    "tests/test_calc.py": TESTS,
+    "tests/conftest.py": (
+        b"import pathlib, sys\n\nsys.path.insert(0, str(pathlib.Path(__file__).parents[1]))\n"
+    ),
+    "README.md": b"# calc\n",
+}
+PYTEST = "python3 -m pytest -q -p no:cacheprovider tests"
+
+
+def project(root: Path, files: dict[str, bytes] = PROJECT) -> Layout:
+    """A git repository holding a small project with a real pytest suite."""
+    return make_repo(root, files)
+
+
+def configure(layout: Layout, checks: dict[str, str], extra: str = "", require: Sequence[str] = ()) -> None:
+    """Write config.toml with these checks (name -> TOML body lines) and policy."""
+    lines = ["[policy]", "require_signature = true", f"require_checks = {list(require)!r}".replace("'", '"')]
+    for name, body in checks.items():
+        lines += [f"[checks.{name}]", body]
+    layout.config.write_text("\n".join(lines) + "\n" + extra)
+
+
+def received(
+    layout: Layout,
+    signer: Ed25519PrivateKey,
+    outputs: dict[str, bytes],
+    paths: Sequence[str] | None = None,
+    new: Sequence[str] = (),
+) -> Job:
+    """A job over `paths` (default: the outputs' paths) and `new` paths, with a signed
+    receipt for `outputs`."""
+    if paths is None:
+        paths = [p for p in outputs if p not in new]
+    job = mint(layout, f"Change {secrets.token_hex(4)}", paths=list(paths), new=list(new))
+    assert receive(layout, job.key, outputs, signer).won
+    return job
+
+
+def check(layout: Layout, key: str, *names: str) -> list[CheckRun]:
+    return asyncio.run(run_checks(layout, key, names))
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line holds `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            status = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        state = status[status.rfind(b")") + 2 :].split()[:1]
+        if marker.encode() in cmdline and state != [b"Z"]:
+            found.append(int(name))
+    return found
+
+
+def hard_links(root: Path) -> dict[str, tuple[int, int]]:
+    """(inode, link count) of every file under `root` but `.gen/`."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not (dirpath == str(root) and d == ".gen")]
+        for name in filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_ino, st.st_nlink)
+    return out
+
+
+def unique_sleep() -> str:
+    """A `sleep` argument no other process has: its marker in /proc."""
+    return f"{900 + secrets.randbelow(99)}.{secrets.randbelow(10**6):06d}"
+
+
+def lines(text: str) -> Iterable[str]:
+    return (line.strip() for line in text.splitlines() if line.strip())

@@ -1,0 +1,195 @@
+"""Checks on the board: run as receipts arrive, shown in the list and the Verify tab, run
+again (`t`) and stopped (`T`), in the approve preflight and in a bulk approve.
+
+The demo's `tests` check (its unittest suite, required by policy) ran at build time: it
+passed on the `verified` job's receipt and failed on `checks_failed`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from boardkit import Driver, plain, run_board
+from checkkit import processes_with, unique_sleep
+from textual.widgets import Button, Static
+
+from core import sandbox
+from core.layout import Layout
+from tui.demo import Demo
+from tui.dialogs.confirm import ConfirmDialog
+from tui.dialogs.host_picker import HostPicker
+from tui.dialogs.preflight import PreflightDialog
+from tui.dialogs.ship import ShipDialog
+from tui.widgets.detail import DetailPane
+
+pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
+
+
+def layout_of(demo: Demo) -> Layout:
+    return Layout(demo.root)
+
+
+def add_checks(demo: Demo, text: str) -> None:
+    config = layout_of(demo).config
+    config.write_text(config.read_text() + text)
+
+
+def verify_tab(d: Driver) -> str:
+    return plain(d.board.query_one("#detail-verify", Static))
+
+
+def record(demo: Demo, key: str, name: str = "tests") -> dict[str, object]:
+    return json.loads(layout_of(demo).check_record(key, name).read_bytes())
+
+
+async def test_the_list_and_the_verify_tab_show_passed_and_failed_checks(demo: Demo) -> None:
+    good, bad = demo.keys["verified"], demo.keys["checks_failed"]
+    async with run_board(demo.root, key=bad) as d:
+        await d.until(lambda: d.table.checks.get(bad) == "✘" and d.table.checks.get(good) == "✔", "the marks")
+        lines = d.lines()
+        assert "CHK" in lines[0]
+        assert "✘" in next(line for line in lines if bad[:12] in line)
+        assert "✔" in next(line for line in lines if good[:12] in line)
+        await d.until(lambda: "✘ tests" in verify_tab(d), "the failed check in the Verify tab")
+        text = verify_tab(d)
+        assert "required" in text and "failed (exit 1)" in text and "sandboxed (bwrap)" in text
+        assert "AssertionError: 3 != 3.5" in text  # the failure's last words, kept as evidence
+        assert "the receipt verifies; apply waits for the required check(s) tests" in text
+        tabs = d.board.query_one(DetailPane).query_one("#detail-tabs")
+        assert "Verify ✔ ✘" in str(tabs.get_tab("tab-verify").label)  # type: ignore[attr-defined]
+        await d.select(good)
+        await d.until(lambda: "✔ tests" in verify_tab(d), "the passed check")
+        assert "passed in" in verify_tab(d) and "apply waits" not in verify_tab(d)
+
+
+async def test_a_receipt_that_arrives_has_its_checks_run_by_the_board(demo: Demo) -> None:
+    key = demo.keys["queued3"]
+    async with run_board(demo.root, key=key) as d:
+        await d.press("s")
+        picker = await d.showing(HostPicker)
+        picker.query_one("OptionList").highlighted = 0  # type: ignore[attr-defined]
+        await d.press("enter")
+        dialog = await d.showing(ShipDialog)
+        await d.until(lambda: dialog.done, "the ship to end")
+        await d.until(lambda: d.table.checks.get(key) == "✔", "the board to run the new receipt's check")
+    doc = record(demo, key)
+    assert doc["result"] == "passed" and doc["sandbox"] == "bwrap"
+
+
+async def test_a_running_check_streams_its_output_and_t_capital_stops_it(demo: Demo) -> None:
+    marker = unique_sleep()
+    add_checks(demo, f'\n[checks.slow]\nrun = "echo started the slow one; sleep {marker}"\ntimeout = 600\n')
+    key = demo.keys["verified"]
+    async with run_board(demo.root, key=key) as d:
+        await d.until(lambda: "●" in d.table.checks.get(key, ""), "the slow check to start by itself")
+        await d.until(lambda: "started the slow one" in verify_tab(d), "its output in the Verify tab")
+        text = verify_tab(d)
+        assert "● slow" in text and "running for" in text
+        assert processes_with(marker)
+        await d.press("T")
+        await d.until(lambda: not d.board.checks.running(key), "the stop")
+        await d.until(lambda: d.inbox.said("check slow stopped; no record kept"), "the report")
+        await d.until(lambda: d.table.checks.get(key) == "✔·", "the marks without it")
+        await d.until(lambda: "· slow" in verify_tab(d), "the Verify tab without it")
+        assert "not run yet" in verify_tab(d)
+        d.board.checks.stop([demo.keys["checks_failed"]])
+        await d.until(lambda: not d.board.checks.live, "every check to stop")
+    assert processes_with(marker) == []
+    assert not layout_of(demo).check_record(key, "slow").exists()
+    assert not any(p.is_dir() for p in layout_of(demo).scratch.iterdir())
+
+
+async def test_t_runs_the_checks_again(demo: Demo) -> None:
+    key = demo.keys["verified"]
+    before = record(demo, key)["started_at"]
+    async with run_board(demo.root, key=key) as d:
+        await d.until(lambda: d.table.checks.get(key) == "✔", "the marks")
+        await d.press("t")
+        await d.until(lambda: d.inbox.said("check tests passed in"), "the run's report")
+    assert record(demo, key)["started_at"] != before
+
+
+async def test_the_preflight_shows_the_checks_and_refuses_while_a_required_one_failed(demo: Demo) -> None:
+    bad, good = demo.keys["checks_failed"], demo.keys["verified"]
+    async with run_board(demo.root, key=bad) as d:
+        await d.press("a")
+        dialog = await d.showing(PreflightDialog)
+        body = plain(d.screen.query_one("#preflight-body", Static))
+        assert "apply would be refused" in body
+        assert "required check(s) not passed on these outputs: tests" in body
+        assert "✘ tests (required) failed (exit 1)" in body
+        assert dialog.query_one("#yes", Button).disabled
+        await d.press("y")
+        await d.until(lambda: d.inbox.said("required checks have not passed (tests)"), "the refusal")
+        assert d.screen is dialog
+        await d.press("n")
+        await d.select(good)
+        await d.press("a")
+        await d.showing(PreflightDialog)
+        body = plain(d.screen.query_one("#preflight-body", Static))
+        assert "every check passed" in body and "✔ tests (required) passed in" in body
+    assert not layout_of(demo).job_file("applied", bad).exists()
+
+
+async def test_bulk_approve_takes_the_jobs_whose_required_checks_passed_and_says_why_not_the_others(
+    demo: Demo,
+) -> None:
+    keys = {role: demo.keys[role] for role in ("verified", "checks_failed", "untrusted", "queued")}
+    async with run_board(demo.root) as d:
+        await d.until(lambda: keys["checks_failed"] in d.table.checks, "the check marks")
+        for key in keys.values():
+            await d.select(key)
+            await d.press("space")
+        await d.press("a")
+        dialog = await d.showing(ConfirmDialog)
+        body = plain(dialog.query_one(".dialog-body Static", Static))
+        assert "Approve 1 of 4 marked job(s)" in body
+        assert "3 left out" in body
+        assert "1: not RECEIVED" in body
+        assert f"1: required checks failed: {keys['checks_failed'][:12]}" in body
+        assert f"1: the receipt does not verify: {keys['untrusted'][:12]}" in body
+        await d.press("y")
+        await d.until(lambda: d.state_of(keys["verified"]) == "APPLIED", "the apply")
+        assert d.state_of(keys["checks_failed"]) == "RECEIVED" and d.state_of(keys["untrusted"]) == "RECEIVED"
+
+
+async def test_bulk_approve_with_nothing_approvable_says_why_and_asks_nothing(demo: Demo) -> None:
+    async with run_board(demo.root) as d:
+        for role in ("checks_failed", "untrusted"):
+            await d.select(demo.keys[role])
+            await d.press("space")
+        await d.press("a")
+        await d.until(lambda: d.inbox.said("None of the 2 marked job(s) may be approved now"), "the refusal")
+        assert d.inbox.said("1: required checks failed") and d.inbox.said("1: the receipt does not verify")
+        assert d.screen is d.board
+
+
+async def test_a_read_only_board_runs_no_check(demo: Demo) -> None:
+    add_checks(demo, '\n[checks.quick]\nrun = "true"\n')
+    key = demo.keys["verified"]
+    async with run_board(demo.root, key=key, readonly=True) as d:
+        await d.until(lambda: d.table.checks.get(key) == "✔·", "the marks")
+        assert not d.board.checks.live
+        await d.press("t")
+        await d.until(lambda: d.inbox.said("read-only board: run checks refused"), "the refusal")
+    assert not layout_of(demo).check_record(key, "quick").exists()
+
+
+async def test_unsandboxed_checks_are_said_to_be_on_the_board(demo: Demo) -> None:
+    config = layout_of(demo).config
+    config.write_text(config.read_text().replace('sandbox = "bwrap"', 'sandbox = "none"'))
+    key = demo.keys["verified"]
+    async with run_board(demo.root, key=key) as d:
+        await d.until(
+            lambda: "checks UNSANDBOXED: tests" in plain(d.board.query_one("#status", Static)), "status"
+        )
+        await d.until(lambda: "UNSANDBOXED" in verify_tab(d), "the Verify tab")
+
+
+def test_the_demo_checks_ran_sandboxed(demo: Demo) -> None:
+    for role, result in (("verified", "passed"), ("checks_failed", "failed"), ("applied", "passed")):
+        doc = record(demo, demo.keys[role])
+        assert doc["result"] == result and doc["sandbox"] == "bwrap", role
+    assert Path(demo.root / ".gen/config.toml").read_text().count('require_checks = ["tests"]') == 1

@@ -1,0 +1,97 @@
+"""`genjob check`: run the configured checks on a receipt's outputs, sandboxed, and keep the records."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import sys
+from typing import Any
+
+import click
+
+from core.checks import CheckRun, describe, run_checks
+from tui.cli.commands import layout_of, resolve_key
+from tui.cli.output import print_json, say
+
+
+@click.command("check")
+@click.argument("key")
+@click.option(
+    "--name", "names", multiple=True, help="Run only this check (repeatable; default: every check)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON instead of their output.")
+@click.pass_context
+def check_cmd(ctx: click.Context, key: str, names: tuple[str, ...], as_json: bool) -> None:
+    """Run the checks of config.toml on KEY's receipt, in a sandboxed scratch tree.
+
+    Each check's output streams as it runs; its record (bound to these exact outputs and
+    base) goes to .gen/checks/KEY/. Exit 0 only when every check run passed.
+    """
+    layout = layout_of(ctx)
+    key = resolve_key(layout, key)
+    stream = _Stream(quiet=as_json)
+    runs = asyncio.run(run_checks(layout, key, names, stream.start, stream.output, on_done=stream.done))
+    if as_json:
+        print_json([_run_dict(r) for r in runs])
+    sys.exit(0 if runs and all(r.passed for r in runs) else 1)
+
+
+class _Stream:
+    """A running check's output, printed as it comes (made visible, split UTF-8 joined)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.at_line_start = True
+
+    def start(self, name: str) -> None:
+        self.end()
+        if not self.quiet:
+            say(f"== check {name}: running")
+
+    def output(self, name: str, chunk: bytes) -> None:
+        if self.quiet:
+            return
+        text = self.decoder.decode(chunk)
+        if text:
+            say(text, nl=False)
+            self.at_line_start = text.endswith("\n")
+
+    def done(self, run: CheckRun) -> None:
+        self.end()
+        if not self.quiet:
+            _report(run)
+
+    def end(self) -> None:
+        tail = self.decoder.decode(b"", final=True)
+        self.decoder.reset()
+        if self.quiet:
+            return
+        if tail:
+            say(tail, nl=False)
+            self.at_line_start = tail.endswith("\n")
+        if not self.at_line_start:
+            say()
+            self.at_line_start = True
+
+
+def _report(run: CheckRun) -> None:
+    if run.record is None:
+        say(f"== check {run.name}: stopped before it finished; no record kept")
+        return
+    say(f"== check {run.name}: {describe(run.record)}")
+    made = "hard links under an overlay" if run.scratch == "overlay" else "copies"
+    say(f"   {run.sandbox}; scratch tree of {made}")
+    if not run.record.sandboxed:
+        say(f'genjob: check {run.name} ran UNSANDBOXED (sandbox = "none" in config.toml)', err=True)
+
+
+def _run_dict(run: CheckRun) -> dict[str, Any]:
+    return {
+        "name": run.name,
+        "passed": run.passed,
+        "stopped": run.record is None,
+        "sandbox": run.sandbox,
+        "scratch": run.scratch,
+        "record": run.record.document() if run.record else None,
+    }
