@@ -31,7 +31,7 @@ from core.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.rules import Limits, TailBuffer
 from core.signing import load_private_key, private_key_path
-from core.transport import JobSpec, LocalTransport, SSHTransport, Transport, run_job
+from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 
 OutputCallback = Callable[[bytes], None]
 # How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
@@ -53,6 +53,10 @@ class ShipResult:
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
         return LocalTransport()
+    if host.transport == "command":
+        if not host.command:
+            raise BadInput(f"config.toml: hosts.{name}: a command host needs command")
+        return CommandTransport(host.command, python=host.python or "python3", mode=host.command_mode)
     if not (host.address and host.identity):
         raise BadInput(f"config.toml: hosts.{name}: an ssh host needs address and identity")
     return SSHTransport(
