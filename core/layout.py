@@ -14,7 +14,7 @@ GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
 # Where a key's job document may be, most final first: the first found decides.
 JOB_FOLDERS = ("applied", "rejected", "running", "queue")
-OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache")
+OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache", "fleet")
 # The state a job in each folder is in, by the name the user sees (before what leases,
 # receipts and the tree add to it).
 FOLDER_STATE = {"queue": "QUEUED", "running": "RUNNING", "applied": "APPLIED", "rejected": "REJECTED"}
@@ -82,6 +82,11 @@ class Layout:
         return self.gen / "cache"
 
     @cached_property
+    def fleet(self) -> Path:
+        """What each generator host last did: one small file per configured host."""
+        return self.gen / "fleet"
+
+    @cached_property
     def events(self) -> Path:
         return self.gen / "events.jsonl"
 
@@ -117,6 +122,9 @@ class Layout:
 
     def journal_file(self, key: str) -> Path:
         return self.journal / f"{key}.json"
+
+    def fleet_file(self, host: str) -> Path:
+        return self.fleet / f"{host}.json"
 
     def all_dirs(self) -> list[Path]:
         return [self.gen / d for d in STATE_DIRS + OTHER_DIRS]

@@ -23,8 +23,9 @@ from core.bundle import BundleError, ResultInfo
 from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
 from core.errors import BadInput, GenjobError
-from core.events import actor, bounded, record_event
+from core.events import actor, bounded, record_attempt, record_event
 from core.evidence import keep
+from core.fleet import SHIPPING, note_run
 from core.layout import Layout
 from core.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
@@ -231,6 +232,7 @@ async def run_claimed(
     watcher = asyncio.create_task(_watch(shipment, stop, cancel, cancel_reason, run.stopped))
     interrupted: BaseException | None = None
     try:
+        await asyncio.to_thread(_announce, shipment)
         spec = JobSpec(
             job_doc=await asyncio.to_thread(read_bytes, claim.path),
             instruction=claim.job.instruction,
@@ -338,6 +340,22 @@ def _commit(
         shutil.rmtree(staged, ignore_errors=True)
     receipt = make_receipt(claim.job, status, outputs, shipment.worker)
     kept_outputs = staged if status == "ok" and staged.exists() else None
-    return commit_receipt(
+    committed = commit_receipt(
         layout, claim.job, receipt, claim.lease.token, shipment.worker, kept_outputs, shipment.signer, reason
     )
+    _note_host(shipment, status, reason)
+    return committed
+
+
+def _announce(shipment: Shipment) -> None:
+    """Say which host this attempt runs on (the fleet view counts runs from it)."""
+    claim = shipment.claim
+    record_attempt(shipment.layout, claim.key, SHIPPING, attempt=claim.lease.token, host=shipment.host)
+
+
+def _note_host(shipment: Shipment, status: str, reason: str | None) -> None:
+    """Note the run's end for the fleet view; a note that cannot be written costs nothing else."""
+    with contextlib.suppress(GenjobError, OSError):
+        note_run(
+            shipment.layout, shipment.host, shipment.claim.key, shipment.claim.lease.token, status, reason
+        )

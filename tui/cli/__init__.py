@@ -2,9 +2,10 @@
 
 from tui.cli.commands import main
 from tui.cli.dashboard import demo, tui
+from tui.cli.fleet import hosts_cmd
 from tui.cli.worker import ship_cmd, worker_cmd
 
-for command in (tui, demo, ship_cmd, worker_cmd):
+for command in (tui, demo, ship_cmd, worker_cmd, hosts_cmd):
     main.add_command(command)
 
 __all__ = ["main"]

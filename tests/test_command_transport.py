@@ -1,0 +1,49 @@
+"""The command transport's own rules: how the runner's start joins the argv template."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from core import runner
+from core.transport.command import CommandTransport, guess_mode, last_words, runner_argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "mode"),
+    [
+        (["ssh", "-T", "gen@host"], "shell"),
+        (["/usr/bin/ssh", "-F", "/dev/null", "host"], "shell"),
+        (["kubectl", "exec", "-i", "-n", "gen", "deploy/generator", "--"], "argv"),
+        (["docker", "exec", "-i", "gen1"], "argv"),
+        (["srun", "--partition=gen", "--quiet"], "argv"),
+        (["sshpass-wrapper", "host"], "argv"),
+    ],
+)
+def test_ssh_gets_one_shell_line_and_every_other_program_an_argv(argv: list[str], mode: str) -> None:
+    assert guess_mode(argv) == mode
+
+
+def test_the_runner_start_as_arguments_or_as_one_quoted_line() -> None:
+    as_args = runner_argv(["docker", "exec", "-i", "gen1"], "/opt/py/bin/python3", "argv")
+    assert as_args == ["docker", "exec", "-i", "gen1", "/opt/py/bin/python3", "-c", runner.BOOTSTRAP]
+    as_line = runner_argv(["ssh", "-T", "gen@host"], "python3", "shell")
+    assert as_line[:3] == ["ssh", "-T", "gen@host"] and len(as_line) == 4
+    assert shlex.split(as_line[3]) == ["python3", "-c", runner.BOOTSTRAP]
+
+
+def test_an_explicit_mode_wins_over_the_guess() -> None:
+    assert CommandTransport(["ssh", "host"], mode="argv").mode == "argv"
+    assert CommandTransport(["gcloud", "compute", "ssh", "vm", "--"], mode="shell").mode == "shell"
+    with pytest.raises(ValueError, match="needs a program"):
+        CommandTransport([])
+
+
+def test_last_words_quote_the_clients_last_line_cut_short() -> None:
+    assert last_words(b"generator output\nConnection closed by 10.0.0.1 port 22\r\n\n") == (
+        "Connection closed by 10.0.0.1 port 22"
+    )
+    assert last_words(b"") == ""
+    long = last_words(b"x" * 1000)
+    assert len(long) == 301 and long.endswith("…")
