@@ -33,6 +33,9 @@ DEFAULT_CONFIG = """\
 require_signature = true
 # A lease whose heartbeat is older than its ttl marks its job ORPHANED.
 lease_ttl = 120
+# Whether the board's approve also commits the applied paths (with a Genjob-Key:
+# trailer, like `genjob apply --commit`) in a git repository; the preflight can change it.
+commit_on_approve = false
 
 [limits]
 # What a generator may send back, per file and in all, and how many files.
@@ -87,6 +90,7 @@ class Policy(BaseModel):
     model_config = _STRICT
     require_signature: bool = True
     lease_ttl: Annotated[float, Field(gt=0)] = 120.0
+    commit_on_approve: bool = False
 
 
 class Limits(BaseModel):

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.canonical import read_bytes
+from core.canonical import read_bytes, sha256_bytes
 from core.config import load_config
 from core.errors import BadInput, GenjobError
 from core.events import attempts, job_events
 from core.evidence import newest_log_tail
 from core.layout import Layout
 from core.lease import Lease, read_lease
-from core.queue import Located, locate
+from core.queue import Located, cancel_requested_at, locate
 from core.snapshot import JobRow, Scanner
 from core.verify import Verification, verify
 
@@ -28,6 +28,9 @@ class FileDiff:
     added: int
     removed: int
     text: str  # a unified diff, empty when there is none to show
+    # Whether the output's bytes hash to what the receipt says (False: they changed after
+    # the worker signed, so this diff is not what it signed); None when not compared.
+    signed: bool | None = None
 
 
 @dataclass
@@ -43,6 +46,7 @@ class JobDetail:
     timeline: list[dict[str, Any]]
     log_tail: str
     errors: list[str] = field(default_factory=list)
+    cancel_requested_at: float | None = None  # a cancel asked for and not yet honoured
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +59,7 @@ class JobDetail:
             "timeline": self.timeline,
             "log_tail": self.log_tail,
             "errors": self.errors,
+            "cancel_requested_at": self.cancel_requested_at,
         }
 
 
@@ -64,28 +69,34 @@ def _text(data: bytes) -> list[str] | None:
     return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
 
-def file_diff(root: Path, out_dir: Path, rel: str) -> FileDiff:
-    """The diff that applying `out_dir/rel` would make to `root/rel`."""
+def file_diff(root: Path, out_dir: Path, rel: str, expected: str | None = None) -> FileDiff:
+    """The diff that applying `out_dir/rel` would make to `root/rel`; with `expected` (the
+    receipt's hash of the output) it also says whether the bytes are the ones signed."""
     new_path, old_path = out_dir / rel, root / rel
     try:
         new = read_bytes(new_path, MAX_DIFF_BYTES)
     except BadInput as exc:
         status = "too large" if "limit" in str(exc) else "missing"
         return FileDiff(rel, status, 0, 0, "")
+    signed = None if expected is None else sha256_bytes(new) == expected
+    return _diff(rel, old_path, new, signed)
+
+
+def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff:
     try:
         old = read_bytes(old_path, MAX_DIFF_BYTES) if old_path.exists() else b""
     except BadInput:
-        return FileDiff(rel, "too large", 0, 0, "")
+        return FileDiff(rel, "too large", 0, 0, "", signed)
     if old == new:
-        return FileDiff(rel, "unchanged", 0, 0, "")
+        return FileDiff(rel, "unchanged", 0, 0, "", signed)
     a, b = _text(old), _text(new)
     if a is None or b is None:
-        return FileDiff(rel, "binary", 0, 0, "")
+        return FileDiff(rel, "binary", 0, 0, "", signed)
     lines = list(difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}"))
     added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
     text = "".join(ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines)
-    return FileDiff(rel, "new" if not old_path.exists() else "modified", added, removed, text)
+    return FileDiff(rel, "new" if not old_path.exists() else "modified", added, removed, text, signed)
 
 
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
@@ -115,7 +126,7 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         rec = verification.receipt if verification else None
         if rec is not None and located.folder != "applied":
             out = layout.out_dir(located.job.digest)
-            diffs = [file_diff(layout.root, out, rel) for rel in sorted(rec.outputs)]
+            diffs = [file_diff(layout.root, out, rel, rec.outputs[rel]) for rel in sorted(rec.outputs)]
     return JobDetail(
         row=row,
         located=located,
@@ -128,4 +139,5 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         timeline=job_events(layout, key),
         log_tail=newest_log_tail(layout, key),
         errors=errors,
+        cancel_requested_at=cancel_requested_at(layout, key),
     )

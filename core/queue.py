@@ -326,3 +326,11 @@ def request_cancel(layout: Layout, key: str) -> Path:
 
 def cancel_requested(layout: Layout, key: str) -> bool:
     return layout.cancel_request(key).exists()
+
+
+def cancel_requested_at(layout: Layout, key: str) -> float | None:
+    """When a cancel of `key` was asked for and is still waiting for its worker; else None."""
+    try:
+        return os.stat(layout.cancel_request(key)).st_mtime
+    except FileNotFoundError:
+        return None

@@ -47,3 +47,17 @@ def _ignore_in_git(root: Path) -> bool:
     exclude.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(exclude, "\n".join([*lines, f"/{GEN}/"]).encode() + b"\n")
     return True
+
+
+def is_git_work_tree(root: Path) -> bool:
+    """Whether `root` is inside a git work tree (where an apply can also be committed)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == "true"

@@ -308,6 +308,21 @@ async def _either(a: asyncio.Event, b: asyncio.Event | None) -> None:
             w.cancel()
 
 
+def abort_claim(layout: Layout, claim: Claim, reason: str, worker: str) -> Committed:
+    """End a claimed job that is not running anywhere with an `aborted` receipt.
+
+    For a holder that never shipped its claim (a board, the demo's lease holder) when a
+    cancel is asked for: the job ends FAILED, ready to replay, instead of turning ORPHANED.
+    The receipt is signed when this machine has a worker key.
+    """
+    try:
+        key_pair: Ed25519PrivateKey | None = load_private_key()
+    except GenjobError:
+        key_pair = None
+    never_shipped = Shipment(layout, claim, "-", Hosts(Config()), key_pair, worker)
+    return _commit(never_shipped, ("aborted", reason), None, b"")
+
+
 def _commit(
     shipment: Shipment, verdict: tuple[str, str | None], info: ResultInfo | None, output: bytes
 ) -> Committed:

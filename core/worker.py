@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from core.config import load_config
 from core.errors import GenjobError, NothingToClaim
@@ -118,4 +120,72 @@ async def run_worker(
             collect()
             with contextlib.suppress(Exception):
                 await pool.close()
+    return results
+
+
+@dataclass(frozen=True)
+class BatchEvent:
+    """One step of `ship_batch` for one job: "started" on a host, "finished" (with its
+    result), "refused" before any claim (with the reason), or "skipped" (stopped first)."""
+
+    key: str
+    phase: str
+    host: str | None = None
+    text: str = ""
+    result: ShipResult | None = None
+
+
+async def ship_batch(
+    layout: Layout,
+    keys: Sequence[str],
+    host_names: Sequence[str] | None = None,
+    *,
+    worker_id: str | None = None,
+    claimed: Mapping[str, Claim] | None = None,
+    on_event: Callable[[BatchEvent], None] | None = None,
+    cancel: asyncio.Event | None = None,
+) -> list[ShipResult]:
+    """Ship each of `keys` (claiming it, or taking it from `claimed`) across `host_names`
+    (default: the default host), each host running at most its `concurrency` at once.
+
+    A job that cannot be claimed is reported and skipped; setting `cancel` stops the jobs
+    in flight (each ends in an `aborted` receipt) and starts no more.
+    """
+    config = load_config(layout.config)
+    pool = Hosts(config)
+    names = [pool.pick(n) for n in host_names] if host_names else [pool.pick(None)]
+    key_pair = signing_key(config)
+    worker = worker_id or actor()
+    claimer = Claimer(layout, worker, config.policy.lease_ttl)
+    held = dict(claimed or {})
+    todo = deque(keys)
+    stop = cancel or asyncio.Event()
+    results: list[ShipResult] = []
+
+    def report(event: BatchEvent) -> None:
+        if on_event is not None:
+            on_event(event)
+
+    async def slot(name: str) -> None:
+        while todo and not stop.is_set():
+            key = todo.popleft()
+            claim = held.pop(key, None)
+            try:
+                if claim is None:
+                    claim = await asyncio.to_thread(claimer.claim, key)
+            except (GenjobError, OSError) as exc:
+                report(BatchEvent(key, "refused", name, str(exc)))
+                continue
+            report(BatchEvent(key, "started", name, f"attempt {claim.lease.token}"))
+            res = await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), None, stop)
+            results.append(res)
+            report(BatchEvent(key, "finished", name, res.reason or "", res))
+
+    try:
+        await asyncio.gather(*(slot(n) for n in names for _ in range(config.hosts[n].concurrency)))
+    finally:
+        with contextlib.suppress(Exception):
+            await pool.close()
+    for key in todo:
+        report(BatchEvent(key, "skipped", None, "not started: the batch was stopped"))
     return results

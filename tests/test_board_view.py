@@ -1,11 +1,11 @@
-"""core.board: the view keeps its order and filter under any updates; untrusted text shows visibly."""
+"""core.board_view: the view keeps its order and filter under any updates; untrusted text shows visibly."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.board import BoardView, sort_key
+from core.board_view import BoardView, sort_key
 from core.lifecycle import State
 from core.snapshot import JobRow
 from core.terminal import visible

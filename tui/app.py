@@ -6,11 +6,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from textual.app import App, SystemCommand
-from textual.binding import Binding
 from textual.screen import Screen
 
 from core.layout import Layout, find_root
 from tui.screens.board import BoardScreen
+from tui.text import use_theme
+from tui.widgets.counts import DIGITS
 
 
 class GenjobApp(App[None]):
@@ -25,7 +26,13 @@ class GenjobApp(App[None]):
         self.sub_title = str(layout.root)
 
     def on_mount(self) -> None:
+        self._theme_changed()
+        self.theme_changed_signal.subscribe(self, lambda _: self._theme_changed())
         self.push_screen(BoardScreen(self.repo, self.readonly))
+
+    def _theme_changed(self) -> None:
+        use_theme(self.get_css_variables())
+        self.refresh_css()
 
     @property
     def board(self) -> BoardScreen:
@@ -36,22 +43,30 @@ class GenjobApp(App[None]):
         raise LookupError("the board is not open")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        if not isinstance(screen, BoardScreen):
+        """Textual's commands (but Maximize: the board's zoom does that), then the board's
+        keys by name: none twice, none that the board would refuse (read-only)."""
+        board = screen if isinstance(screen, BoardScreen) else None
+        for command in super().get_system_commands(screen):
+            if board is None or command.title not in ("Maximize", "Minimize"):
+                yield command
+        if board is None:
             return
-        for binding in screen.BINDINGS:
-            if not isinstance(binding, Binding) or binding.id == "clear":
+        for binding in board.help_bindings():
+            if binding.id in (None, "quit", "clear", "mark") or not binding.action:
                 continue
             key = binding.key_display or binding.key
 
             def run(action: str = binding.action) -> None:
-                self.call_later(screen.run_action, action)
+                self.call_later(board.run_action, action)
+
+            yield SystemCommand(f"{binding.description} ({key})", binding.tooltip or binding.description, run)
+        for state, digit in DIGITS.items():
+
+            def only(name: str = state.value) -> None:
+                self.call_later(board.run_action, f"toggle_state('{name}')")
 
             yield SystemCommand(
-                f"{binding.description} ({key})",
-                binding.tooltip or binding.description,
-                run,
-                discover=binding.show,
+                f"Only {state.value} ({digit})", f"Show or hide only {state.value} jobs", only, discover=False
             )
 
 

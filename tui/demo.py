@@ -35,7 +35,7 @@ from core.events import record_attempt
 from core.layout import Layout
 from core.mint import build_job
 from core.models import Job
-from core.queue import claim, enqueue, heartbeat, reject, requeue
+from core.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
 from core.receipts import commit_receipt, make_receipt
 from core.repo import init_repo
 from core.signing import keygen, load_private_key, trust
@@ -343,7 +343,9 @@ def _alive(pid: int) -> bool:
 
 def hold(root: Path, key: str, worker: str, ttl: float, parent: int = 0) -> int:
     """Claim `key` with this process as the lease holder; heartbeat until stopped, until
-    the lease is lost, or until `parent` (when not 0) is gone."""
+    the lease is lost, or until `parent` (when not 0) is gone. A cancel request
+    (`genjob cancel`, `k` on the board) ends the job with an aborted receipt, as a real
+    worker's would."""
     layout = Layout(root)
     c = claim(layout, worker, key, ttl=ttl)
     stop = False
@@ -359,6 +361,11 @@ def hold(root: Path, key: str, worker: str, ttl: float, parent: int = 0) -> int:
             return 0
         for _ in range(int(ttl / 3 / 0.2)):
             if stop or (parent and not _alive(parent)):
+                return 0
+            if cancel_requested(layout, key):
+                from core.ship import abort_claim  # the transports: only when it is needed
+
+                abort_claim(layout, c, "cancelled by the operator (genjob cancel)", worker)
                 return 0
             time.sleep(0.2)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -11,11 +12,12 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from core.board import Preflight, age
+from core.board_view import age
 from core.inspect_job import FileDiff, JobDetail
+from core.preflight import Preflight
 from core.terminal import visible
 from core.verify import FAILED, PASSED, Verification
-from tui.text import STATE_STYLES, literal, state_text
+from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 LABEL = Style(color="bright_black")
 OK = Style(color="green", bold=True)
@@ -58,8 +60,9 @@ def title_text(detail: JobDetail) -> Text:
     return text
 
 
-def job_text(detail: JobDetail) -> Text:
+def job_text(detail: JobDetail, now: float | None = None, root: Path | None = None) -> Text:
     """The job document: key, digest, instruction and inputs, and every fault found."""
+    now = time.time() if now is None else now
     row = detail.row
     text = Text()
     _field(text, "key", row.key)
@@ -71,10 +74,10 @@ def job_text(detail: JobDetail) -> Text:
         _field(text, "schema", row.schema)
         _field(text, "digest", row.digest)
     if row.created_at:
-        _field(text, "created", f"{_stamp(row.created_at)} ({age(time.time() - row.created_at)} ago)")
+        _field(text, "created", f"{_stamp(row.created_at)} ({age(now - row.created_at)} ago)")
     for problem in dict.fromkeys((*row.problems, *detail.errors)):
         text.append("! ", BAD)
-        text.append(literal(problem, BAD))
+        text.append(literal(in_repo(problem, root), BAD))
         text.append("\n")
     if row.instruction:
         text.append("\ninstruction\n", Style(bold=True))
@@ -123,12 +126,16 @@ def _record_text(record: dict[str, Any]) -> Text:
     return text
 
 
-def lease_text(detail: JobDetail) -> Text:
-    """The lease (who holds the job, how fresh) and every attempt."""
+def lease_text(detail: JobDetail, now: float | None = None) -> Text:
+    """The lease (who holds the job, how fresh), a cancel waiting for it, and every attempt."""
+    now = time.time() if now is None else now
     text = Text()
     lease = detail.lease
+    if detail.cancel_requested_at is not None:
+        text.append("cancel requested ", BAD)
+        text.append(f"{age(now - detail.cancel_requested_at)} ago", BAD)
+        text.append(": waiting for the worker to stop it and write an aborted receipt\n\n", LABEL)
     if lease is not None:
-        now = time.time()
         fresh = lease.fresh(now)
         text.append("lease ", Style(bold=True))
         text.append("fresh\n" if fresh else "STALE\n", OK if fresh else BAD)
@@ -161,7 +168,10 @@ def lease_text(detail: JobDetail) -> Text:
 
 
 def verification_text(
-    v: Verification | None, signature_required: bool, applied: bool = False
+    v: Verification | None,
+    signature_required: bool,
+    applied: bool = False,
+    root: Path | None = None,
 ) -> Group | Text:
     """The receipt's checks as a checklist, with the signature policy stated first."""
     head = Text()
@@ -171,10 +181,7 @@ def verification_text(
         head.append("\nno receipt yet: nothing to verify\n", LABEL)
         return head
     if applied:
-        head.append(
-            "\napplied: these checks ran again now; the base differs because the outputs are in the tree\n",
-            LABEL,
-        )
+        head.append("\napplied: the checks ran again now; the base is the tree before the apply\n", LABEL)
     table = Table(box=None, show_header=False, padding=(0, 1, 0, 0), expand=False)
     table.add_column(no_wrap=True)
     table.add_column(no_wrap=True, style=Style(bold=True))
@@ -183,14 +190,20 @@ def verification_text(
     marks = {PASSED: ("✔", OK), FAILED: ("✘", BAD)}
     for check in v.checks:
         mark, style = marks.get(check.status, ("–", SKIP))
-        table.add_row(
-            Text(mark, style),
-            check.name,
-            Text(check.status, style),
-            literal(check.detail, keep_newlines=False),
-        )
+        detail = literal(in_repo(check.detail, root), keep_newlines=False)
+        status = check.status
+        if applied and check.name == "base" and check.status == FAILED:
+            # Not a fault: the outputs are in the tree now, so it no longer holds the inputs.
+            mark, style, status = "✔", OK, "applied"
+            detail = Text("the tree has moved past the inputs: it holds this job's outputs", LABEL)
+        table.add_row(Text(mark, style), check.name, Text(status, style), detail)
     tail = Text()
-    if v.ok:
+    if applied:
+        if v.ok or v.only_base_failed():
+            tail.append("=> applied from a receipt that verifies", OK)
+        else:
+            tail.append(f"=> applied; {len(v.failures)} check(s) fail now", BAD)
+    elif v.ok:
         tail.append("=> every check passed: apply may run", OK)
     elif v.only_base_failed():
         tail.append("=> STALE: the tree moved on since the job was minted; replay it (R)", SKIP)
@@ -219,6 +232,9 @@ def file_diff_text(diff: FileDiff) -> Text:
     text.append(f"  {diff.status}", LABEL)
     text.append(f"  +{diff.added}", Style(color="green"))
     text.append(f" -{diff.removed}\n", Style(color="red"))
+    if diff.signed is False:
+        text.append("⚠ NOT WHAT THE WORKER SIGNED: ", BAD)
+        text.append("these bytes changed after the receipt was signed (the hashes check fails)\n", BAD)
     if not diff.text:
         return text
     lines = diff.text.splitlines()
@@ -279,40 +295,46 @@ def output_text(detail: JobDetail) -> Text:
     return literal(detail.log_tail)
 
 
-def preflight_text(p: Preflight) -> Text:
-    """The approve preflight: what apply would write, and whether it may."""
+def preflight_text(p: Preflight, root: Path | None = None) -> Group:
+    """The approve preflight: the verdict first (and what to do about a refusal), then what
+    apply would write, then the signature, its policy and the base."""
     text = Text()
-    text.append(f"apply {p.key}\n\n", Style(bold=True))
+    text.append(f"apply {p.key}\n", Style(bold=True))
+    if p.verified:
+        text.append("every check passed: y applies, n cancels\n", OK)
+    else:
+        text.append("apply would be refused:\n", BAD)
+        for f in p.failures:
+            text.append(" ✘ ", BAD)
+            text.append(literal(in_repo(f, root), keep_newlines=False))
+            text.append("\n")
+    text.append("\n")
     for c in p.changes:
         text.append("  ")
         text.append(literal(c.path, Style(color="cyan"), keep_newlines=False))
         text.append(f"  {c.status}  ", LABEL)
         text.append(f"+{c.added}", Style(color="green"))
-        text.append(f" -{c.removed}\n", Style(color="red"))
+        text.append(f" -{c.removed}", Style(color="red"))
+        text.append("  ⚠ not what the worker signed\n" if not c.signed else "\n", BAD)
     if not p.changes:
         text.append("  (no output files)\n", LABEL)
-    text.append(f"\n  {len(p.changes)} file(s), ", Style(bold=True))
+    text.append(f"  {len(p.changes)} file(s), ", Style(bold=True))
     text.append(f"+{p.added}", Style(color="green", bold=True))
     text.append(f" -{p.removed}", Style(color="red", bold=True))
-    text.append(" lines\n\n")
-    text.append("  policy     ")
-    text.append_text(policy_text(p.signature_required))
-    text.append("\n  signature  ")
-    text.append(literal(p.signature, OK if p.signature_ok else BAD, keep_newlines=False))
-    text.append("\n  base       ")
-    text.append("fresh" if p.base_fresh else "STALE", OK if p.base_fresh else BAD)
-    text.append("  ")
-    text.append(literal(p.base_detail, LABEL, keep_newlines=False))
-    text.append("\n\n")
-    if p.verified:
-        text.append("  every check passed. y applies, n cancels.", OK)
-    else:
-        text.append("  apply would be refused:\n", BAD)
-        for f in p.failures:
-            text.append("   ✘ ", BAD)
-            text.append(literal(f, keep_newlines=False))
-            text.append("\n")
-    return text
+    text.append(" lines\n")
+    facts = Table(box=None, show_header=False, padding=(0, 1, 0, 2), expand=False)
+    facts.add_column(style=LABEL, no_wrap=True)
+    facts.add_column(overflow="fold")
+    facts.add_row("policy", policy_text(p.signature_required))
+    facts.add_row("signature", literal(in_repo(p.signature, root), OK if p.signature_ok else BAD, False))
+    base = Text("fresh" if p.base_fresh else "STALE", OK if p.base_fresh else BAD)
+    base.append("  ")
+    base.append(literal(in_repo(p.base_detail, root), LABEL, keep_newlines=False))
+    facts.add_row("base", base)
+    parts: list[Text | Table] = [text, facts]
+    if p.verified and not p.git:
+        parts.append(Text("\n  (not a git repository: there is nothing to commit to)", LABEL))
+    return Group(*parts)
 
 
 __all__ = ["STATE_STYLES"]

@@ -87,7 +87,36 @@ async def literal_markup(pilot: Pilot[None], demo: Demo) -> None:
 
 
 async def narrow(pilot: Pilot[None], demo: Demo) -> None:
+    await _select(pilot, demo.keys["verified"], "verify")
+
+
+async def medium(pilot: Pilot[None], demo: Demo) -> None:
+    await _select(pilot, demo.keys["drifted"], "diff")
+
+
+async def stale_offer(pilot: Pilot[None], demo: Demo) -> None:
     await _select(pilot, demo.keys["stale"], "verify")
+    await pilot.press("a")
+    await _until(pilot, lambda: type(pilot.app.screen).__name__ == "NextStepDialog")
+    await pilot.pause(0.2)
+
+
+async def shipped(pilot: Pilot[None], demo: Demo) -> None:
+    await _select(pilot, demo.keys["queued3"], "job")
+    await pilot.press("c")
+    await _until(pilot, lambda: _state(pilot, demo.keys["queued3"]) == "RUNNING")
+    await pilot.press("s")
+    await _until(pilot, lambda: type(pilot.app.screen).__name__ == "HostPicker")
+    await pilot.press("enter")
+    await _until(pilot, lambda: getattr(pilot.app.screen, "done", False))
+    await pilot.pause(0.2)
+
+
+def _state(pilot: Pilot[None], key: str) -> str | None:
+    app = pilot.app
+    assert isinstance(app, GenjobApp)
+    row = app.board.view.rows.get(key)
+    return row.state.value if row else None
 
 
 SHOTS: list[tuple[str, tuple[int, int], Steps]] = [
@@ -98,6 +127,9 @@ SHOTS: list[tuple[str, tuple[int, int], Steps]] = [
     ("orphan", (160, 45), orphan),
     ("literal-markup", (160, 45), literal_markup),
     ("narrow-80x24", (80, 24), narrow),
+    ("medium-120x35", (120, 35), medium),
+    ("stale-offer", (120, 35), stale_offer),
+    ("claimed-then-shipped", (120, 35), shipped),
 ]
 
 

@@ -6,24 +6,80 @@ so that `[bold]`, `[link=...]` and escape sequences show as the characters they 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
 from rich.style import Style
 from rich.text import Text
+from textual.color import Color
 
 from core.lifecycle import State
 from core.terminal import visible
 
-STATE_STYLES: dict[State, Style] = {
-    State.INCONSISTENT: Style(color="bright_white", bgcolor="red", bold=True),
-    State.INVALID: Style(color="bright_red", bold=True),
-    State.ORPHANED: Style(color="bright_magenta", bold=True),
-    State.RECEIVED: Style(color="bright_cyan", bold=True),
-    State.STALE: Style(color="yellow", bold=True),
-    State.FAILED: Style(color="red", bold=True),
-    State.RUNNING: Style(color="bright_blue", bold=True),
-    State.QUEUED: Style(color="white"),
-    State.APPLIED: Style(color="green"),
-    State.REJECTED: Style(color="bright_black"),
+# Each state's colour: a theme variable (so that every theme keeps them readable) and
+# whether it is bold. INCONSISTENT is the one shown on a background, the loudest.
+STATE_COLOURS: dict[State, tuple[str, bool]] = {
+    State.INCONSISTENT: ("foreground", True),
+    State.INVALID: ("text-error", True),
+    State.ORPHANED: ("text-warning", True),
+    State.RECEIVED: ("text-primary", True),
+    State.STALE: ("text-warning", False),
+    State.FAILED: ("text-error", False),
+    State.RUNNING: ("text-secondary", True),
+    State.QUEUED: ("foreground", False),
+    State.APPLIED: ("text-success", False),
+    State.REJECTED: ("text-muted", False),
 }
+
+# The default theme's values, until the app hands `use_theme` its own.
+_DEFAULT_THEME = {
+    "foreground": "#E0E0E0",
+    "surface": "#1E1E1E",
+    "error": "#B93C5B",
+    "text-error": "#D17E92",
+    "text-warning": "#FFC473",
+    "text-primary": "#57A5E2",
+    "text-secondary": "#5684A5",
+    "text-success": "#8AD4A1",
+    "text-muted": "auto 60%",
+}
+
+
+def _colour(variables: Mapping[str, str], name: str) -> str:
+    """A theme variable as a hex colour, resolving "auto N%" and alpha over the surface."""
+    surface = Color.parse(variables.get("surface", _DEFAULT_THEME["surface"]))
+    value = variables.get(name, _DEFAULT_THEME.get(name, "#E0E0E0")).strip()
+    if value.startswith("auto"):
+        alpha = float(value.split()[1].rstrip("%")) / 100 if " " in value else 0.87
+        return _over(surface.get_contrast_text(alpha), surface)
+    return _over(Color.parse(value), surface)
+
+
+def _over(colour: Color, surface: Color) -> str:
+    """`colour` as it shows over `surface` (a translucent one blended in), as #rrggbb."""
+    return surface.blend(colour.with_alpha(1.0), colour.a).hex6
+
+
+def state_styles(variables: Mapping[str, str]) -> dict[State, Style]:
+    styles = {}
+    for state, (name, bold) in STATE_COLOURS.items():
+        if state is State.INCONSISTENT:
+            styles[state] = Style(
+                color=_colour(variables, "foreground"), bgcolor=_colour(variables, "error"), bold=True
+            )
+        else:
+            styles[state] = Style(color=_colour(variables, name), bold=bold)
+    return styles
+
+
+STATE_STYLES: dict[State, Style] = state_styles(_DEFAULT_THEME)
+
+
+def use_theme(variables: Mapping[str, str]) -> None:
+    """Colour the states from the app's theme (called at start and on each theme change)."""
+    STATE_STYLES.update(state_styles(variables))
+
 
 SHORT = {
     State.INCONSISTENT: "INCONS",
@@ -41,13 +97,13 @@ SHORT = {
 TINY = {
     State.INCONSISTENT: "INC",
     State.INVALID: "INV",
-    State.ORPHANED: "ORPH",
-    State.RECEIVED: "RCVD",
-    State.STALE: "STALE",
-    State.FAILED: "FAIL",
+    State.ORPHANED: "ORP",
+    State.RECEIVED: "RCV",
+    State.STALE: "STL",
+    State.FAILED: "FLD",
     State.RUNNING: "RUN",
-    State.QUEUED: "QUEUE",
-    State.APPLIED: "APPL",
+    State.QUEUED: "QUE",
+    State.APPLIED: "APL",
     State.REJECTED: "REJ",
 }
 
@@ -59,3 +115,9 @@ def literal(text: str, style: Style | str = "", keep_newlines: bool = True) -> T
 
 def state_text(state: State) -> Text:
     return Text(state.value, style=STATE_STYLES[state])
+
+
+def in_repo(text: str, root: Path | None) -> str:
+    """A message from the core with the repository's own paths shown from its root
+    (`.gen/queue/…`), as everything else on the board is."""
+    return text.replace(f"{root}{os.sep}", "") if root is not None else text

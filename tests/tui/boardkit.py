@@ -1,14 +1,23 @@
-"""Helpers for driving the board with Pilot: wait for conditions, read the screen."""
+"""Driving the board with Pilot: wait on its messages and workers, read its screen.
+
+Nothing here sleeps: `Driver.until` re-checks a condition each time the app has handled
+another message (a file event's rows, a worker's report, a timer), and `Driver.settle`
+waits for the action workers to finish. A broken board fails by the suite's timeout,
+with the awaited condition named in the traceback.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from textual.message import Message
 from textual.notifications import Notify
 from textual.pilot import Pilot
 from textual.screen import Screen
@@ -16,94 +25,130 @@ from textual.widgets import Static
 
 from tui.app import GenjobApp, make_app
 from tui.screens.board import BoardScreen
+from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
 
-# Pauses of 50 ms; bounded so that a broken board fails instead of hanging.
-MAX_PAUSES = 300
+SIZE = (160, 48)
 
 
-async def wait_for(
-    pilot: Pilot[None], condition: Callable[[], bool], what: str | Callable[[], str] = "condition"
-) -> None:
-    """Pause until `condition()` holds; fail (saying what was awaited) after MAX_PAUSES."""
-    for _ in range(MAX_PAUSES):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
+@dataclass
+class Inbox:
+    """The app's message hook: keeps every notification and wakes whoever waits on a message."""
+
+    notes: list[str] = field(default_factory=list)
+    kinds: list[type[Message]] = field(default_factory=list)
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __call__(self, message: Message) -> None:
+        if isinstance(message, Notify):
+            self.notes.append(message.notification.message)
+        self.kinds.append(type(message))
+        self._arrived.set()
+
+    async def next(self) -> None:
+        self._arrived.clear()
+        await self._arrived.wait()
+
+    def said(self, needle: str) -> bool:
+        return any(needle in m for m in self.notes)
 
 
-async def loaded(pilot: Pilot[None]) -> BoardScreen:
-    """The board once its first full scan is done."""
-    app = pilot.app
-    assert isinstance(app, GenjobApp)
-    await wait_for(pilot, lambda: bool(app.screen_stack) and _scanned(app), "the first scan")
-    return app.board
+@dataclass
+class Driver:
+    pilot: Pilot[None]
+    inbox: Inbox
 
+    @property
+    def app(self) -> GenjobApp:
+        app = self.pilot.app
+        assert isinstance(app, GenjobApp)
+        return app
 
-def _scanned(app: GenjobApp) -> bool:
-    try:
-        b = app.board
-    except LookupError:
-        return False
-    return b.is_mounted and not b.scanning and len(b.view.rows) > 0
+    @property
+    def board(self) -> BoardScreen:
+        return self.app.board
 
+    @property
+    def table(self) -> JobTable:
+        return self.board.table
 
-async def select(pilot: Pilot[None], key: str) -> None:
-    """Put the cursor on `key` and wait for its detail to load."""
-    b = pilot.app.board  # type: ignore[attr-defined]
-    assert b.table.select(key), f"{key} is not in view"
-    await wait_for(
-        pilot,
-        lambda: (
-            b.query_one("DetailPane").detail is not None and b.query_one("DetailPane").detail.row.key == key
-        ),
-        f"the detail of {key}",
-    )
+    @property
+    def screen(self) -> Screen[Any]:
+        return self.app.screen
 
+    async def press(self, *keys: str) -> None:
+        await self.pilot.press(*keys)
 
-async def showing(pilot: Pilot[None], kind: type[Screen[Any]], what: str) -> None:
-    """Wait until the screen on top is a `kind` (a dialog the last key opened)."""
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, kind), what)
+    async def until(self, condition: Callable[[], bool], what: str) -> None:
+        """Wait until `condition()` holds, re-checking after each message the app handles."""
+        while not condition():
+            await self.inbox.next()
+            await self.pilot.pause()
+
+    async def settle(self) -> None:
+        """Wait for every action the board started (and the messages they posted)."""
+        running = [w for w in self.app.workers if w.group == "actions" and not w.is_finished]
+        await self.app.workers.wait_for_complete(running)
+        await self.pilot.pause()
+
+    async def showing(self, kind: type[Screen[Any]]) -> Any:
+        """Wait until the screen on top is a `kind` (a dialog the last key opened); return it."""
+        await self.until(lambda: isinstance(self.app.screen, kind), f"a {kind.__name__}")
+        return self.app.screen
+
+    async def loaded(self, jobs: bool = True) -> BoardScreen:
+        """The board once its first scan is done (and, with `jobs`, has found some)."""
+
+        def scanned() -> bool:
+            try:
+                b = self.app.board
+            except LookupError:
+                return False
+            return b.is_mounted and not b.scanning and (len(b.view.rows) > 0 or not jobs)
+
+        await self.until(scanned, "the first scan")
+        return self.board
+
+    async def select(self, key: str) -> None:
+        """Put the cursor on `key` and wait for its detail to load."""
+        assert self.table.select(key), f"{key} is not in view"
+        pane = self.board.query_one(DetailPane)
+        await self.until(
+            lambda: pane.detail is not None and pane.detail.row.key == key, f"the detail of {key}"
+        )
+
+    def state_of(self, key: str) -> str | None:
+        row = self.board.view.rows.get(key)
+        return row.state.value if row else None
+
+    def lines(self) -> list[str]:
+        """The text of every line the job list shows now."""
+        table = self.table
+        return [table.render_line(y).text for y in range(table.scrollable_content_region.height)]
+
+    def text(self, selector: str) -> str:
+        """What the Static `selector` on the top screen shows, as plain text."""
+        return plain(self.app.screen.query_one(selector, Static))
 
 
 @contextlib.asynccontextmanager
-async def board_at(
-    root: Path, key: str, size: tuple[int, int], **options: Any
-) -> AsyncIterator[tuple[Pilot[None], BoardScreen]]:
-    """The board on `root`, scanned, with the cursor on `key` and its detail loaded."""
-    async with app_for(root, **options).run_test(size=size) as pilot:
-        board = await loaded(pilot)
-        await select(pilot, key)
-        yield pilot, board
-
-
-def screen_lines(table: JobTable) -> list[str]:
-    """The text of every line the job list shows now."""
-    return [table.render_line(y).text for y in range(table.scrollable_content_region.height)]
-
-
-def state_of(pilot: Pilot[None], key: str) -> str | None:
-    row = pilot.app.board.view.rows.get(key)  # type: ignore[attr-defined]
-    return row.state.value if row else None
-
-
-class Notes:
-    """Collects the notifications the app shows (via run_test's message hook)."""
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def __call__(self, message: object) -> None:
-        if isinstance(message, Notify):
-            self.messages.append(message.notification.message)
-
-    def any(self, needle: str) -> bool:
-        return any(needle in m for m in self.messages)
-
-
-def app_for(root: Path, readonly: bool = False) -> GenjobApp:
-    return make_app(root, readonly=readonly)
+async def run_board(
+    root: Path,
+    size: tuple[int, int] = SIZE,
+    *,
+    key: str | None = None,
+    readonly: bool = False,
+    jobs: bool = True,
+) -> AsyncIterator[Driver]:
+    """The board on `root`, scanned (and with the cursor on `key`, its detail loaded)."""
+    inbox = Inbox()
+    app = make_app(root, readonly=readonly)
+    async with app.run_test(size=size, message_hook=inbox) as pilot:
+        driver = Driver(pilot, inbox)
+        await driver.loaded(jobs)
+        if key is not None:
+            await driver.select(key)
+        yield driver
 
 
 def plain(static: Static) -> str:

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import itertools
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import time_machine
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tui.demo import Demo, build_demo
+
+# The instant a frozen demo is built at; its board is opened 90 seconds later.
+BUILT_AT = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
+OPENED_AFTER = 90
 
 
 @pytest.fixture
@@ -19,3 +30,42 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
         yield made
     finally:
         made.stop()
+
+
+@contextlib.contextmanager
+def frozen_demo(where: Path) -> Iterator[Demo]:
+    """The demo with everything it shows fixed, for screenshots that must not change from
+    run to run: the clock (stopped, in UTC), the worker keys (from a fixed seed) and the
+    folder's name (`calc`). Its lease holder is a real process, whose times stay off screen."""
+    seeds = (hashlib.sha256(b"genjob-snapshot-%d" % i).digest() for i in itertools.count())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TZ", "UTC")
+        time.tzset()
+        mp.setattr(
+            Ed25519PrivateKey,
+            "generate",
+            staticmethod(lambda: Ed25519PrivateKey.from_private_bytes(next(seeds))),
+        )
+        with time_machine.travel(BUILT_AT, tick=False) as clock:
+            made = build_demo(where / "calc")
+            mp.setenv("XDG_CONFIG_HOME", str(made.config_home))
+            clock.shift(OPENED_AFTER)
+            try:
+                yield made
+            finally:
+                made.stop()
+    time.tzset()
+
+
+@pytest.fixture(scope="module")
+def still_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """One frozen demo for every screenshot that changes nothing on disk."""
+    with frozen_demo(tmp_path_factory.mktemp("still")) as made:
+        yield made
+
+
+@pytest.fixture
+def fresh_frozen_demo(tmp_path: Path) -> Iterator[Demo]:
+    """A frozen demo of its own, for a screenshot taken after a change (a ship)."""
+    with frozen_demo(tmp_path) as made:
+        yield made

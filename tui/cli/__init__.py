@@ -2,10 +2,11 @@
 
 from tui.cli.commands import main
 from tui.cli.dashboard import demo, tui
+from tui.cli.discard import discard_cmd
 from tui.cli.fleet import hosts_cmd
 from tui.cli.worker import ship_cmd, worker_cmd
 
-for command in (tui, demo, ship_cmd, worker_cmd, hosts_cmd):
+for command in (tui, demo, ship_cmd, worker_cmd, discard_cmd, hosts_cmd):
     main.add_command(command)
 
 __all__ = ["main"]

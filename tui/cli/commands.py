@@ -15,7 +15,7 @@ import click
 from pydantic import TypeAdapter
 
 from core.apply import apply_job
-from core.board import age, summary_line
+from core.board_view import age, summary_line
 from core.config import load_config
 from core.durable import environment_fault
 from core.errors import GenjobError, NotFound

@@ -11,6 +11,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from tui.dialogs import fit_to_terminal
+
 
 class ConfirmDialog(ModalScreen[bool]):
     """Asks one question; `y` (or the yes button) answers True, `n` or escape False."""
@@ -20,11 +22,14 @@ class ConfirmDialog(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No", id="confirm.no"),
     ]
 
-    def __init__(self, title: str, body: Text, yes: str = "Yes", danger: bool = False) -> None:
+    def __init__(
+        self, title: str, body: Text, yes: str = "Yes", no: str = "Cancel", danger: bool = False
+    ) -> None:
         super().__init__()
         self.title_text = title
         self.body = body
         self.yes = yes
+        self.no = no
         self.danger = danger
 
     def compose(self) -> ComposeResult:
@@ -34,7 +39,10 @@ class ConfirmDialog(ModalScreen[bool]):
                 yield Static(self.body)
             with Horizontal(classes="dialog-buttons"):
                 yield Button(f"{self.yes} (y)", id="yes", variant="error" if self.danger else "primary")
-                yield Button("Cancel (n)", id="no")
+                yield Button(f"{self.no} (n)", id="no")
+
+    def on_mount(self) -> None:
+        fit_to_terminal(self)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

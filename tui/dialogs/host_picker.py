@@ -15,13 +15,20 @@ from textual.widgets.option_list import Option
 from core.config import Host
 from core.terminal import visible
 
+GENERATOR_SHOWN = 36
+# The answer that ships a batch across every host, each at its own concurrency.
+EVERY_HOST = "*every-host*"
+
 
 class HostPicker(ModalScreen[str | None]):
+    """Returns a host's name, EVERY_HOST (offered for a batch), or None."""
+
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel", id="hosts.cancel")]
 
-    def __init__(self, hosts: dict[str, Host]) -> None:
+    def __init__(self, hosts: dict[str, Host], every: bool = False) -> None:
         super().__init__()
         self.hosts = hosts
+        self.every = every
 
     def compose(self) -> ComposeResult:
         options = []
@@ -30,8 +37,16 @@ class HostPicker(ModalScreen[str | None]):
             label.append(f"  {host.transport}", style="cyan")
             if host.address:
                 label.append(f"  {visible(host.address)}", style="dim")
-            label.append(f"  {visible(host.generator)[:60]}", style="dim")
+            label.append(f"  x{host.concurrency}", style="cyan")
+            generator = visible(host.generator)
+            if len(generator) > GENERATOR_SHOWN:  # one line per host, even at 80 columns
+                generator = generator[: GENERATOR_SHOWN - 1] + "…"
+            label.append(f"  {generator}", style="dim")
             options.append(Option(label, id=name))
+        if self.every:
+            label = Text("every host", style="bold")
+            label.append("  each runs as many jobs at once as its concurrency allows", style="dim")
+            options.append(Option(label, id=EVERY_HOST))
         with Vertical(classes="dialog"):
             yield Static("Ship to which host?", classes="dialog-title")
             yield OptionList(*options, id="hosts")

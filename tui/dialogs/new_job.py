@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, SelectionList, Static, TextArea
 
-from core.board import repo_files, submit_job
 from core.errors import GenjobError
 from core.layout import Layout
 from core.queue import Enqueued
+from core.submit import repo_files, submit_job
 from core.terminal import visible
+from tui.dialogs import fit_to_terminal
 
 MAX_SHOWN = 500
 
@@ -38,28 +41,46 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide tall"):
             yield Static("New job", classes="dialog-title")
-            yield Label("Instruction (the generator gets it as a file, never as shell text)")
-            yield TextArea(id="instruction", soft_wrap=True, show_line_numbers=False)
-            yield Label("Files the job may change (space picks; type to filter)")
-            yield Input(placeholder="filter files", id="file-filter")
-            yield SelectionList[str](id="files")
-            yield Input(placeholder="new files the job creates, comma separated (optional)", id="new-paths")
-            yield Static("", id="newjob-error")
+            # Scrolls on a short terminal: tab moves through the fields, each scrolled into view.
+            with VerticalScroll(id="newjob-scroll"):
+                yield Label("Instruction (the generator gets it as a file, never as shell text)")
+                yield TextArea(id="instruction", soft_wrap=True, show_line_numbers=False)
+                yield Label("Files the job may change (space picks; type to filter)")
+                yield Input(placeholder="filter files", id="file-filter")
+                yield SelectionList[str](id="files")
+                yield Input(
+                    placeholder="new files the job creates, comma separated (optional)", id="new-paths"
+                )
+                yield Static("", id="newjob-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Queue (ctrl+s)", id="submit", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
+        fit_to_terminal(self)
         self.query_one("#instruction", TextArea).focus()
         self._load_files()
 
+    @dataclass
+    class FilesListed(Message):
+        files: list[str]
+
+    @dataclass
+    class Refused(Message):
+        """Queueing failed: the reason stays in the dialog."""
+
+        text: str
+
+    @dataclass
+    class Queued(Message):
+        res: Enqueued
+
     @work(thread=True, exclusive=True, group="newjob-files")
     def _load_files(self) -> None:
-        files = repo_files(self.repo.root)
-        self.app.call_from_thread(self._files_loaded, files)
+        self.post_message(self.FilesListed(repo_files(self.repo.root)))
 
-    def _files_loaded(self, files: list[str]) -> None:
-        self.files = files
+    def on_new_job_dialog_files_listed(self, message: FilesListed) -> None:
+        self.files = message.files
         self._show_files("")
 
     def _show_files(self, needle: str) -> None:
@@ -101,10 +122,13 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
     def _submit(self, instruction: str, paths: list[str], new: list[str]) -> None:
         try:
             res = submit_job(self.repo, instruction, paths, new)
-        except GenjobError as exc:
-            self.app.call_from_thread(self._error, Text(visible(str(exc)), style="bold red"))
+        except (GenjobError, OSError) as exc:
+            self.post_message(self.Refused(str(exc)))
             return
-        except OSError as exc:
-            self.app.call_from_thread(self._error, Text(visible(f"{exc}"), style="bold red"))
-            return
-        self.app.call_from_thread(self.dismiss, res)
+        self.post_message(self.Queued(res))
+
+    def on_new_job_dialog_refused(self, message: Refused) -> None:
+        self._error(Text(visible(message.text), style="bold red"))
+
+    def on_new_job_dialog_queued(self, message: Queued) -> None:
+        self.dismiss(message.res)

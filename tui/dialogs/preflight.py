@@ -1,37 +1,67 @@
-"""The approve preflight: paths, lines, signature, base; `y` applies, `n` cancels."""
+"""The approve preflight: paths, lines, signature, base; `y` applies, `n` cancels.
+
+In a git repository it also offers to commit the applied paths with a `Genjob-Key:`
+trailer (`genjob apply --commit`); `c` toggles it, and `policy.commit_on_approve` in
+`config.toml` says what it starts at.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Checkbox, Static
 
-from core.board import Preflight
+from core.preflight import Preflight
+from tui.actions import Approval
+from tui.dialogs import fit_to_terminal
 from tui.render import preflight_text
 
 
-class PreflightDialog(ModalScreen[bool]):
+class PreflightDialog(ModalScreen[Approval | None]):
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("y", "answer(True)", "Apply", id="preflight.yes"),
         Binding("n,escape", "answer(False)", "Cancel", id="preflight.no"),
+        Binding("c", "toggle_commit", "Commit too", id="preflight.commit"),
     ]
 
-    def __init__(self, preflight: Preflight) -> None:
+    def __init__(self, preflight: Preflight, root: Path | None = None) -> None:
         super().__init__()
         self.preflight = preflight
+        self.root = root
 
     def compose(self) -> ComposeResult:
+        p = self.preflight
         with Vertical(classes="dialog wide"):
             yield Static("Approve: preflight", classes="dialog-title")
             with VerticalScroll(classes="dialog-body"):
-                yield Static(preflight_text(self.preflight), id="preflight-body")
+                yield Static(preflight_text(p, self.root), id="preflight-body")
+            if p.git and p.verified:
+                yield Checkbox(
+                    "commit the applied paths, with a Genjob-Key: trailer (c)",
+                    p.commit_default,
+                    id="commit",
+                )
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Apply (y)", id="yes", variant="success", disabled=not self.preflight.verified)
+                yield Button("Apply (y)", id="yes", variant="success", disabled=not p.verified)
                 yield Button("Cancel (n)", id="no")
+
+    def on_mount(self) -> None:
+        fit_to_terminal(self)
+        self.query_one("#yes" if self.preflight.verified else "#no", Button).focus()
+
+    @property
+    def commit(self) -> bool:
+        return bool(self.query("#commit")) and self.query_one("#commit", Checkbox).value
+
+    def action_toggle_commit(self) -> None:
+        for box in self.query("#commit"):
+            if isinstance(box, Checkbox):
+                box.toggle()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id == "yes")
@@ -40,4 +70,4 @@ class PreflightDialog(ModalScreen[bool]):
         if value and not self.preflight.verified:
             self.notify("the receipt does not verify: apply would be refused", severity="error")
             return
-        self.dismiss(value)
+        self.dismiss(Approval(self.commit) if value else None)

@@ -1,4 +1,9 @@
-"""Shipping one job: progress and a live tail of the generator's output."""
+"""Shipping one job: progress, a live tail of the generator's output, and the next step.
+
+While it runs, escape (or "Cancel ship") stops it: the runner kills the generator and
+the job ends in an aborted receipt. Once it ends, the dialog says how, and for a receipt
+that came back ok offers to approve it (`a`), which opens the approve preflight.
+"""
 
 from __future__ import annotations
 
@@ -17,18 +22,22 @@ from textual.widgets import Button, Log, Static
 from core.errors import GenjobError
 from core.layout import Layout
 from core.terminal import visible
+from tui.dialogs import fit_to_terminal
 
 if TYPE_CHECKING:
+    from core.queue import Claim
     from core.ship import ShipResult
 
 MAX_LOG_LINES = 5000
 
 
-class ShipDialog(ModalScreen[bool]):
-    """Runs `core.ship.ship` for one job; returns True when a receipt was committed."""
+class ShipDialog(ModalScreen[str]):
+    """Runs `core.ship.ship` for one job; returns "approve" when the operator asked to
+    approve the receipt it brought back, else "closed"."""
 
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape", "close", "Close / cancel", id="ship.close"),
+        Binding("a", "approve", "Approve", id="ship.approve"),
     ]
 
     class Output(Message):
@@ -36,12 +45,15 @@ class ShipDialog(ModalScreen[bool]):
             super().__init__()
             self.data = data
 
-    def __init__(self, layout: Layout, key: str, host: str | None, worker_id: str) -> None:
+    def __init__(
+        self, layout: Layout, key: str, host: str | None, worker_id: str, claimed: Claim | None = None
+    ) -> None:
         super().__init__()
         self.repo = layout
         self.key = key
         self.host = host
         self.worker_id = worker_id
+        self.claimed = claimed
         self.cancel = asyncio.Event()
         self.done = False
         self.succeeded = False
@@ -53,10 +65,14 @@ class ShipDialog(ModalScreen[bool]):
             yield Static(Text("starting…", style="dim"), id="ship-status")
             yield Log(id="ship-log", max_lines=MAX_LOG_LINES, auto_scroll=True)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel ship", id="ship-cancel", variant="error")
-                yield Button("Close", id="ship-close", disabled=True)
+                yield Button("Approve (a)", id="ship-approve", variant="success")
+                yield Button("Cancel ship (esc)", id="ship-cancel", variant="error")
+                yield Button("Close (esc)", id="ship-close")
 
     def on_mount(self) -> None:
+        fit_to_terminal(self)
+        self.query_one("#ship-approve").display = False
+        self.query_one("#ship-close").display = False
         self._ship()
 
     def _status(self, text: Text) -> None:
@@ -75,6 +91,7 @@ class ShipDialog(ModalScreen[bool]):
                 on_output=lambda data: self.post_message(self.Output(data)),
                 cancel=self.cancel,
                 worker_id=self.worker_id,
+                claimed=self.claimed,
             )
         except GenjobError as exc:
             self._finish(Text(visible(str(exc)), style="bold red"), False)
@@ -82,17 +99,28 @@ class ShipDialog(ModalScreen[bool]):
         except Exception as exc:
             self._finish(Text(visible(f"ship failed: {exc}"), style="bold red"), False)
             return
-        style = "bold green" if result.status == "ok" and result.won else "bold yellow"
-        self._finish(Text(visible(describe(result)), style=style), result.status == "ok")
+        ok = result.status == "ok" and result.won
+        self._finish(
+            Text(visible(describe(result), keep_newlines=True), style="bold green" if ok else "bold yellow"),
+            ok,
+        )
 
     def _finish(self, text: Text, ok: bool) -> None:
         self.done = True
         self.succeeded = ok
         self._status(text)
-        self.query_one("#ship-cancel", Button).disabled = True
+        self.query_one("#ship-cancel").display = False
         close = self.query_one("#ship-close", Button)
-        close.disabled = False
-        close.focus()
+        close.display = True
+        approve = self.query_one("#ship-approve", Button)
+        approve.display = ok
+        (approve if ok else close).focus()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "approve":
+            return self.done and self.succeeded
+        return True
 
     def on_ship_dialog_output(self, message: Output) -> None:
         text = self._partial + message.data.decode("utf-8", errors="replace")
@@ -103,14 +131,19 @@ class ShipDialog(ModalScreen[bool]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "ship-cancel":
-            self.cancel.set()
-            self._status(Text("cancelling: the runner stops the generator…", style="bold yellow"))
+            self.action_close()
+        elif event.button.id == "ship-approve":
+            self.action_approve()
         else:
-            self.dismiss(self.succeeded)
+            self.dismiss("closed")
+
+    def action_approve(self) -> None:
+        if self.done and self.succeeded:
+            self.dismiss("approve")
 
     def action_close(self) -> None:
         if self.done:
-            self.dismiss(self.succeeded)
+            self.dismiss("closed")
         else:
             self.cancel.set()
             self._status(Text("cancelling: the runner stops the generator…", style="bold yellow"))
@@ -121,8 +154,8 @@ def describe(result: ShipResult) -> str:
     line = f"{result.key[:12]} on {result.host}, attempt {result.attempt}: receipt {result.status}"
     if result.reason:
         line += f" ({result.reason})"
-    if result.status == "ok":
-        line += f", {len(result.outputs)} output file(s); approve with a"
     if not result.won:
-        line += "; the lease was lost, so the receipt was kept aside as evidence"
-    return line
+        return line + "; the lease was lost, so the receipt was kept aside as evidence"
+    if result.status == "ok":
+        return line + f", {len(result.outputs)} output file(s).\nNext: a opens the approve preflight."
+    return line + ".\nNext: replay the job (R on the board) once the cause is fixed."

@@ -1,120 +1,107 @@
 """The board: counts, the job list and the selected job's detail, live from `.gen/`.
 
-Files are the source of truth. A watch worker turns `watchfiles` events into job keys and
-re-derives just those with `Scanner.refresh`; a full scan runs at start, after a watch
-failure and now and then as a fallback for filesystems that deliver no events (NFS).
-Every key is one core call in a thread worker; its outcome comes back as a notification
-with core's own message, and the watcher shows what changed on disk. Dialogs are imported
-when first opened, so that the board's first frame does not wait for them.
+Files are the source of truth. The screen composes the widgets and routes messages: a
+`BoardFeed` reports what is on disk (rows, verdicts, a job's detail), a `Dispatcher` runs
+each key's action (`tui.actions.TABLE`) and reports its outcome, and the screen shows both.
+
+Movement is the arrow keys (and page up/down, home/end); every letter is an action, so
+that no movement key ever collides with one. The job list holds the focus: after a
+dialog, the full-screen diff or an un-zoom it has it again, and the filter box takes it
+only while it is shown.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
-import gc
-import os
 import time
-from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
+from rich.style import Style
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Static
-from watchfiles import Change, awatch
+from textual.widgets import Input, Static
 
-from core.apply import apply_job
-from core.board import BoardView, preflight, receipt_verdict
-from core.config import load_config
-from core.errors import GenjobError
+from core.board_view import BoardView
 from core.events import actor
-from core.heap import release_free_memory
-from core.inspect_job import JobDetail, job_detail
 from core.layout import Layout
-from core.lifecycle import ACTIONS, STATE_ORDER, State, allowed
-from core.queue import Enqueued, claim, reject, request_cancel, requeue
-from core.replay import replay
-from core.snapshot import JobRow, Scanner, keys_from_paths
+from core.lifecycle import STATE_ORDER, State
+from core.queue import Enqueued
 from core.terminal import visible
-from tui.dialogs.confirm import ConfirmDialog
-from tui.dialogs.reason import ReasonDialog
-from tui.render import policy_text
+from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
+from tui.feed import TIME_SENSITIVE, BoardFeed
+from tui.text import in_repo
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
+from tui.widgets.key_bar import Hint, KeyBar
 
-# Watch events are gathered this long (ms) before the board re-derives the keys they name.
-DEBOUNCE_MS = 120
-STEP_MS = 15
-# How often (s) running and received jobs are re-derived without an event: a lease expires
-# and the tree changes with no event under `.gen/`.
-TICK_SECONDS = 2.0
-# A full scan now and then catches what no event reported (other NFS clients' writes):
-# every minute, or every FULL_SCAN_SHARE times as long as the last one took, if longer.
-FULL_SCAN_SECONDS = 60.0
-FULL_SCAN_SHARE = 30.0
 DETAIL_DEBOUNCE = 0.12
-# States that change with time alone: a lease expires, a holder dies, the tree moves on.
-TIME_SENSITIVE = (State.RUNNING, State.RECEIVED, State.STALE, State.ORPHANED)
-# Up to this many keys are re-derived on the event loop itself (a few ms, no thread hop
-# for the GIL to bounce across); more go to a thread.
-INLINE_REFRESH = 48
-# Rows read per step of a full scan: small, so that the first ones show at once.
-SCAN_BATCH = 512
 NARROW = 140
+# Relative times tick this often (s); a running job's detail is read again every RELOAD.
+TICK = 1.0
+RELOAD = 5.0
 
-VERBS = {
-    "claim": "claim",
-    "ship": "ship",
-    "apply": "approve",
-    "reject": "reject",
-    "requeue": "requeue",
-    "replay": "replay",
-    "cancel": "cancel",
+# The board's actions on jobs, most useful first: the order of their hints.
+JOB_ACTIONS = ("apply", "ship", "claim", "cancel", "requeue", "replay", "reject", "discard")
+# What to do with a job in each state: the hint a refusal ends with.
+NEXT_STEP = {
+    State.QUEUED: "claim (c) or ship (s) it",
+    State.RUNNING: "wait for its receipt, or stop it (k)",
+    State.ORPHANED: "its worker is gone: requeue it (r)",
+    State.RECEIVED: "approve (a) or reject (x) it",
+    State.STALE: "replay it (R) over the tree as it is now",
+    State.FAILED: "replay it (R) once the cause is fixed",
+    State.APPLIED: "it is done",
+    State.REJECTED: "replay it (R) to try again",
+    State.INVALID: "discard it (D): its bad files are kept as evidence",
+    State.INCONSISTENT: "run `genjob recover` (the Job tab names the rule)",
 }
 
 
 def _states_for(action: str) -> str:
-    return ", ".join(s.value for s in STATE_ORDER if s in ACTIONS[action])
+    return ", ".join(s.value for s in STATE_ORDER if s in STATES_FOR[action])
 
 
-def _watch_filter(change: Change, path: str) -> bool:
-    """Events worth a look: job files, leases, receipts, attempts, config; not temp or cache files."""
-    name = os.path.basename(path)
-    return not name.startswith(".tmp-") and f"{os.sep}cache{os.sep}" not in path
+class FilterBox(Input):
+    """The text filter; it takes the focus only while shown, so typing never goes to a hidden box."""
+
+    def allow_focus(self) -> bool:
+        return self.display and super().allow_focus()
 
 
 class BoardScreen(Screen[None]):
+    AUTO_FOCUS = "#jobs"
     BINDINGS: ClassVar[list[Binding]] = [
-        Binding("c", "job('claim')", "Claim", tooltip="Claim the selected queued job", id="claim"),
-        Binding("s", "job('ship')", "Ship", tooltip="Ship a queued job to a generator host", id="ship"),
         Binding(
             "a", "job('apply')", "Approve", tooltip="Preflight, then apply a verified receipt", id="approve"
         ),
-        Binding("x", "job('reject')", "Reject", tooltip="Reject a job, with a reason", id="reject"),
+        Binding(
+            "s", "job('ship')", "Ship", tooltip="Ship a queued job (or one this board claimed)", id="ship"
+        ),
+        Binding("c", "job('claim')", "Claim", tooltip="Claim a queued job: this board holds it", id="claim"),
+        Binding("k", "job('cancel')", "Stop", tooltip="Stop a running job (it ends aborted)", id="cancel"),
         Binding("r", "job('requeue')", "Requeue", tooltip="Requeue an orphaned job", id="requeue"),
         Binding(
             "R", "job('replay')", "Replay", tooltip="Replay a stale, failed or rejected job", id="replay"
         ),
-        Binding("k", "job('cancel')", "Cancel", tooltip="Cancel a running job", id="cancel"),
+        Binding("x", "job('reject')", "Reject", tooltip="Reject a job, with a reason", id="reject"),
+        Binding("D", "job('discard')", "Discard", tooltip="Set an INVALID job's files aside", id="discard"),
         Binding("n", "new_job", "New", tooltip="Write a new job and queue it", id="new"),
         Binding("d", "diff", "Diff", tooltip="The selected job's diff, full screen", id="diff"),
         Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter jobs by text", id="filter"),
         Binding(
-            "left", "tab(-1)", "Prev tab", show=False, tooltip="The detail pane's previous tab", id="tab-prev"
+            "left", "tab(-1)", "Prev tab", key_display="←", tooltip="The detail's previous tab", id="tab-prev"
         ),
         Binding(
-            "right", "tab(1)", "Next tab", show=False, tooltip="The detail pane's next tab", id="tab-next"
+            "right", "tab(1)", "Next tab", key_display="→", tooltip="The detail's next tab", id="tab-next"
         ),
-        Binding("enter", "zoom", "Zoom", tooltip="Show the detail pane alone (again to go back)", id="zoom"),
-        Binding("escape", "clear", "Clear", show=False, tooltip="Clear marks and filters", id="clear"),
+        Binding("enter", "zoom", "Zoom", tooltip="The detail pane alone (again to go back)", id="zoom"),
+        Binding("escape", "clear", "Clear", tooltip="Close the filter; clear marks and filters", id="clear"),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Every key", id="help"),
         Binding("q", "app.quit", "Quit", tooltip="Quit the board", id="quit"),
         *(
@@ -122,13 +109,16 @@ class BoardScreen(Screen[None]):
                 digit,
                 f"toggle_state('{state.value}')",
                 f"Only {state.value}",
-                show=False,
                 tooltip=f"Show or hide only {state.value} jobs",
                 id=f"state-{state.value.lower()}",
             )
             for state, digit in DIGITS.items()
         ),
     ]
+    # The bindings that change something: hidden (and refused) on a read-only board.
+    CHANGES = frozenset(
+        {"approve", "ship", "claim", "cancel", "requeue", "replay", "reject", "discard", "new"}
+    )
 
     def __init__(self, layout: Layout, readonly: bool = False) -> None:
         super().__init__()
@@ -137,39 +127,51 @@ class BoardScreen(Screen[None]):
         self.view = BoardView(track=TIME_SENSITIVE)
         self.signature_required = True
         self.config_error: str | None = None
+        self.trusted_keys = -1  # not read yet
         self.scanning = True
         self.watching = "starting"
-        self._pending: set[str] = set()
-        self._wake = asyncio.Event()
         self._detail_timer: Timer | None = None
         self._filter_timer: Timer | None = None
         self._select_when_seen: str | None = None
+        self._loaded_at = 0.0
         self.worker_id = f"board:{actor()}"
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        yield BoardFeed(self.repo, self.view, id="feed")
+        yield Dispatcher(self.repo, self.worker_id, id="dispatcher")
         yield Static(id="status")
         yield CountsBar(id="counts")
-        yield Input(placeholder="filter: key prefix, words of the instruction, worker, path", id="filter")
+        yield FilterBox(placeholder="filter: key prefix, words of the instruction, worker, path", id="filter")
         with Horizontal(id="main"):
             yield JobTable(self.view, id="jobs")
-            yield DetailPane(id="detail")
-        yield Footer()
+            yield DetailPane(self.repo.root, id="detail")
+        yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
-        self.query_one("#filter", Input).display = False
-        self.query_one(JobTable).focus()
+        self.query_one(FilterBox).display = False
+        self._focus_list()
         self._show_status()
-        self._process()
-        self._watch()
-        self.set_interval(5.0, self._tick)
+        self._show_keys()
+        self.set_interval(TICK, self._tick)
+
+    def _focus_list(self) -> None:
+        self.table.focus(scroll_visible=False)
+
+    def on_screen_resume(self) -> None:
+        """Back from a dialog or the diff: the list has the focus again."""
+        if self.maximized is None and not self.query_one(FilterBox).has_focus:
+            self._focus_list()
+        self._show_keys()
 
     def _tick(self) -> None:
-        """Ages move on; so does a running job's heartbeat, which no row shows."""
+        """Ages move on, and so do the detail's relative times; a running job's heartbeat
+        is read again now and then."""
         self.table.refresh()
+        self.query_one(DetailPane).tick()
         key = self.table.cursor_key
         row = self.view.rows.get(key) if key else None
-        if row is not None and row.state is State.RUNNING:
+        if row is not None and row.state is State.RUNNING and time.monotonic() - self._loaded_at > RELOAD:
             self._schedule_detail()
 
     def on_resize(self) -> None:
@@ -179,118 +181,24 @@ class BoardScreen(Screen[None]):
     def table(self) -> JobTable:
         return self.query_one(JobTable)
 
-    # -- keeping up with the disk ------------------------------------------------------------
-    @work(exclusive=True, group="watch", exit_on_error=False)
-    async def _watch(self) -> None:
-        """Feed the keys that file events name to `_process`, forever."""
-        while True:
-            try:
-                self.watching = "watching"
-                self._show_status()
-                async for changes in awatch(
-                    self.repo.gen,
-                    watch_filter=_watch_filter,
-                    debounce=DEBOUNCE_MS,
-                    step=STEP_MS,
-                    ignore_permission_denied=True,
-                ):
-                    paths = [p for _, p in changes]
-                    if str(self.repo.config) in paths:
-                        self._pending.add("*")
-                    self._pending.update(keys_from_paths(self.repo, paths))
-                    self._wake.set()
-            except Exception as exc:
-                self.watching = "polling"
-                self._say(
-                    f"watching .gen/ failed ({exc}); rescanning, retrying in 5s",
-                    severity="warning",
-                )
-                self._pending.add("*")
-                self._wake.set()
-                await asyncio.sleep(5.0)
+    @property
+    def feed(self) -> BoardFeed:
+        return self.query_one(BoardFeed)
 
-    @work(exclusive=True, group="process", exit_on_error=False)
-    async def _process(self) -> None:
-        """The only user of the scanner: a full scan, then incremental refreshes."""
-        started = time.monotonic()
-        scanner = await asyncio.to_thread(Scanner, self.repo)  # loads the index: off the loop
-        await self._full_scan(scanner)
-        every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * (time.monotonic() - started))
-        last_full = last_tick = time.monotonic()
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
-            self._wake.clear()
-            keys, self._pending = self._pending, set()
-            now = time.monotonic()
-            if "*" in keys or now - last_full > every:
-                await self._full_scan(scanner)
-                took = time.monotonic() - now
-                every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * took)
-                last_full = last_tick = time.monotonic()
-                continue
-            if now - last_tick >= TICK_SECONDS:
-                keys |= self.view.tracked
-                last_tick = now
-            if keys:
-                try:
-                    if len(keys) <= INLINE_REFRESH:
-                        changed = scanner.refresh(keys)
-                    else:
-                        changed = await asyncio.to_thread(scanner.refresh, keys)
-                except Exception as exc:
-                    self._say(f"reading .gen/ failed: {exc}", severity="error")
-                    continue
-                self._apply(changed)
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self.query_one(Dispatcher)
 
-    async def _full_scan(self, scanner: Scanner) -> None:
-        self.scanning = True
-        self._show_status()
-        batches = scanner.scan_batches(SCAN_BATCH)
-        gathered: dict[str, JobRow] = {}
-        shown_at = 0.0
-        try:
-            while (batch := await asyncio.to_thread(next, batches, None)) is not None:
-                gathered.update(batch)
-                if time.monotonic() - shown_at > 0.3:
-                    self._apply(gathered)
-                    gathered = {}
-                    shown_at = time.monotonic()
-            self._apply(gathered)
-            gone = [k for k in self.view.rows if not scanner.found(k)]
-            if gone:
-                self._apply(dict.fromkeys(gone))
-            self.signature_required, self.config_error = scanner.signature_required, scanner.config_error
-            self.query_one(DetailPane).signature_required = self.signature_required
-            await asyncio.to_thread(scanner.save_cache)
-            await asyncio.to_thread(release_free_memory)
-            # The rows live as long as the board: keep the cyclic GC from walking them
-            # again and again (a pause that grows with the number of jobs).
-            gc.collect()
-            gc.freeze()
-        except Exception as exc:
-            self._say(f"scanning .gen/ failed: {exc}", severity="error")
-        self.scanning = False
-        self._show_status()
-
-    def _apply(self, changed: Mapping[str, JobRow | None]) -> None:
-        if not changed:
-            return
+    # -- what the feed reports -------------------------------------------------------------------
+    @on(BoardFeed.RowsChanged)
+    def _rows_changed(self, message: BoardFeed.RowsChanged) -> None:
+        changed = message.changed
         table = self.table
         selected = table.cursor_key
         reload = (
             selected is not None and selected in changed and changed[selected] != self.view.rows.get(selected)
         )
-        received = [
-            k
-            for k, r in changed.items()
-            if r is not None
-            and r.state is State.RECEIVED
-            and (r != self.view.rows.get(k) or k not in table.verdicts)
-        ]
         table.apply(changed)
-        if received:
-            self._verdicts(received)
         self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
         wanted = self._select_when_seen
         if wanted and wanted in changed and table.select(wanted):
@@ -298,39 +206,139 @@ class BoardScreen(Screen[None]):
         if reload:
             self._schedule_detail()
         self._show_status()
+        self._show_empty()
+        if reload or selected != table.cursor_key:
+            self._show_keys()
 
-    @work(thread=True, group="verdicts", exit_on_error=False)
-    def _verdicts(self, keys: list[str]) -> None:
-        """Verify received jobs' receipts for the list's ✔/✘ (hashing happens here, off the loop)."""
-        for start in range(0, len(keys), 64):
-            found = {k: receipt_verdict(self.repo, k) for k in keys[start : start + 64]}
-            self.app.call_from_thread(self.table.set_verdicts, found)
+    @on(BoardFeed.VerdictsFound)
+    def _verdicts_found(self, message: BoardFeed.VerdictsFound) -> None:
+        self.table.set_verdicts(message.verdicts)
 
-    def request_refresh(self, keys: Iterable[str]) -> None:
-        """Re-derive `keys` now (after our own change) without waiting for the event."""
-        self._pending.update(keys)
-        self._wake.set()
+    @on(BoardFeed.Status)
+    def _feed_status(self, message: BoardFeed.Status) -> None:
+        self.scanning, self.watching = message.scanning, message.watching
+        self._show_status()
+        self._show_empty()
+
+    @on(BoardFeed.PolicyRead)
+    def _policy_read(self, message: BoardFeed.PolicyRead) -> None:
+        self.signature_required = message.signature_required
+        self.config_error = message.config_error
+        self.trusted_keys = message.trusted_keys
+        self.query_one(DetailPane).signature_required = self.signature_required
+        self._show_status()
+        self._show_empty()
+
+    @on(BoardFeed.Trouble)
+    def _trouble(self, message: BoardFeed.Trouble) -> None:
+        self._say(message.text, severity=message.severity)
+
+    @on(BoardFeed.DetailLoaded)
+    def _detail_loaded(self, message: BoardFeed.DetailLoaded) -> None:
+        if message.key != self.table.cursor_key:
+            return
+        self._loaded_at = time.monotonic()
+        pane = self.query_one(DetailPane)
+        if isinstance(message.detail, str):
+            pane.show_message(Text(visible(in_repo(message.detail, self.repo.root)), style="bold red"))
+        else:
+            pane.show(message.detail)
+
+    @property
+    def untrusted(self) -> bool:
+        """Signatures are required, and no key is pinned: nothing can be approved."""
+        return self.signature_required and self.trusted_keys == 0
 
     def _show_status(self) -> None:
+        """One line: the repository, then what limits the operator, most pressing first."""
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" genjob ", style="bold reverse")
         text.append(" ")
-        text.append(visible(str(self.repo.root)), style="bold")
-        text.append("  ")
-        text.append_text(policy_text(self.signature_required))
+        text.append(visible(self.repo.root.name or str(self.repo.root)), style="bold")
+        if self.readonly:
+            text.append("  READ-ONLY: changes are off ", style="bold black on yellow")
         if self.config_error:
             text.append("  config: ", style="bold red")
             text.append(visible(self.config_error), style="red")
-        if self.readonly:
-            text.append("  READ-ONLY ", style="bold black on yellow")
+        if self.untrusted:
+            text.append("  no trusted key: genjob trust", style="bold red")
+        text.append("  ")
+        if self.signature_required:
+            text.append("signatures required", style=Style(color="green", bold=True))
+        else:
+            text.append("signatures NOT required", style=Style(color="black", bgcolor="yellow", bold=True))
+        marks = len(self.table.marks) if self.is_mounted else 0
+        if marks:
+            text.append(f"  {marks} marked", style="bold yellow")
         if self.scanning:
             text.append(f"  scanning… {len(self.view.rows):,} jobs", style="yellow")
         else:
             text.append(f"  {self.watching}", style="green" if self.watching == "watching" else "yellow")
-        marks = len(self.table.marks) if self.is_mounted else 0
-        if marks:
-            text.append(f"  {marks} marked", style="bold yellow")
         self.query_one("#status", Static).update(text, layout=False)
+
+    def _show_empty(self) -> None:
+        """What the list says when it shows no job: how to make one, or that the filter hides all."""
+        lines: list[tuple[str, bool]] = []
+        if self.scanning:
+            lines.append(("reading .gen/…", False))
+        elif self.view.rows:
+            lines.append(("No job matches the filter: escape clears it.", False))
+        else:
+            lines += [
+                ("No jobs yet.", False),
+                ("", False),
+                (
+                    "n writes one here; or, in a shell:" if not self.readonly else "Mint one in a shell:",
+                    False,
+                ),
+                ('  genjob mint -m "Add a timeout to fetch_user" src/user.py', False),
+                ("then s ships it to a generator host and a approves its receipt.", False),
+            ]
+        if self.untrusted and not self.scanning:
+            lines += [
+                ("", False),
+                ("Signatures are required, but no key is trusted: nothing can be approved.", True),
+                ("  genjob keygen", True),
+                ("  genjob trust ~/.config/genjob/worker_ed25519.pub", True),
+            ]
+        self.table.empty = lines
+        self.table.refresh()
+        # With no job at all there is no detail to show: the list takes the room.
+        self.query_one(DetailPane).display = bool(self.view.rows) or self.scanning
+
+    # -- the key hints ----------------------------------------------------------------------------
+    def _hints(self) -> list[Hint]:
+        """The keys worth showing now: the actions the selected (or marked) jobs allow, then
+        the board's own; on a read-only board, nothing that changes anything."""
+        by_id = {b.id: b for b in self.BINDINGS if isinstance(b, Binding)}
+        hints = []
+        if not self.readonly:
+            for action in JOB_ACTIONS:
+                if self._applies(action):
+                    b = by_id["approve" if action == "apply" else action]
+                    hints.append(Hint(b.key_display or b.key, b.description, b.action))
+        for ident in ("diff", "zoom", "filter", "new"):
+            if self.readonly and ident in self.CHANGES:
+                continue
+            b = by_id[ident]
+            hints.append(Hint(b.key_display or b.key, b.description, b.action))
+        hints.append(Hint("space", "Mark", "mark"))
+        return hints
+
+    def _applies(self, action: str) -> bool:
+        rows = self.view.rows
+        d = self.dispatcher
+        if self.table.marks:
+            return any(k in rows and may(d, action, k, rows[k].state) for k in self.table.marks)
+        key = self.table.cursor_key
+        return key is not None and key in rows and may(d, action, key, rows[key].state)
+
+    def _show_keys(self) -> None:
+        kept = [Hint("?", "Help", "help"), Hint("q", "Quit", "app.quit")]
+        self.query_one(KeyBar).show(self._hints(), kept)
+
+    def action_mark(self) -> None:
+        self.table.action_mark()
 
     # -- the selected job ------------------------------------------------------------------------
     @on(JobTable.CursorMoved)
@@ -338,10 +346,12 @@ class BoardScreen(Screen[None]):
         if event.key is not None:
             self.query_one(DetailPane).loading(event.key)
         self._schedule_detail()
+        self._show_keys()
 
     @on(JobTable.MarksChanged)
     def _marks_changed(self) -> None:
         self._show_status()
+        self._show_keys()
 
     def _schedule_detail(self) -> None:
         if self._detail_timer is not None:
@@ -353,26 +363,7 @@ class BoardScreen(Screen[None]):
         if key is None:
             self.query_one(DetailPane).show_message(Text("no job selected", style="dim"))
             return
-        self._load_detail(key)
-
-    @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
-    def _load_detail(self, key: str) -> None:
-        try:
-            detail: JobDetail | str = job_detail(self.repo, key)
-        except GenjobError as exc:
-            detail = str(exc)
-        except Exception as exc:
-            detail = f"{key}: cannot read ({exc})"
-        self.app.call_from_thread(self._detail_loaded, key, detail)
-
-    def _detail_loaded(self, key: str, detail: JobDetail | str) -> None:
-        if key != self.table.cursor_key:
-            return
-        pane = self.query_one(DetailPane)
-        if isinstance(detail, str):
-            pane.show_message(Text(visible(detail), style="bold red"))
-        else:
-            pane.show(detail)
+        self.feed.load_detail(key)
 
     # -- filters -------------------------------------------------------------------------------
     @on(CountsBar.Toggled)
@@ -388,9 +379,11 @@ class BoardScreen(Screen[None]):
         self.table.apply(None)
         self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
         self._show_status()
+        self._show_empty()
+        self._show_keys()
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.query_one(FilterBox)
         box.display = True
         box.focus()
 
@@ -410,17 +403,23 @@ class BoardScreen(Screen[None]):
         self._set_text_filter(event.value)
         if not event.value.strip():
             event.input.display = False
-        self.table.focus()
+        self._focus_list()
 
     def action_clear(self) -> None:
-        box = self.query_one("#filter", Input)
+        """Escape: close what is open (the key panel, the filter box, a zoom), else clear
+        marks and filters."""
+        box = self.query_one(FilterBox)
+        if self.app.screen.query("HelpPanel"):
+            self.app.action_hide_help_panel()
+            return
         if box.has_focus:
-            self.table.focus()
             if not box.value:
                 box.display = False
+            self._focus_list()
             return
-        if self.screen.maximized is not None:
-            self.screen.minimize()
+        if self.maximized is not None:
+            self.minimize()
+            self._focus_list()
             return
         self.table.clear_marks()
         box.value = ""
@@ -428,6 +427,7 @@ class BoardScreen(Screen[None]):
         self.view.states = frozenset()
         self.view.text = ""
         self._refilter()
+        self._focus_list()
 
     def action_tab(self, step: int) -> None:
         self.query_one(DetailPane).step_tab(step)
@@ -435,22 +435,37 @@ class BoardScreen(Screen[None]):
     def action_zoom(self) -> None:
         if self.maximized is not None:
             self.minimize()
+            self._focus_list()
         else:
             self.maximize(self.query_one(DetailPane), container=False)
+
+    def help_bindings(self) -> list[Binding]:
+        """Every key the help lists (on a read-only board, none that changes anything)."""
+        keys = [
+            b
+            for b in self.BINDINGS
+            if isinstance(b, Binding)
+            and not b.id.startswith("state-")
+            and not (self.readonly and b.id in self.CHANGES)
+        ]
+        marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
+        extra = [
+            Binding("1-9,0", "", "Show only one state (again to undo; several combine)", key_display="1…0"),
+            Binding("up,down", "", "Move the cursor (the only movement keys)", key_display="↑ ↓"),
+            Binding(
+                "pageup,pagedown,home,end",
+                "",
+                "Move a page, or to the first or last job",
+                key_display="pgup pgdn home end",
+            ),
+            Binding("ctrl+p", "", "Command palette: every action by name", key_display="ctrl+p"),
+        ]
+        return [*keys, *marks, *extra]
 
     def action_help(self) -> None:
         from tui.screens.help import HelpScreen
 
-        bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and not b.id.startswith("state-")]
-        marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
-        extra = [
-            Binding(
-                "1-9,0", "", "Show only one state (press again to undo; several combine)", key_display="1…0"
-            ),
-            Binding("up,down", "", "Move; pageup/pagedown, home/end jump", key_display="↑ ↓"),
-            Binding("ctrl+p", "", "Command palette: every action by name", key_display="ctrl+p"),
-        ]
-        self.app.push_screen(HelpScreen([*bindings, *marks, *extra], self.readonly))
+        self.app.push_screen(HelpScreen(self.help_bindings(), self.readonly))
 
     def action_diff(self) -> None:
         from tui.screens.diff import DiffScreen
@@ -468,14 +483,14 @@ class BoardScreen(Screen[None]):
     def _targets(self, action: str) -> tuple[list[str], int] | None:
         """The keys an action applies to (the marked jobs, or the one under the cursor) and
         how many marked jobs it skips; None, after telling why, when there is nothing to do."""
-        verb = VERBS[action]
+        verb = TABLE[action].verb
         if self.readonly:
             self._say(f"read-only board: {verb} refused", severity="warning")
             return None
-        table = self.table
+        table, d = self.table, self.dispatcher
         if table.marks:
             rows = [self.view.rows[k] for k in sorted(table.marks) if k in self.view.rows]
-            ok = [r.key for r in rows if allowed(action, r.state)]
+            ok = [r.key for r in rows if may(d, action, r.key, r.state)]
             if not ok:
                 self._say(
                     f"none of the {len(rows)} marked jobs allows {verb}: it is for {_states_for(action)}",
@@ -488,159 +503,46 @@ class BoardScreen(Screen[None]):
             self._say("no job selected", severity="warning")
             return None
         state = self.view.rows[key].state
-        if not allowed(action, state):
+        if may(d, action, key, state):
+            return [key], 0
+        if action == "apply" and state is State.STALE:
+            d.offer_replay(key)
+        elif action == "ship" and state is State.RUNNING:
             self._say(
-                f"{key[:12]}: is {state.value}; {verb} is for {_states_for(action)}", severity="warning"
+                f"{key[:12]}: is RUNNING, held by another worker; {NEXT_STEP[state]}", severity="warning"
             )
-            return None
-        return [key], 0
+        else:
+            refused = f"{key[:12]}: is {state.value}; {verb} is for {_states_for(action)}"
+            self._say(f"{refused}. Next: {NEXT_STEP[state]}", severity="warning")
+        return None
 
     def action_job(self, action: str) -> None:
         got = self._targets(action)
-        if got is None:
-            return
-        keys, skipped = got
-        bulk = bool(self.table.marks)
-        handler = getattr(self, f"_do_{action}")
-        if not bulk:
-            handler(keys)
-            return
-        verb = VERBS[action]
-        body = Text(f"{verb} {len(keys)} marked job(s)?\n", style="bold")
-        if skipped:
-            body.append(f"{skipped} other marked job(s) are skipped: {verb} is for {_states_for(action)}\n")
-        for key in keys[:12]:
-            body.append(f"  {key}  {self.view.rows[key].state.value}\n", style="dim")
-        if len(keys) > 12:
-            body.append(f"  … and {len(keys) - 12} more\n", style="dim")
+        if got is not None:
+            keys, skipped = got
+            self.dispatcher.dispatch(action, keys, bool(self.table.marks), skipped)
 
-        def go(yes: bool | None) -> None:
-            if yes:
-                handler(keys)
+    @on(ActionDone)
+    def _action_done(self, message: ActionDone) -> None:
+        """Report what happened, re-derive the jobs it touched, and put the marks away."""
+        done, failed, verb = message.done, message.failed, message.verb
+        if len(done) + len(failed) == 1:
+            if done:
+                self._say(done[0], title=verb)
+            else:
+                self._say(failed[0], title=f"{verb} failed", severity="error")
+        elif done or failed:
+            text = f"{len(done)} done, {len(failed)} failed" + (f"\n{failed[0]}" if failed else "")
+            self._say(text, title=f"bulk {verb}", severity="error" if failed else "information")
+        if message.select is not None:
+            self._select_when_seen = message.select
+        self.feed.refresh_keys(message.keys)
+        self.table.clear_marks()
+        self._show_keys()
 
-        self.app.push_screen(ConfirmDialog(f"Bulk {verb}", body, yes=verb.capitalize(), danger=True), go)
-
-    def _do_claim(self, keys: list[str]) -> None:
-        @functools.cache
-        def ttl() -> float:  # read in the action's thread, once for all its keys
-            return self._policy_ttl()
-
-        def one(key: str) -> str:
-            c = claim(self.repo, self.worker_id, key, ttl(), pid=os.getpid())
-            return f"claimed {key[:12]} (attempt {c.lease.token}, lease held by this board, ttl {ttl():g}s)"
-
-        self._run("claim", keys, one)
-
-    def _policy_ttl(self) -> float:
-        try:
-            return load_config(self.repo.config).policy.lease_ttl
-        except GenjobError:
-            return 120.0
-
-    def _do_reject(self, keys: list[str]) -> None:
-        body = Text(f"Reject {len(keys)} job(s)? " if len(keys) > 1 else f"Reject {keys[0]}? ")
-        body.append("The receipt and outputs stay as evidence.", style="dim")
-
-        def go(reason: str | None) -> None:
-            if reason:
-                self._run("reject", keys, lambda k: f"rejected {k[:12]}: {reject(self.repo, k, reason).name}")
-
-        self.app.push_screen(ReasonDialog("Reject", body), go)
-
-    def _do_requeue(self, keys: list[str]) -> None:
-        def one(key: str) -> str:
-            requeue(self.repo, key)
-            return f"requeued {key[:12]}"
-
-        body = Text(f"Put {keys[0]} back in the queue?\n", style="bold")
-        body.append("Its worker is gone; the attempt is recorded and the job will run again.")
-        self._confirm_one("requeue", keys, one, ConfirmDialog("Requeue", body, yes="Requeue"))
-
-    def _do_replay(self, keys: list[str]) -> None:
-        def one(key: str) -> str:
-            res = replay(self.repo, key)
-            if len(keys) == 1:
-                self._select_when_seen = res.key
-            return f"replayed {key[:12]} as {res.key[:12]}" + ("" if res.created else " (existed already)")
-
-        self._run("replay", keys, one)
-
-    def _do_cancel(self, keys: list[str]) -> None:
-        def one(key: str) -> str:
-            request_cancel(self.repo, key)
-            return f"cancel requested for {key[:12]}: its worker ends it with an aborted receipt"
-
-        body = Text(f"Cancel the running job {keys[0]}?\n", style="bold")
-        body.append("The worker stops the generator and writes an aborted receipt.")
-        self._confirm_one(
-            "cancel", keys, one, ConfirmDialog("Cancel job", body, yes="Cancel job", danger=True)
-        )
-
-    def _confirm_one(
-        self, action: str, keys: list[str], one: Callable[[str], str], dialog: ConfirmDialog
-    ) -> None:
-        """A single job asks with `dialog` first; a bulk action was confirmed with its count already."""
-        if len(keys) > 1:
-            self._run(action, keys, one)
-            return
-        self.app.push_screen(dialog, lambda yes: yes and self._run(action, keys, one))
-
-    def _do_apply(self, keys: list[str]) -> None:
-        def one(key: str) -> str:
-            res = apply_job(self.repo, key)
-            if res.already:
-                return f"{key[:12]}: applied already"
-            return f"applied {key[:12]}: {len(res.changed)} file(s) changed"
-
-        if len(keys) > 1:
-            self._run("apply", keys, one)
-            return
-        self._preflight(keys[0], one)
-
-    @work(thread=True, group="actions", exit_on_error=False)
-    def _preflight(self, key: str, one: Callable[[str], str]) -> None:
-        from tui.dialogs.preflight import PreflightDialog
-
-        try:
-            p = preflight(job_detail(self.repo, key))
-        except GenjobError as exc:
-            self.app.call_from_thread(self._say, str(exc), severity="error")
-            return
-
-        def go(yes: bool | None) -> None:
-            if yes:
-                self._run("apply", [key], one)
-
-        self.app.call_from_thread(self.app.push_screen, PreflightDialog(p), go)
-
-    def _do_ship(self, keys: list[str]) -> None:
-        if len(keys) > 1:
-            self._say("ship one job at a time: unmark all (escape) and select one", severity="warning")
-            return
-        self._pick_host(keys[0])
-
-    @work(thread=True, group="actions", exit_on_error=False)
-    def _pick_host(self, key: str) -> None:
-        """Read the hosts (off the event loop), then ship `key`, asking which host if several."""
-        from tui.dialogs.host_picker import HostPicker
-        from tui.dialogs.ship import ShipDialog
-
-        try:
-            hosts = load_config(self.repo.config).hosts
-        except GenjobError as exc:
-            self.app.call_from_thread(self._say, str(exc), severity="error")
-            return
-
-        def go(host: str | None) -> None:
-            if host:
-                self.app.push_screen(
-                    ShipDialog(self.repo, key, host, self.worker_id), lambda _: self.request_refresh([key])
-                )
-
-        if len(hosts) > 1:
-            self.app.call_from_thread(self.app.push_screen, HostPicker(hosts), go)
-        else:
-            self.app.call_from_thread(go, next(iter(hosts), None) or "local")
+    @on(Say)
+    def _said(self, message: Say) -> None:
+        self._say(message.text, message.title, message.severity)
 
     def action_new_job(self) -> None:
         from tui.dialogs.new_job import NewJobDialog
@@ -655,37 +557,11 @@ class BoardScreen(Screen[None]):
             self._select_when_seen = res.key
             note = "queued" if res.created else f"exists already ({res.folder})"
             self._say(f"{res.key[:12]}: {note}")
-            self.request_refresh([res.key])
+            self.feed.refresh_keys([res.key])
 
         self.app.push_screen(NewJobDialog(self.repo), done)
 
-    @work(thread=True, group="actions", exit_on_error=False)
-    def _run(self, action: str, keys: list[str], one: Callable[[str], str]) -> None:
-        """Run one core call per key, then report what happened and refresh those keys."""
-        done: list[str] = []
-        failed: list[str] = []
-        for key in keys:
-            try:
-                done.append(one(key))
-            except GenjobError as exc:
-                failed.append(str(exc))
-            except OSError as exc:
-                failed.append(f"{key[:12]}: {exc}")
-        self.app.call_from_thread(self._report, action, done, failed)
-        self.app.call_from_thread(self.request_refresh, keys)
-        if self.table.marks:
-            self.app.call_from_thread(self.table.clear_marks)
-
-    def _report(self, action: str, done: list[str], failed: list[str]) -> None:
-        if len(done) + len(failed) == 1:
-            if done:
-                self._say(done[0], title=VERBS[action])
-            else:
-                self._say(failed[0], title=f"{VERBS[action]} failed", severity="error")
-            return
-        text = f"{len(done)} done, {len(failed)} failed" + (f"\n{failed[0]}" if failed else "")
-        self._say(text, title=f"bulk {VERBS[action]}", severity="error" if failed else "information")
-
     def _say(self, message: str, title: str = "", severity: SeverityLevel = "information") -> None:
         """A notification showing `message` literally (it may quote a job's own text)."""
-        self.notify(visible(message, keep_newlines=True), title=title, severity=severity, markup=False)
+        shown = visible(in_repo(message, self.repo.root), keep_newlines=True)
+        self.notify(shown, title=title, severity=severity, markup=False)

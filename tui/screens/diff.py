@@ -8,17 +8,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from core.inspect_job import JobDetail
 from tui import render
+from tui.widgets.key_bar import Hint, KeyBar
 
 
 class DiffScreen(Screen[None]):
+    # Movement is the arrows and page keys, as on the board; letters only act.
     BINDINGS: ClassVar[list[Binding]] = [
-        Binding("escape,q,d", "close", "Back to the board", id="diff.close"),
-        Binding("j,down", "scroll(1)", "Down", show=False),
-        Binding("k,up", "scroll(-1)", "Up", show=False),
+        Binding("escape,q,d", "close", "Back", id="diff.close"),
+        Binding("down", "scroll(1)", "Down", show=False),
+        Binding("up", "scroll(-1)", "Up", show=False),
     ]
 
     def __init__(self, detail: JobDetail) -> None:
@@ -30,10 +32,14 @@ class DiffScreen(Screen[None]):
         yield Static(render.title_text(self.detail), id="diff-title")
         with VerticalScroll(id="diff-scroll"):
             yield Static(render.diffs_text(self.detail.diffs, applied), id="diff-body")
-        yield Footer()
+        yield KeyBar(id="diff-keys")
 
     def on_mount(self) -> None:
         self.query_one("#diff-scroll").focus()
+        self.query_one(KeyBar).show(
+            [Hint("↑↓", "Scroll", "scroll(1)"), Hint("pgup pgdn", "Page", "scroll(1)")],
+            [Hint("esc", "Back to the board", "close")],
+        )
 
     def action_scroll(self, delta: int) -> None:
         self.query_one("#diff-scroll", VerticalScroll).scroll_relative(y=delta, animate=False)

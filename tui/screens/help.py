@@ -15,7 +15,8 @@ from textual.widgets import Static
 INTRO = (
     "A job moves queued → running → received → applied or rejected; orphaned, failed, stale, "
     "invalid and inconsistent are derived from what is on disk. Every key is one core operation; "
-    "mark several jobs with space first to act on all of them."
+    "mark several jobs with space first to act on all of them. The arrow and page keys move; "
+    "every letter is an action."
 )
 
 
@@ -28,18 +29,17 @@ class HelpScreen(ModalScreen[None]):
         self.readonly = readonly
 
     def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
+        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=True)
+        table.add_column(style="bold cyan", no_wrap=True, max_width=12)
+        table.add_column(ratio=1)
         for b in self.bindings:
             table.add_row(b.key_display or b.key, Text(b.tooltip or b.description))
         with Vertical(classes="dialog wide tall"):
             yield Static("genjob board: keys", classes="dialog-title")
             with VerticalScroll(classes="dialog-body"):
-                yield Static(
-                    Text(INTRO + ("\n\nREAD-ONLY: every change is refused." if self.readonly else ""))
-                )
-                yield Static(table)
+                note = "\n\nREAD-ONLY: the keys that change anything are off, and not listed."
+                yield Static(Text(INTRO + (note if self.readonly else "") + "\n"), id="help-intro")
+                yield Static(table, id="help-keys")
             yield Static(Text("escape closes; ctrl+p opens the command palette", style="dim"))
 
     def action_close(self) -> None:

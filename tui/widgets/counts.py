@@ -15,6 +15,30 @@ from tui.text import SHORT, STATE_STYLES, TINY
 
 # The digit that toggles each state's filter, in the order the bar shows them.
 DIGITS = {state: str((i + 1) % 10) for i, state in enumerate(STATE_ORDER)}
+FULL = {state: state.value for state in STATE_ORDER}
+# The bar's forms, widest first: labels (None: digits and counts only), whether states
+# with no job show, what separates two states (" │ " puts the digit apart, else it is
+# joined to its label as "4:RCV"), the total, and numbers shortened (12k).
+FORMS: list[tuple[dict[State, str] | None, bool, str, bool, bool]] = [
+    (FULL, True, " │ ", True, False),
+    (SHORT, False, " │ ", True, False),
+    (SHORT, False, "  ", False, False),
+    (TINY, False, "  ", False, False),
+    (TINY, False, " ", False, False),
+    (TINY, False, " ", False, True),
+    (None, False, " ", False, True),
+]
+
+
+def _number(n: int) -> str:
+    """A count in at most four cells: 999, 1.2k, 12k, 1.2M."""
+    if n < 1000:
+        return str(n)
+    for unit, size in (("M", 1_000_000), ("k", 1000)):
+        if n >= size:
+            value = n / size
+            return f"{value:.1f}{unit}" if value < 10 else f"{int(value)}{unit}"
+    return str(n)
 
 
 class CountsBar(Widget):
@@ -42,29 +66,41 @@ class CountsBar(Widget):
         self.refresh()
 
     def render(self) -> Text:
+        """The widest form that fits: full names and every state, then short names, then
+        three letters, then compact numbers. Every form keeps each state's digit and count."""
         width = self.size.width
-        short, tiny = width < 150, width < 110
-        text = Text(no_wrap=True, overflow="ellipsis")
-        self._spans = []
+        for form in range(len(FORMS)):
+            text, spans = self._form(form)
+            if text.cell_len <= width or form == len(FORMS) - 1:
+                self._spans = spans
+                return text
+        raise AssertionError("unreachable")
+
+    def _form(self, form: int) -> tuple[Text, list[tuple[int, int, State]]]:
+        labels, zeros, sep, total, compact = FORMS[form]
+        bars = sep == " │ "
+        text = Text(" ", no_wrap=True, overflow="ellipsis")
+        spans = []
         for state in STATE_ORDER:
             n = self.counts.get(state, 0)
             chosen = state in self.selected
-            if short and not n and not chosen:
+            if not zeros and not n and not chosen:
                 continue
-            label = TINY[state] if tiny else SHORT[state] if short else state.value
             style = STATE_STYLES[state] + (Style(reverse=True) if chosen else Style())
             if not n and not chosen:
                 style = Style(dim=True)
+            if spans:
+                text.append(sep, Style(dim=True))
             start = text.cell_len
-            if not tiny:
-                text.append(f" {DIGITS[state]}", Style(dim=True))
-            text.append(f" {label} ", style)
-            text.append(f"{n:,}", Style(bold=bool(n)))
-            self._spans.append((start, text.cell_len, state))
-            text.append(" " if tiny else " │", Style(dim=True))
-        if not tiny:
-            text.append(f" {self.total:,} jobs{', filtered' if self.selected else ''}", Style(dim=True))
-        return text
+            text.append(DIGITS[state], Style(dim=True))
+            text.append(" " if bars else ":", Style(dim=True))
+            if labels is not None:
+                text.append(f"{labels[state]} ", style)
+            text.append(_number(n) if compact else f"{n:,}", Style(bold=bool(n)))
+            spans.append((start, text.cell_len, state))
+        if total:
+            text.append(f" │ {self.total:,} jobs{', filtered' if self.selected else ''}", Style(dim=True))
+        return text, spans
 
     def on_click(self, event: events.Click) -> None:
         for start, end, state in self._spans:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -25,8 +28,9 @@ class DetailPane(Vertical):
 
     ALLOW_MAXIMIZE = True
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, root: Path | None = None, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.root = root  # the repository's, so that its paths show from there
         self.detail: JobDetail | None = None
         self.signature_required = True
 
@@ -36,6 +40,14 @@ class DetailPane(Vertical):
             for tab_id, title in TABS:
                 with TabPane(title, id=f"tab-{tab_id}"), VerticalScroll(classes="detail-scroll"):
                     yield Static(id=f"detail-{tab_id}", classes="detail-body")
+
+    def tick(self) -> None:
+        """Show the relative times ("5s ago") of the job and its lease as of now."""
+        if self.detail is None:
+            return
+        now = time.time()
+        self._body("job").update(render.job_text(self.detail, now, self.root))
+        self._body("lease").update(render.lease_text(self.detail, now))
 
     def step_tab(self, step: int) -> None:
         """Show the next (or previous) tab, wrapping around."""
@@ -64,10 +76,9 @@ class DetailPane(Vertical):
         self.detail = detail
         self.query_one("#detail-title", Static).update(render.title_text(detail))
         applied = detail.located is not None and detail.located.folder == "applied"
-        self._body("job").update(render.job_text(detail))
-        self._body("lease").update(render.lease_text(detail))
+        self.tick()
         self._body("verify").update(
-            render.verification_text(detail.verification, self.signature_required, applied)
+            render.verification_text(detail.verification, self.signature_required, applied, self.root)
         )
         self._body("diff").update(render.diffs_text(detail.diffs, applied))
         self._body("timeline").update(render.timeline_text(detail))
@@ -76,7 +87,8 @@ class DetailPane(Vertical):
         for tab_id, title in TABS:
             label = title
             if tab_id == "verify" and detail.verification is not None:
-                label = f"Verify {'✔' if detail.verification.ok else '✘'}"
+                v = detail.verification
+                label = f"Verify {'✔' if v.ok or (applied and v.only_base_failed()) else '✘'}"
             elif tab_id == "diff" and detail.diffs:
                 label = f"Diff ({len(detail.diffs)})"
             elif tab_id == "timeline" and detail.timeline:

@@ -1,6 +1,6 @@
 """The job list: a Line API `ScrollView` that renders only the rows in view.
 
-The rows live in a `core.board.BoardView`; this widget keeps a cursor and a set of
+The rows live in a `core.board_view.BoardView`; this widget keeps a cursor and a set of
 marks keyed by job key, so neither moves to another job when rows arrive, leave or
 change state around them.
 
@@ -28,7 +28,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.board import BoardView, age, summary_line
+from core.board_view import BoardView, age, summary_line
 from core.lifecycle import State
 from core.snapshot import JobRow
 from core.terminal import visible
@@ -49,14 +49,26 @@ class JobTable(ScrollView, can_focus=True):
         "jobtable--cursor",
         "jobtable--marked",
         "jobtable--dim",
+        "jobtable--empty",
+        "jobtable--warning",
     }
     DEFAULT_CSS = """
     JobTable { background: $surface; scrollbar-size-vertical: 0; }
     JobTable > .jobtable--header { text-style: bold; background: $panel; color: $text; }
-    JobTable > .jobtable--cursor { background: $accent 45%; }
-    JobTable:focus > .jobtable--cursor { background: $accent 80%; }
-    JobTable > .jobtable--marked { color: $warning; text-style: bold; }
+    JobTable > .jobtable--cursor {
+        background: $block-cursor-blurred-background;
+        color: $foreground;
+        text-style: bold;
+    }
+    JobTable:focus > .jobtable--cursor {
+        background: $block-cursor-background;
+        color: $block-cursor-foreground;
+        text-style: $block-cursor-text-style;
+    }
+    JobTable > .jobtable--marked { color: $text-warning; text-style: bold; }
     JobTable > .jobtable--dim { color: $text-muted; }
+    JobTable > .jobtable--empty { color: $foreground; }
+    JobTable > .jobtable--warning { color: $text-error; text-style: bold; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("up", "cursor(-1)", "Up", show=False),
@@ -90,6 +102,8 @@ class JobTable(ScrollView, can_focus=True):
         self._strips: dict[tuple[object, ...], Strip] = {}
         self.position = ""
         self.verdicts: dict[str, bool] = {}
+        # What an empty list says instead (set by the screen): lines, and whether each warns.
+        self.empty: list[tuple[str, bool]] = []
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -224,21 +238,23 @@ class JobTable(ScrollView, can_focus=True):
             self._move_to(int(self.scroll_y) + event.y - 1)
 
     # -- rendering -----------------------------------------------------------------------
-    def _columns(self, width: int) -> list[int]:
-        """Widths of mark, key, state, age, attempts, worker; the instruction takes the rest."""
+    def _columns(self) -> list[int]:
+        """Widths of mark, key, state, age, attempts, worker; the instruction takes the rest.
+        They follow the list's own width only, so the header and every row agree."""
+        width = self.scrollable_content_region.width
         key = 33 if self.wide_keys else 13
         worker = 18 if width >= 110 else 10
         return [2, key, 11, 5, 4, worker]
 
     def _cells(self, cells: list[tuple[str, Style]], width: int) -> Strip:
-        widths = self._columns(width)
+        widths = self._columns()
         segments: list[Segment] = []
         used = 0
         for i, (text, style) in enumerate(cells):
             w = widths[i] if i < len(widths) else max(0, width - used)
             if w <= 0:
                 break
-            cell = set_cell_size(text, w - 1) + " " if i < len(widths) else set_cell_size(text, w)
+            cell = _fit(text, w - 1) + " " if i < len(widths) else _fit(text, w)
             segments.append(Segment(cell, style))
             used += w
         return Strip(segments, cell_len("".join(s.text for s in segments)))
@@ -246,7 +262,7 @@ class JobTable(ScrollView, can_focus=True):
     def _styles(self) -> dict[str, Style]:
         base = self.rich_style
         styles = {"base": base}
-        for name in ("header", "cursor", "marked", "dim"):
+        for name in ("header", "cursor", "marked", "dim", "empty", "warning"):
             styles[name] = base + self.get_component_rich_style(f"jobtable--{name}")
         return styles
 
@@ -278,6 +294,11 @@ class JobTable(ScrollView, can_focus=True):
             strip = self._cells([(n, head) for n in names], max(0, width - cell_len(where)))
             return Strip.join([strip, Strip([Segment(where, head)])]).crop_extend(0, width, head)
         index = int(self.scroll_y) + y - 1
+        if not len(self.view) and 0 <= y - 2 < len(self.empty):
+            line, warns = self.empty[y - 2]
+            text = "  " + line
+            style = styles["warning" if warns else "empty"]
+            return Strip([Segment(_fit(text, width), style)]).crop_extend(0, width, base)
         if index >= len(self.view):
             return Strip.blank(width, base)
         row = self.view.row_at(index)
@@ -290,17 +311,29 @@ class JobTable(ScrollView, can_focus=True):
         hit = self._strips.get(ident)
         if hit is not None:
             return hit
-        style = styles["cursor"] if cursor else base
-        dim = style + styles["dim"] if cursor else styles["dim"]
-        mark_style = style + styles["marked"] if marked else style
+        if cursor:
+            # One style across the whole row: the theme's cursor, readable on its background.
+            style = dim = mark_style = state_style = summary_style = styles["cursor"]
+        else:
+            style, dim = base, styles["dim"]
+            mark_style = style + styles["marked"] if marked else style
+            state_style = style + STATE_STYLES[row.state]
+            summary_style = state_style if not row.instruction else style
         cells = [
             ("●" if marked else " ", mark_style),
-            (row.key, mark_style if marked else style),
-            (row.state.value + VERDICT[verdict], style + STATE_STYLES[row.state]),
+            (row.key[: self._columns()[1] - 1], mark_style),  # a prefix, as git shows commit ids
+            (row.state.value + VERDICT[verdict], state_style),
             (when, dim),
             (str(row.attempts) if row.attempts else "-", dim),
             (visible(row.worker, tab=" ") or "-", dim),
-            (summary_line(row), style + STATE_STYLES[row.state] if not row.instruction else style),
+            (summary_line(row), summary_style),
         ]
         strip = self._strips[ident] = self._cells(cells, width).extend_cell_length(width, style)
         return strip
+
+
+def _fit(text: str, width: int) -> str:
+    """`text` in exactly `width` cells: padded, or cut with a final `…`."""
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    return set_cell_size(text, max(0, width - 1)) + "…" if width > 0 else ""

@@ -1,32 +1,21 @@
-"""Read-models for a board: the sorted, filtered job list and the approve preflight.
+"""The board's job list as a read-model: every known job, and the sorted, filtered subset.
 
 UI-free: a dashboard keeps one `BoardView` and feeds it the rows a `Scanner` produces;
 the view keeps its order under updates with a bisect per changed job, so a board with
-100,000 jobs never re-sorts all of them for one file event.
+100,000 jobs never re-sorts all of them for one file event. `age` and `summary_line` are
+the short texts a listing shows for a row (the board and `genjob ls` alike).
 """
 
 from __future__ import annotations
 
 import bisect
-import os
-import subprocess
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from operator import attrgetter
-from pathlib import Path
 
-from core.config import load_config
-from core.errors import GenjobError
-from core.inspect_job import JobDetail
-from core.layout import Layout
 from core.lifecycle import STATE_ORDER, State
-from core.mint import build_job
-from core.paths import RESERVED_TOP
-from core.queue import Enqueued, enqueue, locate
 from core.snapshot import JobRow
 from core.terminal import one_line
-from core.verify import PASSED, verify
 
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 
@@ -161,98 +150,3 @@ class BoardView:
 
     def keys(self) -> list[str]:
         return [r.key for r in self._order]
-
-
-@dataclass(frozen=True)
-class PathChange:
-    path: str
-    status: str
-    added: int
-    removed: int
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """What an operator needs to see before apply writes the tree."""
-
-    key: str
-    changes: tuple[PathChange, ...]
-    signature_required: bool
-    signature: str
-    signature_ok: bool
-    base_fresh: bool
-    base_detail: str
-    verified: bool
-    failures: tuple[str, ...]
-
-    @property
-    def added(self) -> int:
-        return sum(c.added for c in self.changes)
-
-    @property
-    def removed(self) -> int:
-        return sum(c.removed for c in self.changes)
-
-
-def preflight(detail: JobDetail) -> Preflight:
-    """The approve preflight of one job, from its freshly read detail."""
-    v = detail.verification
-    checks = {c.name: c for c in v.checks} if v else {}
-    sig = checks.get("signature")
-    base = checks.get("base")
-    return Preflight(
-        key=detail.row.key,
-        changes=tuple(PathChange(d.path, d.status, d.added, d.removed) for d in detail.diffs),
-        signature_required=v.signature_required if v else True,
-        signature=sig.detail if sig else "no receipt to check",
-        signature_ok=bool(sig and sig.status == PASSED),
-        base_fresh=bool(base and base.status == PASSED),
-        base_detail=base.detail if base else "not checked",
-        verified=bool(v and v.ok),
-        failures=tuple(f"{c.name}: {c.detail}" for c in (v.failures if v else [])) + tuple(detail.errors),
-    )
-
-
-def receipt_verdict(layout: Layout, key: str) -> bool | None:
-    """Whether apply would accept the job's receipt now; None when there is nothing to check.
-
-    The list shows it next to RECEIVED so that an operator sees which receipts are
-    approvable without opening each one; the detail pane always verifies afresh.
-    """
-    try:
-        located = locate(layout, key)
-        if not layout.receipt(key).exists():
-            return None
-        return verify(layout, located.job, load_config(layout.config)).ok
-    except (GenjobError, OSError):
-        return None
-
-
-def submit_job(
-    layout: Layout, instruction: str, paths: Iterable[str], new_paths: Iterable[str] = ()
-) -> Enqueued:
-    """Mint a v2 job over the tree as it is now and queue it (the secret check included)."""
-    return enqueue(layout, build_job(layout, instruction, list(paths), list(new_paths)))
-
-
-def repo_files(root: Path, limit: int = 20000) -> list[str]:
-    """The repository's files a job may name: git's tracked and untracked-but-not-ignored
-    files when it is a git work tree, else a walk that skips `.git/` and `.gen/`."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            check=True,
-            timeout=20,
-        ).stdout
-        names = sorted({n for n in out.decode("utf-8", "surrogateescape").split("\0") if n})
-    except (OSError, subprocess.SubprocessError):
-        names = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in RESERVED_TOP)
-            rel_dir = os.path.relpath(dirpath, root)
-            for name in sorted(filenames):
-                names.append(name if rel_dir == "." else f"{rel_dir}/{name}")
-            if len(names) >= limit:
-                break
-    return [n for n in names if not n.startswith((".gen/", ".git/"))][:limit]

@@ -1,0 +1,210 @@
+"""What the board looks like, at 80x24 and 120x35: the board, every dialog, help, the diff.
+
+Each test drives the board on a frozen demo (fixed clock, keys and folder name) and
+compares the screen with the SVG kept under `__snapshots__/` (pytest-textual-snapshot's
+format). After a deliberate change of look, run `uv run pytest tests/tui/test_snapshots.py
+--snapshot-update` and look at the new SVGs before committing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+from boardkit import Driver, run_board
+from pytest_textual_snapshot import SVGImageExtension
+from syrupy.assertion import SnapshotAssertion
+from textual.widgets import Input, TextArea
+
+from tui.demo import Demo
+from tui.dialogs.bulk_ship import BulkShipDialog
+from tui.dialogs.confirm import ConfirmDialog
+from tui.dialogs.host_picker import HostPicker
+from tui.dialogs.new_job import NewJobDialog
+from tui.dialogs.next_step import NextStepDialog
+from tui.dialogs.preflight import PreflightDialog
+from tui.dialogs.reason import ReasonDialog
+from tui.dialogs.ship import ShipDialog
+from tui.screens.diff import DiffScreen
+from tui.screens.help import HelpScreen
+from tui.widgets.detail import DetailPane
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 35), id="120x35")]
+
+
+class SVGFile(SVGImageExtension):
+    """pytest-textual-snapshot's SVG format, kept as `.svg` files that a browser opens."""
+
+    file_extension = "svg"
+
+
+@pytest.fixture
+def svg(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    return snapshot.use_extension(SVGFile)
+
+
+async def screenshot(d: Driver) -> str:
+    """The screen once it is still: animations over, no cursor blinking, verdicts in."""
+    board = d.board
+    received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED"]
+    await d.until(lambda: all(k in board.table.verdicts for k in received), "the list's verdicts")
+    for widget in d.screen.query("Input, TextArea"):
+        if isinstance(widget, (Input, TextArea)):
+            widget.cursor_blink = False
+    await d.pilot.wait_for_scheduled_animations()
+    await d.pilot.pause()
+    return d.app.export_screenshot(title="genjob")
+
+
+async def on_job(d: Driver, key: str, tab: str = "job") -> None:
+    await d.select(key)
+    d.board.query_one(DetailPane).show_tab(tab)
+    await d.pilot.pause()
+
+
+Steps = Callable[[Driver, Demo], Awaitable[None]]
+
+
+async def board(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["verified"], "verify")
+
+
+async def help_screen(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["verified"])
+    await d.press("question_mark")
+    await d.showing(HelpScreen)
+
+
+async def diff_view(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["drifted"])
+    await d.press("d")
+    await d.showing(DiffScreen)
+
+
+async def preflight(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["verified"])
+    await d.press("a")
+    await d.showing(PreflightDialog)
+
+
+async def preflight_refused(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["untrusted"])
+    await d.press("a")
+    await d.showing(PreflightDialog)
+
+
+async def reject_reason(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["drifted"])
+    await d.press("x")
+    await d.showing(ReasonDialog)
+
+
+async def requeue_confirm(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["orphan"])
+    await d.press("r")
+    await d.showing(ConfirmDialog)
+
+
+async def stop_confirm(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["running"])
+    await d.press("k")
+    await d.showing(ConfirmDialog)
+
+
+async def discard_confirm(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["invalid"])
+    await d.press("D")
+    await d.showing(ConfirmDialog)
+
+
+async def stale_offer(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["stale"])
+    await d.press("a")
+    await d.showing(NextStepDialog)
+
+
+async def host_picker(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["queued3"])
+    await d.press("s")
+    await d.showing(HostPicker)
+
+
+async def new_job(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["queued3"])
+    await d.press("n")
+    dialog = await d.showing(NewJobDialog)
+    await d.until(lambda: bool(dialog.files), "the repository's files")
+
+
+async def bulk_confirm(d: Driver, demo: Demo) -> None:
+    for role in ("queued", "queued3"):
+        await d.select(demo.keys[role])
+        await d.press("space")
+    await d.press("c")
+    await d.showing(ConfirmDialog)
+
+
+STILL: list[tuple[str, Steps]] = [
+    ("board", board),
+    ("help", help_screen),
+    ("diff", diff_view),
+    ("preflight", preflight),
+    ("preflight-refused", preflight_refused),
+    ("reject-reason", reject_reason),
+    ("requeue-confirm", requeue_confirm),
+    ("stop-confirm", stop_confirm),
+    ("discard-confirm", discard_confirm),
+    ("stale-offer", stale_offer),
+    ("host-picker", host_picker),
+    ("new-job", new_job),
+    ("bulk-confirm", bulk_confirm),
+]
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize(("name", "steps"), STILL, ids=[name for name, _ in STILL])
+async def test_looks(
+    name: str, steps: Steps, size: tuple[int, int], still_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    async with run_board(still_demo.root, size) as d:
+        await steps(d, still_demo)
+        assert await screenshot(d) == svg
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_ship_dialog_at_its_end(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    async with run_board(demo.root, size) as d:
+        await on_job(d, demo.keys["queued3"])
+        await d.press("s")
+        picker = await d.showing(HostPicker)
+        picker.query_one("OptionList").highlighted = 0
+        await d.press("enter")
+        dialog = await d.showing(ShipDialog)
+        await d.until(lambda: dialog.done, "the ship to end")
+        await d.until(lambda: d.state_of(demo.keys["queued3"]) == "RECEIVED", "the receipt on the board")
+        assert await screenshot(d) == svg
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_bulk_ship_at_its_end(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    keys = [demo.keys["queued"], demo.keys["queued3"]]
+    async with run_board(demo.root, size) as d:
+        for key in keys:
+            await d.select(key)
+            await d.press("space")
+        await d.press("s")
+        await d.showing(ConfirmDialog)
+        await d.press("y")
+        picker = await d.showing(HostPicker)
+        picker.query_one("OptionList").highlighted = 0
+        await d.press("enter")
+        dialog = await d.showing(BulkShipDialog)
+        await d.until(lambda: dialog.done, "the batch to end")
+        await d.until(lambda: all(d.state_of(k) == "RECEIVED" for k in keys), "the receipts on the board")
+        assert await screenshot(d) == svg

@@ -1,0 +1,264 @@
+"""What the board reads from `.gen/`, delivered as typed messages.
+
+`BoardFeed` is a widget that shows nothing: it owns the `Scanner` and keeps up with the
+disk. A watch worker turns `watchfiles` events into job keys; a process worker re-derives
+just those with `Scanner.refresh`, runs a full scan at start, after a watch failure and
+now and then as a fallback for filesystems that deliver no events (NFS), and re-derives
+the jobs whose state changes with time alone. Receipts are verified for the list's ✔/✘
+and a job's detail is read in thread workers. Every result is a message that bubbles to
+the screen; no worker touches a widget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from textual import work
+from textual.message import Message
+from textual.notifications import SeverityLevel
+from textual.widget import Widget
+from watchfiles import Change, awatch
+
+from core.board_view import BoardView
+from core.errors import GenjobError
+from core.heap import release_free_memory
+from core.inspect_job import JobDetail, job_detail
+from core.layout import Layout
+from core.lifecycle import State
+from core.preflight import receipt_verdict
+from core.snapshot import JobRow, Scanner, keys_from_paths
+
+# Watch events are gathered this long (ms) before the board re-derives the keys they name.
+DEBOUNCE_MS = 120
+STEP_MS = 15
+# How often (s) time-sensitive jobs are re-derived without an event: a lease expires and
+# the tree changes with no event under `.gen/`.
+TICK_SECONDS = 2.0
+# A full scan now and then catches what no event reported (other NFS clients' writes):
+# every minute, or every FULL_SCAN_SHARE times as long as the last one took, if longer.
+FULL_SCAN_SECONDS = 60.0
+FULL_SCAN_SHARE = 30.0
+# States that change with time alone: a lease expires, a holder dies, the tree moves on.
+TIME_SENSITIVE = (State.RUNNING, State.RECEIVED, State.STALE, State.ORPHANED)
+# Up to this many keys are re-derived on the event loop itself (a few ms, no thread hop
+# for the GIL to bounce across); more go to a thread.
+INLINE_REFRESH = 48
+# Rows read per step of a full scan: small, so that the first ones show at once.
+SCAN_BATCH = 512
+# Receipts verified per message while a scan finds many.
+VERDICT_BATCH = 64
+
+
+def _watch_filter(change: Change, path: str) -> bool:
+    """Events worth a look: job files, leases, receipts, attempts, config; not temp or cache files."""
+    name = os.path.basename(path)
+    return not name.startswith(".tmp-") and f"{os.sep}cache{os.sep}" not in path
+
+
+class BoardFeed(Widget):
+    """Reads `.gen/` for one board and posts what it finds; it renders nothing."""
+
+    DEFAULT_CSS = "BoardFeed { display: none; }"
+
+    @dataclass
+    class RowsChanged(Message):
+        """Jobs that appeared or changed (a row), or left (None)."""
+
+        changed: Mapping[str, JobRow | None]
+
+    @dataclass
+    class Status(Message):
+        """Whether a full scan is under way, and how `.gen/` is being followed."""
+
+        scanning: bool
+        watching: str
+
+    @dataclass
+    class PolicyRead(Message):
+        """What `config.toml` and `trusted_keys/` say, read with the last full scan."""
+
+        signature_required: bool
+        config_error: str | None
+        trusted_keys: int
+
+    @dataclass
+    class VerdictsFound(Message):
+        """Whether each received job's receipt verifies now (None: cannot tell)."""
+
+        verdicts: dict[str, bool | None]
+
+    @dataclass
+    class DetailLoaded(Message):
+        """One job's detail, or the one-line reason it cannot be read."""
+
+        key: str
+        detail: JobDetail | str
+
+    @dataclass
+    class Trouble(Message):
+        """Reading `.gen/` failed; the feed carries on (rescanning, or polling)."""
+
+        text: str
+        severity: SeverityLevel = "warning"
+
+    def __init__(self, layout: Layout, view: BoardView, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.repo = layout
+        # The board's read-model, read (on the event loop) for the keys to tick and to drop.
+        self.view = view
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+        self._judged: dict[str, JobRow] = {}  # the received rows whose verdict was asked for
+        self._scanning = True
+        self._watching = "starting"
+
+    def _status(self, scanning: bool | None = None, watching: str | None = None) -> None:
+        self._scanning = self._scanning if scanning is None else scanning
+        self._watching = watching or self._watching
+        self.post_message(self.Status(self._scanning, self._watching))
+
+    def on_mount(self) -> None:
+        self._process()
+        self._watch()
+
+    def refresh_keys(self, keys: Iterable[str]) -> None:
+        """Re-derive `keys` now (after the board's own change) without waiting for the event."""
+        self._pending.update(keys)
+        self._wake.set()
+
+    # -- following the disk ------------------------------------------------------------------
+    @work(exclusive=True, group="watch", exit_on_error=False)
+    async def _watch(self) -> None:
+        """Feed the keys that file events name to `_process`, forever."""
+        while True:
+            try:
+                self._status(watching="watching")
+                async for changes in awatch(
+                    self.repo.gen,
+                    watch_filter=_watch_filter,
+                    debounce=DEBOUNCE_MS,
+                    step=STEP_MS,
+                    ignore_permission_denied=True,
+                ):
+                    paths = [p for _, p in changes]
+                    if str(self.repo.config) in paths or any(
+                        os.path.dirname(p) == str(self.repo.trusted_keys) for p in paths
+                    ):
+                        self._pending.add("*")
+                    self._pending.update(keys_from_paths(self.repo, paths))
+                    self._wake.set()
+            except Exception as exc:
+                self._status(watching="polling")
+                self.post_message(self.Trouble(f"watching .gen/ failed ({exc}); rescanning, retrying in 5s"))
+                self._pending.add("*")
+                self._wake.set()
+                await asyncio.sleep(5.0)
+
+    @work(exclusive=True, group="process", exit_on_error=False)
+    async def _process(self) -> None:
+        """The only user of the scanner: a full scan, then incremental refreshes."""
+        started = time.monotonic()
+        scanner = await asyncio.to_thread(Scanner, self.repo)  # loads the index: off the loop
+        await self._full_scan(scanner)
+        every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * (time.monotonic() - started))
+        last_full = last_tick = time.monotonic()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
+            self._wake.clear()
+            keys, self._pending = self._pending, set()
+            now = time.monotonic()
+            if "*" in keys or now - last_full > every:
+                await self._full_scan(scanner)
+                took = time.monotonic() - now
+                every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * took)
+                last_full = last_tick = time.monotonic()
+                continue
+            if now - last_tick >= TICK_SECONDS:
+                keys |= self.view.tracked
+                last_tick = now
+            if keys:
+                try:
+                    if len(keys) <= INLINE_REFRESH:
+                        changed = scanner.refresh(keys)
+                    else:
+                        changed = await asyncio.to_thread(scanner.refresh, keys)
+                except Exception as exc:
+                    self.post_message(self.Trouble(f"reading .gen/ failed: {exc}", "error"))
+                    continue
+                self._emit(changed)
+
+    async def _full_scan(self, scanner: Scanner) -> None:
+        self._status(scanning=True)
+        batches = scanner.scan_batches(SCAN_BATCH)
+        gathered: dict[str, JobRow] = {}
+        shown_at = 0.0
+        try:
+            while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+                gathered.update(batch)
+                if time.monotonic() - shown_at > 0.3:
+                    self._emit(gathered)
+                    gathered = {}
+                    shown_at = time.monotonic()
+            self._emit(gathered)
+            gone = [k for k in self.view.rows if not scanner.found(k)]
+            if gone:
+                self._emit(dict.fromkeys(gone))
+            trusted = await asyncio.to_thread(self._count_trusted)
+            self.post_message(self.PolicyRead(scanner.signature_required, scanner.config_error, trusted))
+            await asyncio.to_thread(scanner.save_cache)
+            await asyncio.to_thread(release_free_memory)
+            # The rows live as long as the board: keep the cyclic GC from walking them
+            # again and again (a pause that grows with the number of jobs).
+            gc.collect()
+            gc.freeze()
+        except Exception as exc:
+            self.post_message(self.Trouble(f"scanning .gen/ failed: {exc}", "error"))
+        self._status(scanning=False)
+
+    def _count_trusted(self) -> int:
+        """Pinned keys, counted by file (the detail pane verifies each signature properly)."""
+        try:
+            return len(list(self.repo.trusted_keys.glob("*.pub")))
+        except OSError:
+            return 0
+
+    def _emit(self, changed: Mapping[str, JobRow | None]) -> None:
+        if not changed:
+            return
+        self.post_message(self.RowsChanged(changed))
+        judge = []
+        for key, row in changed.items():
+            if row is not None and row.state is State.RECEIVED:
+                if self._judged.get(key) != row:
+                    self._judged[key] = row
+                    judge.append(key)
+            else:
+                self._judged.pop(key, None)
+        if judge:
+            self._verdicts(judge)
+
+    @work(thread=True, group="verdicts", exit_on_error=False)
+    def _verdicts(self, keys: list[str]) -> None:
+        """Verify received jobs' receipts for the list's ✔/✘ (hashing happens here, off the loop)."""
+        for start in range(0, len(keys), VERDICT_BATCH):
+            found = {k: receipt_verdict(self.repo, k) for k in keys[start : start + VERDICT_BATCH]}
+            self.post_message(self.VerdictsFound(found))
+
+    # -- one job ----------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
+    def load_detail(self, key: str) -> None:
+        """Read, verify and diff one job; the answer is a `DetailLoaded`."""
+        try:
+            detail: JobDetail | str = job_detail(self.repo, key)
+        except GenjobError as exc:
+            detail = str(exc)
+        except Exception as exc:
+            detail = f"{key}: cannot read ({exc})"
+        self.post_message(self.DetailLoaded(key, detail))
