@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from core.board import age
+from core.board_view import age
 from core.config import load_config
 from core.fleet import HostView, Note, fleet
 from core.layout import Layout
