@@ -91,6 +91,9 @@ class Policy(BaseModel):
     require_signature: bool = True
     lease_ttl: Annotated[float, Field(gt=0)] = 120.0
     commit_on_approve: bool = False
+    # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
+    # shipped to; a host's own `candidates` wins for a job shipped to that host alone.
+    candidates: Annotated[int, Field(ge=1, le=16)] = 1
 
 
 class Limits(BaseModel):
@@ -126,6 +129,8 @@ class Host(BaseModel):
     python: Annotated[str, Field(min_length=1)] | None = None
     timeout: Annotated[float, Field(gt=0)] = 900.0
     concurrency: Annotated[int, Field(gt=0)] = 1
+    # Best-of-N on this host: a job shipped here alone runs this many candidates here.
+    candidates: Annotated[int, Field(ge=1, le=16)] | None = None
 
     @property
     def stand_in(self) -> bool:

@@ -14,7 +14,7 @@ GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
 # Where a key's job document may be, most final first: the first found decides.
 JOB_FOLDERS = ("applied", "rejected", "running", "queue")
-OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache", "fleet")
+OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache", "fleet", "candidates")
 # The state a job in each folder is in, by the name the user sees (before what leases,
 # receipts and the tree add to it).
 FOLDER_STATE = {"queue": "QUEUED", "running": "RUNNING", "applied": "APPLIED", "rejected": "REJECTED"}
@@ -122,6 +122,17 @@ class Layout:
 
     def journal_file(self, key: str) -> Path:
         return self.journal / f"{key}.json"
+
+    @cached_property
+    def candidates(self) -> Path:
+        """Best-of-N: each job's candidates, each with its own receipt and outputs."""
+        return self.gen / "candidates"
+
+    def candidates_of(self, key: str) -> Path:
+        return self.candidates / key
+
+    def candidate(self, key: str, number: int) -> Path:
+        return self.candidates / key / str(number)
 
     def fleet_file(self, host: str) -> Path:
         return self.fleet / f"{host}.json"
