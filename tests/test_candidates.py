@@ -42,7 +42,7 @@ from core.candidates import (
 from core.config import load_config
 from core.errors import BadInput, NotFound, VerificationFailed, WrongState
 from core.layout import Layout
-from core.queue import locate, request_cancel, requeue
+from core.queue import locate, requeue
 from core.recover import recover
 from core.ship_candidates import candidate_hosts, ship_candidates
 from core.signing import sign
@@ -137,7 +137,7 @@ async def test_apply_without_a_choice_names_the_way_on(
         apply_choice(repo, job.key, None)
     refused = cli("apply", job.key, root=repo.root)
     assert refused.exit_code == 2 and f"genjob apply {job.key} --candidate N" in refused.stderr
-    with pytest.raises(NotFound, match="no candidate 7 .candidates: 1, 2."):
+    with pytest.raises(NotFound, match=r"no candidate 7 \(candidates: 1, 2\)"):
         choose(repo, job.key, 7)
     done = cli("apply", job.key, "--candidate", "1", root=repo.root)
     assert done.exit_code == 0, done.output
