@@ -7,7 +7,6 @@ candidate is chosen:
     .gen/candidates/<key>/<n>/receipt.sig    its detached signature
     .gen/candidates/<key>/<n>/run.json       where and how it ran: operational, unsigned
     .gen/candidates/<key>/<n>/out/<path>     its outputs (an `ok` candidate's only)
-    .gen/candidates/<key>/chosen.json        which one was chosen (beside the v1 receipt)
 
 A candidate is staged in `.gen/out/.tmp-<key>-<attempt>-c<n>/` and committed by one
 rename under the state lock while its worker still holds the job's lease with the
@@ -37,7 +36,7 @@ from core.canonical import canonical, loads_strict, read_bytes
 from core.config import Config, load_config
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
-from core.events import record_attempt, record_event
+from core.events import attempts, record_attempt, record_event
 from core.evidence import set_aside
 from core.fleet import CANDIDATE_DONE
 from core.inspect_job import FileDiff, file_diff
@@ -51,9 +50,9 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 RECEIPT, SIGNATURE, RUN, OUT = "receipt.json", "receipt.sig", "run.json", "out"
-# Which candidate was chosen, written just before the receipt: it counts only while the
-# receipt is that candidate's (`chosen`).
-CHOSEN = "chosen.json"
+# The attempt record naming the candidate being chosen, appended just before the receipt
+# is written: it counts only while the receipt is that candidate's (`chosen`).
+CHOSEN = "chosen"
 # The most candidates one batch may ask for.
 MAX_CANDIDATES = 16
 
@@ -230,23 +229,18 @@ def verify_candidate(layout: Layout, job: Job, config: Config, candidate: Candid
 
 
 def chosen(layout: Layout, key: str) -> int | None:
-    """The candidate whose receipt is the job's receipt, if one was chosen: the one
-    `chosen.json` names when its receipt is that receipt (two candidates may hold the
-    same bytes), else the first whose receipt is."""
+    """The candidate whose receipt is the job's receipt, if one was chosen: the last one
+    a "chosen" attempt record names whose receipt is that receipt (two candidates may
+    hold the same bytes), else the first whose receipt is."""
     try:
         current = read_bytes(layout.receipt(key))
     except BadInput:
         return None
     try:
-        path = layout.candidates_of(key) / CHOSEN
-        named = loads_strict(read_bytes(path, 4096), str(path))
+        named = [r.get("candidate") for r in attempts(layout, key) if r.get("event") == CHOSEN]
     except BadInput:
-        named = None
-    number = named.get("candidate") if isinstance(named, dict) else None
-    order = numbers(layout, key)
-    if isinstance(number, int) and number in order:
-        order.remove(number)
-        order.insert(0, number)
+        named = []
+    order = [n for n in reversed(named) if isinstance(n, int)] + numbers(layout, key)
     for n in order:
         try:
             if read_bytes(layout.candidate(key, n) / RECEIPT) == current:
@@ -294,7 +288,6 @@ def choose(layout: Layout, key: str, number: int, config: Config | None = None) 
             error = Stale if v.only_base_failed() else VerificationFailed
             raise error(f"{key}: candidate {number} does not verify ({failed})")
         _promote(layout, loc.job, candidate)
-        record_attempt(layout, key, "chosen", candidate=number)
         record_event(layout, "chosen", key, candidate=number, status=candidate.status)
     return Choice(key, number, False)
 
@@ -336,7 +329,7 @@ def _promote(layout: Layout, job: Job, candidate: Candidate) -> None:
         atomic_write(layout.signature(key), read_bytes(candidate.files.signature, 16 * 1024))
     else:
         layout.signature(key).unlink(missing_ok=True)
-    atomic_write(layout.candidates_of(key) / CHOSEN, canonical({"candidate": candidate.number}))
+    record_attempt(layout, key, CHOSEN, candidate=candidate.number)
     if not create_exclusive(layout.receipt(key), read_bytes(candidate.files.receipt)):
         raise WrongState(f"{key}: a receipt appeared while the candidate was chosen")
 
