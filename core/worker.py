@@ -33,8 +33,9 @@ def worker_spread(config: Config, name: str, names: Sequence[str]) -> list[str]:
     """Where the candidates of a job claimed for host `name` run: all on `name` when it
     sets its own `candidates`, else the policy's count over the worker's hosts, from `name`
     on; a single run on `name` when neither asks for more than one."""
-    if config.hosts[name].candidates:
-        return [name] * config.hosts[name].candidates
+    own = config.hosts[name].candidates
+    if own:
+        return [name] * own
     start = names.index(name)
     turn = [*names[start:], *names[:start]]
     return [turn[i % len(turn)] for i in range(config.policy.candidates)]

@@ -35,6 +35,7 @@ from core.candidates import (
     choose,
     chosen,
     load,
+    load_all,
     numbers,
     verify_candidate,
     views,
@@ -46,6 +47,7 @@ from core.queue import locate, requeue
 from core.recover import recover
 from core.ship_candidates import candidate_hosts, ship_candidates
 from core.signing import sign
+from core.worker import run_worker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -319,3 +321,25 @@ def test_ship_cli_spreads_candidates_and_lists_them(
     assert "-from a" in one_vs_two.output and "+from b" in one_vs_two.output
     against_base = cli("candidates", job.key, "--diff", "1", root=repo.root)
     assert "+from a" in against_base.output and "-def main():" in against_base.output
+
+
+async def test_the_worker_runs_each_job_as_the_policys_candidates_over_its_hosts(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    write_config(
+        repo,
+        host_block("a", None, says(tmp_path, "a", "from a\n"), concurrency=2),
+        host_block("b", CommandHost(None), says(tmp_path, "b", "from b\n"), concurrency=2),
+    )
+    repo.config.write_text(repo.config.read_text().replace("[policy]", "[policy]\ncandidates = 2", 1))
+    first, second = mint(repo, "first"), mint(repo, "second")
+    lines: list[str] = []
+    results = await run_worker(repo, once=True, report=lines.append, worker_id="w")
+    # Both jobs are claimed for `a` (the first host, two slots): each spreads from there.
+    assert sorted((r.key, r.candidate, r.host, r.status) for r in results) == sorted(
+        (job.key, n, host, "ok") for job in (first, second) for n, host in ((1, "a"), (2, "b"))
+    )
+    for job in (first, second):
+        assert [(c.number, c.host) for c in load_all(repo, job.key)] == [(1, "a"), (2, "b")]
+        assert job_state(repo, job.key) == "RECEIVED"
+    assert any(f"{first.key} a attempt 1 candidate " in line for line in lines)
