@@ -36,6 +36,9 @@ lease_ttl = 120
 # Whether the board's approve also commits the applied paths (with a Genjob-Key:
 # trailer, like `genjob apply --commit`) in a git repository; the preflight can change it.
 commit_on_approve = false
+# Best-of-N: ship every job as this many candidates at once, spread over the hosts it is
+# shipped to, each with its own signed receipt; `genjob apply KEY --candidate N` picks one.
+# candidates = 1
 
 [limits]
 # What a generator may send back, per file and in all, and how many files.
@@ -83,6 +86,16 @@ concurrency = 2
 --message-file {instruction_file} {paths}'
 # timeout = 900
 # concurrency = 2
+
+# [hosts.pods]
+# Any command that yields a pipe to a Python on the far side: kubectl exec -i, docker
+# exec -i, srun, or OpenSSH's own ssh with your ~/.ssh/config (see genjob's README,
+# "Running on a cluster"). genjob adds the runner's start to the end of it.
+# transport = "command"
+# command = ["kubectl", "exec", "-i", "-n", "gen", "deploy/generator", "--"]
+# generator = "aider --yes-always --no-git --message-file {instruction_file} {paths}"
+# concurrency = 4
+# candidates = 2          # each job shipped here alone runs as two candidates
 """
 
 
