@@ -23,6 +23,7 @@ The candidates stay where they are, as evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -39,7 +40,7 @@ from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongStat
 from core.events import attempts, record_attempt, record_event
 from core.evidence import set_aside
 from core.fleet import CANDIDATE_DONE
-from core.inspect_job import FileDiff, file_diff
+from core.inspect_job import FileDiff, JobDetail, file_diff
 from core.layout import FOLDER_STATE, Layout
 from core.lease import read_lease
 from core.models import Job, Receipt, receipt_from_bytes
@@ -402,8 +403,19 @@ def views(layout: Layout, key: str, config: Config | None = None) -> list[Candid
 def diff(layout: Layout, candidate: Candidate, against: Candidate | None = None) -> list[FileDiff]:
     """What candidate would change: against the tree (the base), or against another
     candidate's outputs (a path only one of them has counts as new or missing)."""
-    mine = set(candidate.receipt.outputs) if candidate.receipt else set()
+    signed = candidate.receipt.outputs if candidate.receipt else {}
+    mine = set(signed)
     if against is None:
-        return [file_diff(layout.root, candidate.files.out, rel) for rel in sorted(mine)]
+        return [file_diff(layout.root, candidate.files.out, rel, signed[rel]) for rel in sorted(mine)]
     theirs = set(against.receipt.outputs) if against.receipt else set()
     return [file_diff(against.files.out, candidate.files.out, rel) for rel in sorted(mine | theirs)]
+
+
+def candidate_detail(layout: Layout, detail: JobDetail, number: int) -> JobDetail:
+    """`detail` (the job's) as if candidate `number` were its receipt: that candidate's
+    verification and diffs against the tree, for the approve preflight."""
+    candidate = load(layout, detail.row.key, number)
+    if detail.located is None:
+        raise NotFound(f"{detail.row.key}: no job document to check candidate {number} against")
+    v = verify_candidate(layout, detail.located.job, load_config(layout.config), candidate)
+    return dataclasses.replace(detail, verification=v, diffs=diff(layout, candidate))

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.bundle import ResultInfo
 from core.canonical import canonical, loads_strict, read_bytes
@@ -29,7 +29,9 @@ from core.events import attempts, bounded
 from core.layout import Layout
 from core.lease import read_lease
 from core.models import KEY_RE
-from core.transport.base import JobSpec, Transport, run_job
+
+if TYPE_CHECKING:
+    from core.transport.base import Transport
 
 # Runs of an attempt are announced with this attempt record (with `host`, and `candidate`
 # for one of several candidates); a candidate's end with `CANDIDATE_DONE`.
@@ -229,6 +231,8 @@ class Probe:
 async def probe(layout: Layout, name: str, transport: Transport, timeout: float = PROBE_TIMEOUT) -> Probe:
     """Time an empty job on the host, there and back (start, bundle, runner, result),
     and note it in the host's file. Every failure is a Probe with its error."""
+    from core.transport.base import JobSpec, run_job  # the transports: only when probing
+
     doc = canonical({"allowed_paths": ["probe"], "instruction": "probe"})
     spec = JobSpec(doc, "probe", ["probe"], _no_files, "true", timeout)
     start = time.perf_counter()

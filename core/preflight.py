@@ -43,6 +43,8 @@ class Preflight:
     # Whether apply may also commit (a git work tree), and what the config proposes.
     git: bool = False
     commit_default: bool = False
+    # The best-of-N candidate this preflight is for (its receipt, signature and outputs).
+    candidate: int | None = None
 
     @property
     def added(self) -> int:

@@ -299,7 +299,8 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     """The approve preflight: the verdict first (and what to do about a refusal), then what
     apply would write, then the signature, its policy and the base."""
     text = Text()
-    text.append(f"apply {p.key}\n", Style(bold=True))
+    what = f"candidate {p.candidate} of {p.key}" if p.candidate is not None else p.key
+    text.append(f"apply {what}\n", Style(bold=True))
     if p.verified:
         text.append("every check passed: y applies, n cancels\n", OK)
     else:
