@@ -47,6 +47,9 @@ class JobDetail:
     log_tail: str
     errors: list[str] = field(default_factory=list)
     cancel_requested_at: float | None = None  # a cancel asked for and not yet honoured
+    # Best-of-N: how many candidates the job has, and which one was chosen, if one was.
+    candidates: int = 0
+    chosen: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +63,8 @@ class JobDetail:
             "log_tail": self.log_tail,
             "errors": self.errors,
             "cancel_requested_at": self.cancel_requested_at,
+            "candidates": self.candidates,
+            "chosen": self.chosen,
         }
 
 
@@ -101,6 +106,7 @@ def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff
 
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
     """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
+    from core import candidates  # which imports this module's diffs
     scanner = scanner or Scanner(layout, disk_cache=False)
     row = scanner.refresh([key]).get(key)
     if row is None:
@@ -140,4 +146,6 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         log_tail=newest_log_tail(layout, key),
         errors=errors,
         cancel_requested_at=cancel_requested_at(layout, key),
+        candidates=candidates.count(layout, key),
+        chosen=candidates.chosen(layout, key),
     )

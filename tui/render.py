@@ -75,6 +75,9 @@ def job_text(detail: JobDetail, now: float | None = None, root: Path | None = No
         _field(text, "digest", row.digest)
     if row.created_at:
         _field(text, "created", f"{_stamp(row.created_at)} ({age(now - row.created_at)} ago)")
+    if detail.candidates:
+        picked = f"candidate {detail.chosen} chosen" if detail.chosen else "none chosen: a compares them"
+        _field(text, "candidates", f"{detail.candidates}, {picked}")
     for problem in dict.fromkeys((*row.problems, *detail.errors)):
         text.append("! ", BAD)
         text.append(literal(in_repo(problem, root), BAD))

@@ -229,6 +229,9 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"lease   {visible(ls.worker)} pid {ls.pid} on {visible(ls.host)}, attempt {ls.token}, "
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
+    if d.candidates:
+        picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
+        say(f"candidates  {d.candidates}, {picked}")
     if d.verification:
         print_checks(d.verification)
     for diff in d.diffs:
