@@ -159,4 +159,7 @@ def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
+    best_of = {r.key for r in results if r.candidate is not None}
+    if best_of:
+        summary += f" (counting each candidate: {len(best_of)} job(s) ran as candidates)"
     say(f"worker done: {summary}")
