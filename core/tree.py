@@ -27,6 +27,8 @@ from core.errors import BadInput
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CHUNK = 1 << 20
+# The block `hash_fd` reads at a time (measured: 4 MiB hashes at the speed of `openssl dgst`).
+HASH_BLOCK = 4 << 20
 
 Identity = tuple[int, int]  # (st_dev, st_ino): what a folder is, wherever it has moved
 
@@ -142,15 +144,33 @@ def _kind(mode: int) -> str:
 
 
 def hash_fd(fd: int, limit: int | None = None, where: str = "") -> str:
-    """sha256 of what is left to read from `fd`; over `limit` bytes raises BadInput."""
+    """sha256 of what is left to read from `fd`; over `limit` bytes raises BadInput.
+
+    Read into one reused buffer of `HASH_BLOCK` bytes: no allocation per block, and
+    blocks large enough that hashing, not system calls, is what takes the time.
+    """
     h = hashlib.sha256()
+    buffer = bytearray(HASH_BLOCK)
+    view = memoryview(buffer)
     size = 0
-    while chunk := os.read(fd, CHUNK):
-        size += len(chunk)
+    while n := os.readv(fd, [buffer]):
+        size += n
         if limit is not None and size > limit:
             raise BadInput(f"{where}: over the {limit}-byte limit")
-        h.update(chunk)
+        h.update(view[:n])
     return h.hexdigest()
+
+
+def read_fd(fd: int, limit: int, where: str) -> bytes:
+    """The rest of `fd`, at most `limit` bytes (more raises BadInput)."""
+    chunks = []
+    size = 0
+    while chunk := os.read(fd, min(CHUNK, limit + 1 - size) or 1):
+        size += len(chunk)
+        if size > limit:
+            raise BadInput(f"{where}: over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def hash_at(dir_fd: int, name: str, where: str) -> str | None:

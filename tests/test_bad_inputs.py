@@ -192,9 +192,11 @@ CASES: dict[str, Case] = {
     "path-in-gen": mint_case(["-m", "x", ".gen/config.toml"], ".gen/config.toml", "under .gen/"),
     "path-in-git": mint_case(["-m", "x", ".git/config"], ".git/config", "under .git/"),
     "new-path-escaping": mint_case(["-m", "x", "--new", "../new.py"], "../new.py: outside the repository"),
-    "symlinked-file": mint_case(["-m", "x", "src/link.py"], "src/link.py: is a symlink", prepare=link_file),
+    "symlinked-file": mint_case(
+        ["-m", "x", "src/link.py"], "src/link.py: a symlink, not a regular file", prepare=link_file
+    ),
     "symlinked-parent": mint_case(
-        ["-m", "x", "lib/mod.py"], "lib/mod.py: passes through the symlink", prepare=link_parent
+        ["-m", "x", "lib/mod.py"], "lib/mod.py: lib is a symlink, not a folder", prepare=link_parent
     ),
     "missing-file": mint_case(["-m", "x", "src/nope.py"], "src/nope.py: no such file"),
     "new-path-exists": mint_case(["-m", "x", "--new", "src/app.py"], "src/app.py: exists already"),

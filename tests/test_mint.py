@@ -96,7 +96,7 @@ def test_new_paths(repo: Layout) -> None:
         (["a/../../b"], [], "'..' is not allowed"),
         ([".gen/config.toml"], [], "under .gen/"),
         ([".git/config"], [], "under .git/"),
-        (["src"], [], "src: is not a regular file"),
+        (["src"], [], "src: a folder, not a regular file"),
     ],
 )
 def test_bad_mints_are_refused(repo: Layout, paths: list[str], new: list[str], fault: str) -> None:
@@ -121,9 +121,9 @@ def test_symlinked_files_and_parents_are_refused(repo: Layout, tmp_path: Path) -
     (outside / "secret.txt").write_text("nothing to see")
     (repo.root / "linked").symlink_to(outside)
     (repo.root / "src/link.py").symlink_to("app.py")
-    with pytest.raises(BadInput, match="passes through the symlink"):
+    with pytest.raises(BadInput, match="linked is a symlink, not a folder"):
         build_job(repo, "x", ["linked/secret.txt"])
-    with pytest.raises(BadInput, match=r"src/link\.py: is a symlink"):
+    with pytest.raises(BadInput, match=r"src/link\.py: a symlink, not a regular file"):
         build_job(repo, "x", ["src/link.py"])
     with pytest.raises(BadInput, match="passes through the symlink"):
         build_job(repo, "x", ["src/app.py"], ["linked/new.py"])
