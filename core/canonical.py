@@ -17,11 +17,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from core.errors import BadInput
+from core import rules
+from core.errors import BadInput, TooLarge
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
-MAX_DEPTH = 32
-MAX_INT_DIGITS = 30
 _HASH_CHUNK = 1024 * 1024
 
 
@@ -60,79 +59,15 @@ def sha256_file(path: Path) -> str:
         os.close(fd)
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise ValueError(f"duplicate key {k!r}")
-            seen.add(k)
-    return out
-
-
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"integer with {len(text)} digits")
-    return int(text)
-
-
-def _depth(text: str) -> int:
-    """Nesting depth of a JSON text, ignoring brackets inside strings."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
-
-
-_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
-# `JSONDecoder.decode` without its two Python layers: these are what it calls.
-_SCAN = _STRICT_DECODER.scan_once
-_SPACE = json.decoder.WHITESPACE.match
-
-
 def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """Parse JSON bytes or raise `BadInput` naming `source` and the fault."""
+    """Parse JSON bytes by the one strict rule (`core.rules.loads_strict`), or raise
+    `BadInput` naming `source` and the fault."""
     if len(data) > max_bytes:
-        raise BadInput(f"{source}: {len(data)} bytes is over the {max_bytes}-byte limit")
+        raise TooLarge(f"{source}: {len(data)} bytes is over the {max_bytes}-byte limit")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{source}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    # Only a text with many brackets can be deep; the exact scan is for those alone.
-    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
-        raise BadInput(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
-    try:
-        try:
-            obj, end = _SCAN(text, _SPACE(text, 0).end())
-        except StopIteration as err:
-            raise json.JSONDecodeError("Expecting value", text, err.value) from None
-        end = _SPACE(text, end).end()
-        if end != len(text):
-            raise json.JSONDecodeError("Extra data", text, end)
-        return obj
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{source}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:
-        raise BadInput(f"{source}: refused JSON ({exc})") from None
+        return rules.loads_strict(data)
+    except ValueError as exc:
+        raise BadInput(f"{source}: {exc}") from None
 
 
 def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -169,5 +104,5 @@ def read_with_stat(
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise BadInput(f"{source or path}: over the {max_bytes}-byte limit")
+        raise TooLarge(f"{source or path}: over the {max_bytes}-byte limit")
     return data, st

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.canonical import read_bytes
 from core.errors import BadInput
+from core.freshness import MAX_TTL
 from core.ownership import operator_owners, repository_owners, require_trusted
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -102,7 +103,7 @@ concurrency = 2
 class Policy(BaseModel):
     model_config = _STRICT
     require_signature: bool = True
-    lease_ttl: Annotated[float, Field(gt=0)] = 120.0
+    lease_ttl: Annotated[float, Field(gt=0, le=MAX_TTL)] = 120.0
     commit_on_approve: bool = False
     # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
     # shipped to; a host's own `candidates` wins for a job shipped to that host alone.

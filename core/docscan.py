@@ -3,72 +3,38 @@
 `quick_job`, `quick_receipt` and `quick_lease` take a document already parsed by the
 strict JSON reader and accept it exactly when the strict models (`core.models`,
 `core.lease`) would; they return what a listing needs, or None, and then the caller asks
-the strict model, whose error is the one to show. They use the standard library alone,
-so listing a large `.gen/` neither imports pydantic nor pays for it per file.
+the strict model, whose error is the one to show. Both sides take the contract's
+constants from `core.contract`. They use the standard library alone, so listing a large
+`.gen/` neither imports pydantic nor pays for it per file.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import re
-import socket
-from collections.abc import Callable, Iterable
 from typing import Any
 
+from core.contract import (
+    HEX64_RE,
+    KEY_RE,
+    LEASE_FIELDS,
+    MAX_INSTRUCTION_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PATHS,
+    RECEIPT_FIELDS,
+    RECEIPT_STATUSES,
+    V1,
+    V1_FIELDS,
+    V2,
+    V2_FIELDS,
+    V2_REQUIRED,
+)
 from core.paths import check_relpath
+from core.snapshot_records import JobSummary, LeaseFacts, ReceiptFacts
+from core.speedups import canonical_chunks
 
-V1 = "genjob.v1"
-V2 = "genjob.v2"
-RECEIPT_STATUSES = ("ok", "rejected", "aborted")
-MAX_INSTRUCTION_CHARS = 256 * 1024
-MAX_PATHS = 1000
-KEY_RE = re.compile(r"[0-9a-f]{32}")
-HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _KEY_MATCH = KEY_RE.fullmatch
 _HEX64_MATCH = HEX64_RE.fullmatch
-
-# The v1 document's fields in the order the seed writes them.
-V1_FIELD_ORDER = (
-    "schema",
-    "job_id",
-    "idempotency_key",
-    "created_at",
-    "instruction",
-    "allowed_paths",
-    "inputs",
-    "attempt",
-    "digest",
-)
-_V1_FIELDS = frozenset(V1_FIELD_ORDER)
-_V2_REQUIRED = frozenset(
-    ("schema", "idempotency_key", "instruction", "allowed_paths", "digest", "inputs", "created_at")
-)
-_V2_FIELDS = _V2_REQUIRED | {"replay_of"}
-_RECEIPT_FIELDS = frozenset(("schema", "job_digest", "idempotency_key", "status", "outputs", "worker_id"))
-_LEASE_FIELDS = frozenset(("worker", "host", "pid", "token", "claimed_at", "heartbeat", "ttl"))
-
-# What a listing keeps of a job: schema, digest, instruction, allowed paths, inputs as
-# (path, hash or None) pairs, created_at.
-JobSummary = tuple[str, str, str, tuple[str, ...], tuple[tuple[str, str | None], ...], float]
-
-
-def _chunks() -> Callable[[object, int], Iterable[str]]:
-    """The pieces of canonical JSON text, as `json.dumps(obj, sort_keys=True,
-    separators=(",", ":"))` makes it.
-
-    `json.dumps` builds a new encoder on every call; this one is built once. Without the
-    cycle check, which changes nothing for a parsed document (it has no cycles).
-    """
-    make = json.encoder.c_make_encoder
-    if make is None:
-        encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
-        return lambda obj, _: (encoder.encode(obj),)
-    return make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
-
-
-_CANONICAL_CHUNKS = _chunks()
+_CANONICAL_CHUNKS = canonical_chunks()
 
 
 def _canonical_sha(obj: object) -> str:
@@ -125,13 +91,13 @@ def quick_job(obj: Any) -> JobSummary | None:
     schema = obj.get("schema")
     fields = obj.keys()
     if schema == V2:
-        if not (_V2_REQUIRED <= fields <= _V2_FIELDS):
+        if not (V2_REQUIRED <= fields <= V2_FIELDS):
             return None
         replay_of = obj.get("replay_of")
         if replay_of is not None and not _key(replay_of):
             return None
     elif schema == V1:
-        if fields != _V1_FIELDS or not _text(obj["job_id"], 1, 200) or not _int(obj["attempt"]):
+        if fields != V1_FIELDS or not _text(obj["job_id"], 1, MAX_NAME_CHARS) or not _int(obj["attempt"]):
             return None
     else:
         return None
@@ -165,12 +131,14 @@ def quick_job(obj: Any) -> JobSummary | None:
             return None
         if _canonical_sha({"instruction": instruction, "inputs": inputs})[:32] != key:
             return None
-    return (schema, digest, instruction, tuple(paths), tuple(sorted(inputs.items())), float(created))
+    return JobSummary(
+        schema, digest, instruction, tuple(paths), tuple(sorted(inputs.items())), float(created)
+    )
 
 
-def quick_receipt(obj: Any) -> tuple[str, str, str, str] | None:
-    """(status, worker_id, idempotency_key, job_digest) of a valid receipt, or None."""
-    if type(obj) is not dict or obj.keys() != _RECEIPT_FIELDS:
+def quick_receipt(obj: Any) -> ReceiptFacts | None:
+    """What a listing keeps of a valid receipt, or None."""
+    if type(obj) is not dict or obj.keys() != RECEIPT_FIELDS:
         return None
     outputs = obj["outputs"]
     if not (
@@ -180,20 +148,20 @@ def quick_receipt(obj: Any) -> tuple[str, str, str, str] | None:
         and _key(obj["idempotency_key"])
         and obj["status"] in RECEIPT_STATUSES
         and type(obj["status"]) is str
-        and _text(obj["worker_id"], 1, 200)
+        and _text(obj["worker_id"], 1, MAX_NAME_CHARS)
         and type(outputs) is dict
         and all(_hex64(h) for h in outputs.values())
     ):
         return None
-    return (obj["status"], obj["worker_id"], obj["idempotency_key"], obj["job_digest"])
+    return ReceiptFacts(obj["status"], obj["worker_id"], obj["idempotency_key"], obj["job_digest"])
 
 
-def quick_lease(obj: Any) -> tuple[str, str, int, float, float] | None:
-    """(worker, host, pid, heartbeat, ttl) of a valid lease, or None."""
-    if type(obj) is not dict or obj.keys() != _LEASE_FIELDS:
+def quick_lease(obj: Any) -> LeaseFacts | None:
+    """What a listing keeps of a valid lease, or None."""
+    if type(obj) is not dict or obj.keys() != LEASE_FIELDS:
         return None
     if not (
-        _text(obj["worker"], 1, 200)
+        _text(obj["worker"], 1, MAX_NAME_CHARS)
         and type(obj["host"]) is str
         and _int(obj["pid"])
         and _int(obj["token"])
@@ -204,21 +172,4 @@ def quick_lease(obj: Any) -> tuple[str, str, int, float, float] | None:
         and obj["ttl"] > 0
     ):
         return None
-    return (obj["worker"], obj["host"], obj["pid"], float(obj["heartbeat"]), float(obj["ttl"]))
-
-
-def holder_dead(host: str, pid: int) -> bool:
-    """True only when a lease holder ran on this host and its process is gone."""
-    if host != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OverflowError, ValueError):
-        return False
-    return False
-
-
-def lease_fresh(heartbeat: float, ttl: float, host: str, pid: int, now: float) -> bool:
-    return now - heartbeat <= ttl and not holder_dead(host, pid)
+    return LeaseFacts(obj["worker"], obj["host"], obj["pid"], float(obj["heartbeat"]), float(obj["ttl"]))

@@ -18,6 +18,10 @@ class BadInput(GenjobError):
     """A file, argument or document that does not meet the contract."""
 
 
+class TooLarge(BadInput):
+    """A file over the size it may have to be read at all."""
+
+
 class KeyConflict(GenjobError):
     """One idempotency key, two different documents."""
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from core.canonical import read_bytes, sha256_bytes
 from core.config import load_config
-from core.errors import BadInput, GenjobError
+from core.errors import BadInput, GenjobError, TooLarge
 from core.events import attempts, job_events
 from core.evidence import newest_log_tail
 from core.layout import Layout
@@ -80,9 +80,10 @@ def file_diff(root: Path, out_dir: Path, rel: str, expected: str | None = None) 
     new_path, old_path = out_dir / rel, root / rel
     try:
         new = read_bytes(new_path, MAX_DIFF_BYTES)
-    except BadInput as exc:
-        status = "too large" if "limit" in str(exc) else "missing"
-        return FileDiff(rel, status, 0, 0, "")
+    except TooLarge:
+        return FileDiff(rel, "too large", 0, 0, "")
+    except BadInput:
+        return FileDiff(rel, "missing", 0, 0, "")
     signed = None if expected is None else sha256_bytes(new) == expected
     return _diff(rel, old_path, new, signed)
 

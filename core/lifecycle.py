@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from core.freshness import LeaseState
+
 
 class State(StrEnum):
     QUEUED = "QUEUED"
@@ -38,25 +40,20 @@ STATE_ORDER = (
     State.REJECTED,
 )
 
-LEASE_FRESH, LEASE_STALE, LEASE_MISSING, LEASE_CLAIMING = "fresh", "stale", "missing", "claiming"
-# A running job with no lease yet is being claimed, not orphaned, for this long.
-CLAIM_GRACE = 10.0
-
 
 @dataclass(frozen=True, slots=True)
 class Facts:
     """Everything the state depends on, as read from one snapshot.
 
     folders: the state folders holding `<key>.json` (queue, running, applied, rejected).
-    lease: for a running job, "fresh", "stale" (expired or holder dead), "missing",
-      or "claiming" (no lease yet, claimed moments ago).
+    lease: for a running job, its lease's state as `core.freshness` judges it.
     receipt: None, "ok", "rejected", "aborted", or "invalid" (present but unreadable).
     base_fresh: for an ok receipt, whether the tree still matches the job's inputs.
     invalid: the parse error of the job file, if it has one.
     """
 
     folders: frozenset[str]
-    lease: str | None = None
+    lease: LeaseState | None = None
     receipt: str | None = None
     base_fresh: bool | None = None
     invalid: str | None = None
@@ -75,7 +72,7 @@ def derive_state(f: Facts) -> State:
         return State.INCONSISTENT if f.receipt is not None else State.QUEUED
     if "running" in f.folders:
         if f.receipt is None:
-            return State.RUNNING if f.lease in (LEASE_FRESH, LEASE_CLAIMING) else State.ORPHANED
+            return State.RUNNING if f.lease is not None and f.lease.live else State.ORPHANED
         if f.receipt == "invalid":
             return State.INVALID
         if f.receipt != "ok":

@@ -22,17 +22,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.canonical import canonical, loads_strict, sha256_bytes
-from core.docscan import HEX64_RE as HEX64_RE
-from core.docscan import KEY_RE as KEY_RE
-from core.docscan import MAX_INSTRUCTION_CHARS, MAX_PATHS, V1, V1_FIELD_ORDER, V2
-from core.docscan import RECEIPT_STATUSES as RECEIPT_STATUSES
+from core.contract import HEX64_RE as HEX64_RE
+from core.contract import KEY_RE as KEY_RE
+from core.contract import MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS, MAX_PATHS, V1_FIELD_ORDER
+from core.contract import RECEIPT_STATUSES as RECEIPT_STATUSES
+from core.contract import SCHEMAS as SCHEMAS
+from core.contract import V1 as V1
+from core.contract import V2 as V2
 from core.errors import BadInput
 from core.paths import check_relpath
 
-SCHEMAS = (V1, V2)
-
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-Key = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+Sha256 = Annotated[str, Field(pattern=f"^{HEX64_RE.pattern}$")]
+Key = Annotated[str, Field(pattern=f"^{KEY_RE.pattern}$")]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
 
@@ -99,7 +100,7 @@ class JobV1(_Job):
     """The seed's `GenerationJob` plus its stored `digest`."""
 
     schema_: Literal["genjob.v1"] = Field(alias="schema")
-    job_id: Annotated[str, Field(min_length=1, max_length=200)]
+    job_id: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
     created_at: int
     inputs: dict[str, Sha256]
     attempt: int
@@ -170,13 +171,13 @@ def job_from_obj(obj: Any, source: str) -> Job:
         job = model.model_validate(obj)
     except ValidationError as exc:
         raise BadInput(f"{source}: {_first_error(exc)}") from None
-    if set(job.inputs) != set(job.allowed_paths):  # type: ignore[attr-defined]
+    if set(job.inputs) != set(job.allowed_paths):
         raise BadInput(f"{source}: inputs must name exactly the allowed paths")
     if job.compute_digest() != job.digest:
         raise BadInput(f"{source}: digest {job.digest[:12]}… does not match the document")
     if job.derived_key() != job.idempotency_key:
         raise BadInput(f"{source}: idempotency_key does not match instruction and inputs")
-    return job  # type: ignore[return-value]
+    return job
 
 
 def job_from_bytes(data: bytes, source: str) -> Job:
@@ -201,7 +202,7 @@ class Receipt(BaseModel):
     idempotency_key: Key
     status: Literal["ok", "rejected", "aborted"]
     outputs: dict[str, Sha256]
-    worker_id: Annotated[str, Field(min_length=1, max_length=200)]
+    worker_id: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 
     def document(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)

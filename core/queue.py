@@ -18,9 +18,9 @@ from core.canonical import canonical, loads_strict, read_bytes
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
 from core.events import attempts, claims, record_attempt, record_event
+from core.freshness import LeaseState
 from core.layout import FOLDER_STATE, JOB_FOLDERS, Layout
-from core.lease import Lease, new_lease, read_lease, write_lease
-from core.lifecycle import CLAIM_GRACE
+from core.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
 
 
@@ -245,20 +245,9 @@ def holds_lease(layout: Layout, key: str, token: int, worker: str) -> bool:
     return _own_lease(layout, key, token, worker) is not None
 
 
-def lease_state(layout: Layout, key: str, now: float | None = None) -> str:
-    """'fresh', 'stale', 'missing' or 'claiming' for a job in running/."""
-    now = time.time() if now is None else now
-    try:
-        lease = read_lease(layout, key)
-    except BadInput:
-        lease = None
-    if lease is not None:
-        return "fresh" if lease.fresh(now) else "stale"
-    try:
-        claimed = os.stat(layout.job_file("running", key)).st_ctime
-    except FileNotFoundError:
-        return "missing"
-    return "claiming" if now - claimed < CLAIM_GRACE else "missing"
+def lease_state(layout: Layout, key: str, now: float | None = None) -> LeaseState:
+    """The state of the lease of `key`, a job in running/, by the one rule (`core.freshness`)."""
+    return lease_verdict(layout, key, now).state
 
 
 def requeue(layout: Layout, key: str, force: bool = False) -> Path:
@@ -271,7 +260,7 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Path:
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; reject or replay it instead")
         state = lease_state(layout, key)
-        if state in ("fresh", "claiming") and not force:
+        if state.live and not force:
             lease = read_lease(layout, key)
             holder = f" held by {lease.worker} (pid {lease.pid} on {lease.host})" if lease else ""
             raise WrongState(f"{key}: lease is live{holder}; use --force to take it back")
@@ -295,7 +284,7 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
             raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]} already")
         if layout.journal_file(key).exists():
             raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
-        live = lease_state(layout, key) in ("fresh", "claiming")
+        live = lease_state(layout, key).live
         if loc.folder == "running" and not layout.receipt(key).exists() and live:
             raise WrongState(f"{key}: is running; cancel it first")
         dst = layout.job_file("rejected", key)

@@ -101,10 +101,6 @@ def check_allowed_paths(paths: object, max_files: int) -> list[str]:
     return list(paths)
 
 
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def no_duplicate_keys(pairs: list[tuple[str, typing.Any]]) -> dict[str, typing.Any]:
     """`object_pairs_hook` that refuses a key named twice (json keeps the last one)."""
     out = dict(pairs)
@@ -175,6 +171,8 @@ def loads_strict(data: bytes) -> object:
         raise ValueError(f"malformed JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # a hook's refusal: a duplicate key, NaN, a huge integer
+        raise ValueError(f"refused JSON ({exc})") from None
 
 
 @dataclasses.dataclass(frozen=True)

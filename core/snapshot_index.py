@@ -1,12 +1,26 @@
 """The snapshot index on disk (`.gen/cache/snapshot.marshal`): what the last scan read, so
 the next process re-reads only what changed.
 
+The index stores the records of `core.snapshot_records` by column, and the records
+declare its format: a table's columns are the fields of its record in order (a nested
+record's fields in its place, an enum by its value), and each column is checked against
+its field's annotation as it loads.
+
 The file is a header line, then frames. A frame is its length and CRC-32 (4 bytes each,
-big-endian), then a marshal'd tuple whose first item names it: one `head`; the rows and
-the folders as listed, in slices of at most `SLICE` entries; then an `end` that counts
-the frames before it. Slices keep saving and loading small in memory: serialising 100,000
-rows in one piece makes a copy of all of them whose pages a long-running board keeps
-long after the copy is freed.
+big-endian), then a marshal'd tuple whose first item names it:
+
+    head      the `.gen/` and device it belongs to, config.toml's stamp, and each
+              folder's settled identity (running/'s with the keys that have a lease)
+    tree      path column, then the `TreeStamp` columns
+    leases    key column, then the `LeaseRead` columns
+    fixed     the `JobRow` columns
+    volatile  key column, then the `FileFacts` columns
+    listed    a folder's name, its key column and its file identity column
+    end       the number of frames before it
+
+Tables come in slices of at most `SLICE` records: serialising 100,000 rows in one piece
+makes a copy of all of them whose pages a long-running board keeps long after the copy
+is freed.
 
 A file that is missing, cut short, damaged, of another version or of another `.gen/` is
 no index at all: it only saves work, and nothing that verifies or applies a job reads it.
@@ -14,145 +28,225 @@ no index at all: it only saves work, and nothing that verifies or applies a job 
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import marshal
 import struct
+import types
+import typing
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from enum import Enum
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from core.durable import atomic_write
+from core.snapshot_records import (
+    ConfigStamp,
+    FileFacts,
+    Index,
+    JobRow,
+    LeaseRead,
+    Listing,
+    TreeStamp,
+)
+from core.speedups import collector_paused
 
-HEADER = b"genjob snapshot index 4\n"
+HEADER = b"genjob snapshot index 5\n"
 SLICE = 1024
 _FRAME = struct.Struct(">II")
 _NONE = type(None)
 
-# Column types of a finished row (its key, its state's name, then the rest of `JobRow`)...
-ROW_TYPES: tuple[set[type], ...] = (
-    {str},
-    {str},
-    {str},
-    {str},
-    {str},
-    {tuple},
-    {float},
-    {int},
-    {str},
-    {str, _NONE},
-    {tuple},
-    {tuple},
-)
-# ... and of what a key's files say (its key, then `snapshot.FileFacts`).
-FACT_TYPES: tuple[set[type], ...] = (
-    {str},  # key
-    {tuple},  # folders
-    {bool},  # has a summary
-    # the summary: schema, digest, instruction, allowed paths, inputs, created_at, note
-    {str},
-    {str},
-    {str},
-    {tuple},
-    {tuple},
-    {float},
-    {str},
-    {str, _NONE},  # invalid
-    {str, _NONE},  # receipt
-    {tuple},  # receipt problems
-    {str},  # worker
-    {int},  # attempts
-)
+
+class Malformed(ValueError):
+    """The index is not one this process wrote for this `.gen/`."""
 
 
-class Index(NamedTuple):
-    """What a scanner keeps between processes (see `core.snapshot.Scanner`)."""
+# -- columns -----------------------------------------------------------------------------------
+def _is_record(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields")
 
-    config: tuple[Any, ...] | None
-    tree: dict[str, tuple[Any, ...]]
-    # folder -> (its identity if it had settled, key -> file identity, keys with a lease)
-    listed: dict[str, tuple[Any, dict[str, Any], dict[str, Any] | None]]
-    fixed: dict[str, Any]  # key -> finished row, as `make_row` made it
-    volatile: dict[str, tuple[Any, ...]]  # key -> file facts
-    leases: dict[str, tuple[bytes, object]]
+
+def _is_enum(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Enum)
+
+
+def _plain_types(hint: Any) -> set[type] | None:
+    """The types a value of `hint` may have, when they say all there is to check."""
+    if hint is None or hint is _NONE:
+        return {_NONE}
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        parts = [_plain_types(a) for a in typing.get_args(hint)]
+        return set().union(*parts) if all(p is not None for p in parts) else None  # type: ignore[arg-type]
+    if hint in (str, int, float, bool, bytes):
+        return {hint}
+    return None
+
+
+def _value_check(hint: Any) -> Callable[[object], bool]:
+    """A check that one value fits `hint` (plain types, unions, and tuples of them)."""
+    plain = _plain_types(hint)
+    if plain is not None:
+        return lambda v: type(v) in plain
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        checks = [_value_check(a) for a in args]
+        return lambda v: any(c(v) for c in checks)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _value_check(args[0])
+        return lambda v: type(v) is tuple and all(map(item, v))
+    if origin is tuple:
+        items = [_value_check(a) for a in args]
+
+        def fits(v: object) -> bool:
+            return (
+                type(v) is tuple and len(v) == len(items) and all(c(x) for c, x in zip(items, v, strict=True))
+            )
+
+        return fits
+    raise TypeError(f"no index column can hold {hint!r}")
+
+
+def _column_check(hint: Any) -> Callable[[tuple[Any, ...]], bool]:
+    """A check that every value of a column fits `hint`. Tuples are checked once per
+    distinct object: the scanner shares equal ones, and marshal keeps them shared."""
+    plain = _plain_types(hint)
+    if plain is not None:
+        return lambda column: set(map(type, column)) <= plain
+    check = _value_check(hint)
+    return lambda column: all(map(check, dict(zip(map(id, column), column, strict=True)).values()))
+
+
+class Columns:
+    """How the records of one NamedTuple class are stored as columns, and checked."""
+
+    def __init__(self, cls: type[Any]) -> None:
+        self.make = cls._make
+        hints = typing.get_type_hints(cls)
+        self.fields = [hints[name] for name in cls._fields]
+        self.nested = {i: Columns(h) for i, h in enumerate(self.fields) if _is_record(h)}
+        self.enums = {i: {m.value: m for m in h} for i, h in enumerate(self.fields) if _is_enum(h)}
+        self.checks = {
+            i: _column_check(h)
+            for i, h in enumerate(self.fields)
+            if i not in self.nested and i not in self.enums
+        }
+        # The annotation of each flat column.
+        self.flat: list[Any] = []
+        for i, h in enumerate(self.fields):
+            self.flat += self.nested[i].flat if i in self.nested else [h]
+        self.width = len(self.flat)
+
+    def split(self, records: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """`records` as flat columns of plain values."""
+        if not records:
+            return [()] * self.width
+        out: list[tuple[Any, ...]] = []
+        for i, column in enumerate(zip(*records, strict=True)):
+            if i in self.nested:
+                out += self.nested[i].split(column)
+            elif i in self.enums:
+                out.append(tuple(m.value for m in column))
+            else:
+                out.append(column)
+        return out
+
+    def join(self, columns: Sequence[Any]) -> Iterator[Any]:
+        """The records stored as `columns`; `Malformed` if any value does not fit."""
+        if len(columns) != self.width or any(type(c) is not tuple for c in columns):
+            raise Malformed("not the columns of a table")
+        size = len(columns[0]) if columns else 0
+        if any(len(c) != size for c in columns):
+            raise Malformed("columns of different lengths")
+        at = 0
+        fields: list[Iterable[Any]] = []
+        for i in range(len(self.fields)):
+            if i in self.nested:
+                sub = self.nested[i]
+                fields.append(tuple(sub.join(columns[at : at + sub.width])))
+                at += sub.width
+                continue
+            column = columns[at]
+            at += 1
+            if i in self.enums:
+                if not set(column) <= self.enums[i].keys():
+                    raise Malformed("an unknown name in an enum column")
+                fields.append(map(self.enums[i].__getitem__, column))
+            elif not self.checks[i](column):
+                raise Malformed("a value of the wrong type")
+            else:
+                fields.append(column)
+        return map(self.make, zip(*fields, strict=True))
+
+
+ROWS = Columns(JobRow)
+FACTS = Columns(FileFacts)
+TREE = Columns(TreeStamp)
+LEASES = Columns(LeaseRead)
+CONFIG = Columns(ConfigStamp)
+_KEYS = _column_check(str)
+_INODES = _column_check(int)
+
+
+def _keys(column: object) -> tuple[str, ...]:
+    if type(column) is not tuple or not _KEYS(column):
+        raise Malformed("a key column holds something else than names")
+    return column
 
 
 # -- writing -----------------------------------------------------------------------------------
-def write_index(
-    path: Path,
-    gen: str,
-    device: int,
-    index: Index,
-    fixed_rows: Iterable[tuple[Any, ...]],
-) -> None:
-    """Replace the index at `path`; `fixed_rows` are `index.fixed`'s rows as plain values
-    (the state by name), read one slice at a time."""
-    atomic_write(path, _chunks(gen, device, index, fixed_rows), durable=False)
+def write_index(path: Path, gen: str, device: int, index: Index) -> None:
+    """Replace the index at `path`, made one slice at a time."""
+    atomic_write(path, _chunks(gen, device, index), durable=False)
 
 
-def _chunks(gen: str, device: int, index: Index, fixed_rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+def _slices(items: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+    it = iter(items)
+    while part := tuple(islice(it, SLICE)):
+        yield part
+
+
+def _chunks(gen: str, device: int, index: Index) -> Iterator[bytes]:
     yield HEADER
     frames = 0
 
-    def frame(value: tuple[Any, ...]) -> Iterator[bytes]:
+    def frame(*value: Any) -> Iterator[bytes]:
         nonlocal frames
         frames += 1
         data = marshal.dumps(value)
         yield _FRAME.pack(len(data), zlib.crc32(data))
         yield data
 
-    settled = {f: (here, leases) for f, (here, _, leases) in index.listed.items()}
-    yield from frame(("head", gen, device, index.config, index.tree, index.leases, settled))
-    rows = iter(fixed_rows)
-    while part := tuple(islice(rows, SLICE)):
-        yield from frame(("fixed", *zip(*part, strict=True)))
-    facts = iter(index.volatile.items())
-    while part := tuple(islice(facts, SLICE)):
-        yield from frame(("volatile", *zip(*((k, *f) for k, f in part), strict=True)))
-    for folder, (_, keys, _) in index.listed.items():
-        items = iter(keys.items())
-        while part := tuple(islice(items, SLICE)):
-            yield from frame(("listed", folder, *zip(*part, strict=True)))
-    yield from frame(("end", frames + 1))
+    config = tuple(CONFIG.split([index.config])) if index.config is not None else None
+    folders = {f: (listing.settled, _lease_keys(listing)) for f, listing in index.listed.items()}
+    yield from frame("head", gen, device, config, folders)
+    for part in _slices(index.tree.items()):
+        yield from frame("tree", tuple(k for k, _ in part), *TREE.split([v for _, v in part]))
+    for part in _slices(index.leases.items()):
+        yield from frame("leases", tuple(k for k, _ in part), *LEASES.split([v for _, v in part]))
+    for rows in _slices(index.fixed.values()):
+        yield from frame("fixed", *ROWS.split(rows))
+    for part in _slices(index.volatile.items()):
+        yield from frame("volatile", tuple(k for k, _ in part), *FACTS.split([v for _, v in part]))
+    for folder, listing in index.listed.items():
+        for part in _slices(listing.files.items()):
+            yield from frame("listed", folder, *zip(*part, strict=True))
+    yield from frame("end", frames + 1)
+
+
+def _lease_keys(listing: Listing) -> tuple[str, ...] | None:
+    return None if listing.leases is None else tuple(listing.leases)
 
 
 # -- reading -----------------------------------------------------------------------------------
-def read_index(
-    path: Path,
-    gen: str,
-    device: int,
-    folders: tuple[str, ...],
-    make_row: Callable[[tuple[Any, ...]], Any],
-    state_of: Callable[[str], Any],
-) -> Index | None:
-    """The index at `path` if it is a whole one of this `.gen/` (listing `folders`), else None.
-
-    `make_row` turns a finished row's values, its state by `state_of` its name (which
-    raises KeyError for an unknown one), into the row the scanner keeps.
-    """
+def read_index(path: Path, gen: str, device: int, folders: tuple[str, ...]) -> Index | None:
+    """The index at `path` if it is a whole one of this `.gen/` (listing `folders`), else None."""
     try:
-        with open(path, "rb") as fh, _collector_paused():
+        with open(path, "rb") as fh, collector_paused():
             if fh.read(len(HEADER)) != HEADER:
                 return None
-            return _read_frames(fh, gen, device, folders, make_row, state_of)
+            return _read_frames(fh, gen, device, folders)
     except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError):
         return None
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Keep the cyclic garbage collector out while the index loads: it would walk the
-    growing heap of rows again and again (a third of the load time at 100,000 jobs),
-    and what the index holds has no cycles to find."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _read_frame(fh: Any) -> tuple[Any, ...]:
@@ -162,131 +256,82 @@ def _read_frame(fh: Any) -> tuple[Any, ...]:
     size, crc = _FRAME.unpack(head)
     data = fh.read(size)
     if len(data) != size or zlib.crc32(data) != crc:
-        raise ValueError("index damaged")
+        raise Malformed("index damaged")
     frame = marshal.loads(data)
     if type(frame) is not tuple or not frame:
-        raise ValueError("malformed index")
+        raise Malformed("not a frame")
     return frame
 
 
-def _read_frames(
-    fh: Any,
-    gen: str,
-    device: int,
-    folders: tuple[str, ...],
-    make_row: Callable[[tuple[Any, ...]], Any],
-    state_of: Callable[[str], Any],
-) -> Index:
+def _read_frames(fh: Any, gen: str, device: int, folders: tuple[str, ...]) -> Index:
     head = _read_frame(fh)
-    if len(head) != 7 or head[0] != "head":
-        raise ValueError("not a snapshot index")
-    _, their_gen, their_device, config, tree, leases, settled = head
+    if len(head) != 5 or head[0] != "head":
+        raise Malformed("not a snapshot index")
+    _, their_gen, their_device, config, settled = head
     if their_gen != gen or their_device != device:
-        raise ValueError("an index of another .gen/")
-    if not (
-        (config is None or _valid_config(config))
-        and type(tree) is dict
-        and all(map(_valid_tree, tree.items()))
-        and type(leases) is dict
-        and all(map(_valid_lease, leases.items()))
-        and _valid_settled(settled, folders)
-    ):
-        raise ValueError("malformed index")
-    listed = {f: (here, {}, running) for f, (here, running) in settled.items()}
-    fixed: dict[str, Any] = {}
-    volatile: dict[str, tuple[Any, ...]] = {}
+        raise Malformed("an index of another .gen/")
+    index = Index(
+        config=None if config is None else next(CONFIG.join(config)),
+        tree={},
+        listed=_listings(settled, folders),
+        fixed={},
+        volatile={},
+        leases={},
+    )
     # One string per key, however many frames name it.
     canon: dict[str, str] = {}
     same = canon.setdefault
     frames = 1
     while (frame := _read_frame(fh))[0] != "end":
         frames += 1
-        tag = frame[0]
-        if tag == "listed" and len(frame) == 4 and frame[1] in listed:
-            keys, ids = frame[2:]
-            if type(keys) is not tuple or type(ids) is not tuple or len(keys) != len(ids):
-                raise ValueError("malformed index")
-            if not set(map(type, keys)) <= {str}:
-                raise ValueError("malformed index")
-            listed[frame[1]][1].update(zip(map(same, keys, keys), ids, strict=True))
-        elif tag == "fixed":
-            keys, *rest = _columns_of(frame[1:], ROW_TYPES)
-            for col in (rest[4], rest[9], rest[10]):  # allowed paths, folders, problems
-                _check_shared(col, _str_tuple)
-            keys = tuple(map(same, keys, keys))
-            states = map(state_of, rest[0])
-            fixed.update(zip(keys, map(make_row, zip(keys, states, *rest[1:], strict=True)), strict=True))
-        elif tag == "volatile":
-            keys, *columns = _columns_of(frame[1:], FACT_TYPES)
-            for col in (columns[0], columns[5], columns[11]):  # folders, allowed paths, receipt problems
-                _check_shared(col, _str_tuple)
-            _check_shared(columns[6], _inputs_ok)
-            volatile.update(zip(map(same, keys, keys), zip(*columns, strict=True), strict=True))
+        tag, rest = frame[0], frame[1:]
+        if tag == "fixed" and rest:
+            keys = tuple(map(same, _keys(rest[0]), rest[0]))  # the rows' keys are their first column
+            index.fixed.update(zip(keys, ROWS.join((keys, *rest[1:])), strict=True))
+        elif tag == "volatile" and rest:
+            keys = _keys(rest[0])
+            index.volatile.update(zip(map(same, keys, keys), FACTS.join(rest[1:]), strict=True))
+        elif tag == "leases" and rest:
+            index.leases.update(zip(_keys(rest[0]), LEASES.join(rest[1:]), strict=True))
+        elif tag == "tree" and rest:
+            index.tree.update(zip(_keys(rest[0]), TREE.join(rest[1:]), strict=True))
+        elif tag == "listed" and len(rest) == 3 and rest[0] in index.listed:
+            folder, keys, ids = rest[0], _keys(rest[1]), rest[2]
+            if not _file_ids_ok(ids, folder == "attempts") or len(ids) != len(keys):
+                raise Malformed("file identities of the wrong type")
+            index.listed[folder].files.update(zip(map(same, keys, keys), ids, strict=True))
         else:
-            raise ValueError("malformed index")
+            raise Malformed(f"an unknown frame {str(tag)[:20]!r}")
     if frame != ("end", frames + 1) or fh.read(1):
-        raise ValueError("malformed index")
-    return Index(config, tree, listed, fixed, volatile, leases)
+        raise Malformed("frames missing or trailing")
+    return index
 
 
-def _columns_of(value: tuple[Any, ...], types: tuple[set[type], ...]) -> tuple[tuple[Any, ...], ...]:
-    """`value` as equal columns of the given types, or ValueError."""
-    if len(value) != len(types):
-        raise ValueError("malformed index")
-    size = len(value[0]) if type(value[0]) is tuple else -1
-    for col, allowed in zip(value, types, strict=True):
-        if type(col) is not tuple or len(col) != size or not set(map(type, col)) <= allowed:
-            raise ValueError("malformed index")
-    return value
-
-
-def _check_shared(column: tuple[Any, ...], ok: Callable[[Any], bool]) -> None:
-    """Check each distinct object of a column once (a frame shares repeated tuples)."""
-    if not all(map(ok, dict(zip(map(id, column), column, strict=True)).values())):
-        raise ValueError("malformed index")
-
-
-def _str_tuple(value: object) -> bool:
-    return type(value) is tuple and all(type(v) is str for v in value)
-
-
-def _inputs_ok(value: object) -> bool:
-    return type(value) is tuple and all(
-        type(p) is tuple and len(p) == 2 and type(p[0]) is str and type(p[1]) in (str, _NONE) for p in value
-    )
-
-
-def _valid_settled(settled: object, folders: tuple[str, ...]) -> bool:
+def _listings(settled: object, folders: tuple[str, ...]) -> dict[str, Listing]:
+    """The listings as the head frame describes them, their files yet to come."""
     if not (type(settled) is dict and settled.keys() == set(folders)):
-        return False
+        raise Malformed("not the folders a listing has")
+    listed = {}
     for folder, entry in settled.items():
         if not (type(entry) is tuple and len(entry) == 2):
-            return False
+            raise Malformed("a folder's entry is malformed")
         here, leases = entry
-        if not (here is None or type(here) is tuple) or (leases is None) != (folder != "running"):
-            return False
-        if leases is not None and not (type(leases) is dict and set(map(type, leases)) <= {str}):
-            return False
-    return True
+        if not (here is None or (type(here) is tuple and len(here) == 3 and _INODES(here))):
+            raise Malformed("a folder's identity is malformed")
+        if (leases is None) != (folder != "running"):
+            raise Malformed("lease keys outside running/")
+        listed[folder] = Listing(here, {}, None if leases is None else dict.fromkeys(_keys(leases)))
+    return listed
 
 
-def _valid_lease(item: tuple[object, object]) -> bool:
-    key, entry = item
-    if not (type(key) is str and type(entry) is tuple and len(entry) == 2 and type(entry[0]) is bytes):
+def _file_ids_ok(ids: object, growing: bool) -> bool:
+    """Inodes, or for attempts/ (inode, size, mtime) triples of integers."""
+    if type(ids) is not tuple:
         return False
-    parsed = entry[1]
-    if type(parsed) is str:
-        return True
-    return type(parsed) is tuple and tuple(map(type, parsed)) == (str, str, int, float, float)
-
-
-def _valid_tree(item: tuple[object, object]) -> bool:
-    rel, entry = item
-    return type(rel) is str and type(entry) is tuple and len(entry) == 5 and type(entry[4]) in (str, _NONE)
-
-
-def _valid_config(config: object) -> bool:
-    if not (type(config) is tuple and len(config) == 5 and type(config[4]) is tuple and len(config[4]) == 2):
-        return False
-    required, fault = config[4]
-    return type(required) is bool and type(fault) in (str, _NONE)
+    if not growing:
+        return _INODES(ids)
+    return (
+        set(map(type, ids)) <= {tuple}
+        and set(map(len, ids)) <= {3}
+        and _INODES(tuple(chain.from_iterable(ids)))
+    )

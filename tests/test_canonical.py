@@ -13,8 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.canonical import (
-    MAX_DEPTH,
-    MAX_INT_DIGITS,
     canonical,
     loads_strict,
     read_bytes,
@@ -23,6 +21,8 @@ from core.canonical import (
     sha256_file,
 )
 from core.errors import BadInput
+from core.rules import MAX_INT_DIGITS
+from core.rules import MAX_JSON_DEPTH as MAX_DEPTH
 
 json_scalars = (
     st.none()

@@ -320,3 +320,13 @@ def test_the_installed_command_exit_codes(tmp_path: Path, private_config: Path) 
     bad = run("mint", "-m", "x", "../outside")
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "../outside: outside the repository" in bad.stderr
+
+
+def test_init_outside_git_warns_that_commit_will_not_work(tmp_path: Path) -> None:
+    res = cli("init", str(tmp_path))
+    assert res.exit_code == 0
+    assert "is not a git repository: `apply --commit`" in res.stderr
+    inside = tmp_path / "g"
+    inside.mkdir()
+    git(inside, "init", "-q")
+    assert "not a git repository" not in cli("init", str(inside)).stderr

@@ -5,18 +5,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core.docscan import holder_dead, lease_fresh, quick_job, quick_lease, quick_receipt
+from core.docscan import quick_job, quick_lease, quick_receipt
 from core.errors import BadInput
 from core.lease import Lease
 from core.models import job_from_obj, receipt_from_obj
-from core.snapshot import _summary_of
+from core.snapshot_files import summary_of
 
 ABC = hashlib.sha256(b"abc").hexdigest()
 
@@ -106,7 +105,7 @@ def strict_job(doc: Any) -> tuple[object, ...] | None:
         job = job_from_obj(doc, "x")
     except BadInput:
         return None
-    return _summary_of(job, "")[:6]  # what the snapshot keeps of a job the strict reader took
+    return summary_of(job)  # what the snapshot keeps of a job the strict reader took
 
 
 @settings(max_examples=400)
@@ -174,16 +173,6 @@ def test_quick_lease_agrees_with_the_model(field: str, value: Any, drop: bool) -
     except ValueError:
         strict = None
     assert quick_lease(doc) == strict
-
-
-def test_lease_freshness() -> None:
-    import socket
-
-    here = socket.gethostname()
-    assert lease_fresh(100.0, 10.0, here, os.getpid(), 105.0)
-    assert not lease_fresh(100.0, 10.0, here, os.getpid(), 111.0)
-    assert not holder_dead("another-host", 2**22 + 7)
-    assert not holder_dead(here, 10**30), "a pid no process can have is not proof of death"
 
 
 @pytest.mark.parametrize("value", [[], "x", 1, None])

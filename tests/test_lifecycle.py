@@ -18,13 +18,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from core.apply import apply_job
 from core.errors import NothingToClaim, VerificationFailed, WrongState
+from core.freshness import LeaseState
 from core.layout import Layout
 from core.lifecycle import (
     ACTIONS,
-    LEASE_CLAIMING,
-    LEASE_FRESH,
-    LEASE_MISSING,
-    LEASE_STALE,
     STATE_ORDER,
     Facts,
     State,
@@ -42,7 +39,7 @@ FOLDERS = ("queue", "running", "applied", "rejected")
 facts = st.builds(
     Facts,
     folders=st.frozensets(st.sampled_from(FOLDERS)),
-    lease=st.sampled_from([None, LEASE_FRESH, LEASE_STALE, LEASE_MISSING, LEASE_CLAIMING]),
+    lease=st.sampled_from([None, *LeaseState]),
     receipt=st.sampled_from([None, "ok", "rejected", "aborted", "invalid"]),
     base_fresh=st.sampled_from([None, True, False]),
     invalid=st.sampled_from([None, "queue/x.json: malformed JSON"]),
@@ -88,7 +85,7 @@ def test_one_folder_decides(f: Facts) -> None:
     elif folder == "queue":
         assert state is (State.QUEUED if f.receipt is None else State.INCONSISTENT)
     elif f.receipt is None:
-        live = f.lease in (LEASE_FRESH, LEASE_CLAIMING)
+        live = f.lease in (LeaseState.FRESH, LeaseState.CLAIMING)
         assert state is (State.RUNNING if live else State.ORPHANED)
     elif f.receipt == "ok":
         assert state is (State.STALE if f.base_fresh is False else State.RECEIVED)

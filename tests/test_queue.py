@@ -13,8 +13,10 @@ from corekit import dead_pid, mint, receive, write_jobs
 
 from core.errors import BadInput, NotFound, NothingToClaim, WrongState
 from core.events import attempts
+from core.freshness import CLAIM_GRACE
 from core.layout import Layout
-from core.lease import CLAIM_GRACE, read_lease
+from core.lease import lease_verdict, read_lease
+from core.lifecycle import State
 from core.queue import (
     Claimer,
     cancel_requested,
@@ -27,6 +29,7 @@ from core.queue import (
     request_cancel,
     requeue,
 )
+from core.snapshot import take_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,7 +115,12 @@ def test_lease_states(repo: Layout) -> None:
     assert lease_state(repo, key, now) == "claiming"
     assert lease_state(repo, key, now + CLAIM_GRACE + 1) == "missing"
     repo.lease(key).write_bytes(b"not json")
-    assert lease_state(repo, key, now + CLAIM_GRACE + 1) == "missing"
+    # A lease that does not parse is no sign of life, even moments after the claim (a
+    # claim writes its lease whole), and the listing agrees.
+    assert lease_state(repo, key, now) == "stale"
+    assert lease_state(repo, key, now + CLAIM_GRACE + 1) == "stale"
+    assert lease_verdict(repo, key, now).why.startswith(f"{repo.lease(key)}: malformed JSON")
+    assert take_snapshot(repo).rows[key].state is State.ORPHANED
     assert c.lease.fresh(now)
 
 

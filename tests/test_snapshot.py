@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import snapshot, snapshot_index
+from core import snapshot_files, snapshot_index, snapshot_pool
 from core.apply import apply_job
 from core.layout import Layout
 from core.lifecycle import State
@@ -177,13 +177,13 @@ def settle(layout: Layout) -> None:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files under `.gen/` a snapshot reads, as folder/name."""
     seen: list[str] = []
-    real = snapshot.read_with_stat
+    real = snapshot_files.read_with_stat
 
     def counting(path: str | Path, *args: Any, **kwargs: Any) -> tuple[bytes, os.stat_result]:
         seen.append("/".join(Path(path).parts[-2:]))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(snapshot, "read_with_stat", counting)
+    monkeypatch.setattr(snapshot_files, "read_with_stat", counting)
     return seen
 
 
@@ -277,7 +277,7 @@ def test_a_received_job_turns_stale_in_the_next_process(repo: Layout, signer: Ed
 def test_a_folder_recorded_as_settled_is_listed_again_once_it_changes(
     repo: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(snapshot, "_RACY_NS", 0)  # everything counts as settled at once
+    monkeypatch.setattr(snapshot_files, "RACY_NS", 0)  # everything counts as settled at once
     a, b = write_jobs(repo, 2)
     assert set(states(repo)) == {a, b}
     (repo.queue / f"{a}.json").unlink()
@@ -327,8 +327,8 @@ def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path:
         blob + b"\0",
         bytes(b ^ 0xFF if i % 41 == 7 else b for i, b in enumerate(blob)),
         marshal.dumps({"files": {}}),
-        blob.replace(b"index 4", b"index 3", 1),
-        framed(("head",) + (None,) * 6, ("end", 2)),
+        blob.replace(b"index 5", b"index 4", 1),
+        framed(("head",) + (None,) * 4, ("end", 2)),
         framed(head),
         framed(head, ("end", 5)),
         framed(head, ("nonsense",), ("end", 3)),
@@ -537,7 +537,7 @@ def written_claims(draw: st.DrawFn) -> bytes:
 )
 def test_attempts_are_counted_as_json_loads_reads_them(lines: list[bytes]) -> None:
     data = b"\n".join(lines)
-    assert snapshot._parse_attempts(data) == attempts_reference(data)
+    assert snapshot_files.parse_attempts(data) == attempts_reference(data)
 
 
 def test_rows_made_by_forked_workers_are_the_rows_made_here(
@@ -560,9 +560,9 @@ def test_rows_made_by_forked_workers_are_the_rows_made_here(
 
     monkeypatch.setattr(os, "fork", counted_fork)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
-    monkeypatch.setattr(snapshot, "_threads", lambda: 1)
-    monkeypatch.setattr(snapshot, "_WORKER_KEYS_MIN", 1)
-    monkeypatch.setattr(snapshot, "_CHUNK_KEYS_MIN", 1)
+    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot_pool, "WORKER_KEYS_MIN", 1)
+    monkeypatch.setattr(snapshot_pool, "CHUNK_KEYS_MIN", 1)
     assert take_snapshot(repo).rows == here
     assert len(forks) == 2
     assert Scanner(repo).scan().rows == here

@@ -27,12 +27,12 @@ from watchfiles import Change, awatch
 
 from core.board_view import BoardView
 from core.errors import GenjobError
-from core.heap import release_free_memory
 from core.inspect_job import JobDetail, job_detail
 from core.layout import Layout
 from core.lifecycle import State
 from core.preflight import receipt_verdict
 from core.snapshot import JobRow, Scanner, keys_from_paths
+from tui.heap import release_free_memory
 
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120

@@ -12,6 +12,7 @@ Fixtures are built once per size under the temp folder (genjob-bench/) and reuse
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -192,6 +193,8 @@ print(n)
 """
 
 TREE = [f"src/mod_{i}.py" for i in range(50)]
+# The ttl of the fixture's live leases, whose heartbeat is renewed before each run.
+LIVE_TTL = 3600.0
 
 
 def _scan_fixture(count: int) -> Path:
@@ -199,6 +202,7 @@ def _scan_fixture(count: int) -> Path:
     5% failed, 30% applied, 10% rejected; attempts for every claimed job."""
     repo = CACHE / f"scan-{count}"
     if (repo / ".complete").exists():
+        _renew_live_leases(Layout(repo))
         return repo
     _fresh(repo)
     layout, _ = init_repo(repo)
@@ -237,7 +241,7 @@ def _scan_fixture(count: int) -> Path:
                 "token": 1,
                 "claimed_at": 1_767_225_700.0,
                 "heartbeat": 1_767_225_700.0,
-                "ttl": 1e12 if live else 60.0,
+                "ttl": LIVE_TTL if live else 60.0,
             }
             layout.lease(key).write_bytes(canonical(lease))
         elif bucket < 12:
@@ -263,8 +267,23 @@ def _scan_fixture(count: int) -> Path:
     for dirpath, _, names in os.walk(repo):
         for name in names:
             os.utime(os.path.join(dirpath, name), ns=(old, old))
+    _renew_live_leases(layout)
     (repo / ".complete").touch()
     return repo
+
+
+def _renew_live_leases(layout: Layout) -> None:
+    """Heartbeat the fixture's live leases now, as their workers would (in place, so
+    running/ itself does not change)."""
+    now = time.time()
+    for name in os.listdir(layout.running):
+        if name.endswith(".lease"):
+            path = layout.running / name
+            lease = json.loads(path.read_bytes())
+            if lease["ttl"] == LIVE_TTL:
+                with open(path, "r+b") as fh:
+                    fh.write(canonical({**lease, "heartbeat": now}))
+                    fh.truncate()
 
 
 def _process(script: str, *args: str) -> float:

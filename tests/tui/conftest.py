@@ -14,6 +14,8 @@ import pytest
 import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from core.layout import Layout
+from core.lease import new_lease, read_lease, write_lease
 from tui.demo import Demo, build_demo
 
 # The instant a frozen demo is built at; its board is opened 90 seconds later.
@@ -49,12 +51,26 @@ def frozen_demo(where: Path) -> Iterator[Demo]:
         with time_machine.travel(BUILT_AT, tick=False) as clock:
             made = build_demo(where / "calc")
             mp.setenv("XDG_CONFIG_HOME", str(made.config_home))
+            hold_on_the_frozen_clock(made)
             clock.shift(OPENED_AFTER)
             try:
                 yield made
             finally:
                 made.stop()
     time.tzset()
+
+
+def hold_on_the_frozen_clock(demo: Demo) -> None:
+    """Hold the running job's lease from this process, heartbeat at the frozen instant.
+
+    The demo's holder heartbeats on the real clock, months past the frozen one, and a
+    heartbeat that far ahead of the clock keeps no job running (`core.freshness`)."""
+    demo.stop()
+    layout = Layout(demo.root)
+    key = demo.keys["running"]
+    held = read_lease(layout, key)
+    assert held is not None, "the demo's holder claimed the running job"
+    write_lease(layout, key, new_lease(held.worker, held.token, ttl=3600.0))
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from core.config import load_config
 from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
 from core.events import record_event
+from core.freshness import MAX_TTL
 from core.inspect_job import job_detail
 from core.layout import Layout, find_root
 from core.lifecycle import STATE_ORDER, State
@@ -28,7 +29,7 @@ from core.paths import repo_relative
 from core.queue import JOB_FOLDERS, claim, enqueue, locate, reject, request_cancel, requeue
 from core.recover import recover
 from core.replay import replay
-from core.repo import init_repo
+from core.repo import init_repo, is_git_work_tree
 from core.signing import keygen, operator_keys_dir, trust
 from core.snapshot import Snapshot, take_snapshot
 from core.terminal import visible
@@ -103,6 +104,12 @@ def init(ctx: click.Context, directory: Path | None) -> None:
     for item in made:
         say(f"created {item}")
     say(f"genjob ready in {visible(str(layout.gen))}")
+    if not is_git_work_tree(layout.root):
+        say(
+            f"warning: {visible(str(layout.root))} is not a git repository: `apply --commit` and the "
+            "board's commit will not work here (run `git init` first if you want them)",
+            err=True,
+        )
     if made:
         say(
             "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
@@ -268,7 +275,12 @@ def print_checks(v: Any) -> None:
 @main.command("claim")
 @click.argument("key", required=False)
 @click.option("--worker", required=True, help="Who claims (recorded in the lease and attempts).")
-@click.option("--ttl", type=float, default=None, help="Lease ttl in seconds (default: policy.lease_ttl).")
+@click.option(
+    "--ttl",
+    type=click.FloatRange(min=0, max=MAX_TTL, min_open=True),
+    default=None,
+    help=f"Lease ttl in seconds, at most {MAX_TTL:g} (default: policy.lease_ttl).",
+)
 @click.pass_context
 def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | None) -> None:
     """Claim KEY, or the oldest queued job. Exit 1 when nothing is left.

@@ -1,4 +1,7 @@
-"""Handing freed heap memory back to the operating system after a large one-off piece of work."""
+"""Handing freed heap memory back to the operating system after a large one-off piece of work.
+
+Process-wide tuning: the board calls it after a full scan; no library module does.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,129 @@
+"""Reading the files of many keys in several processes at once, for a cold scan.
+
+A scan with no index reads every job document, receipt and attempts file under `.gen/`;
+parsing them is CPU work, so on a machine with several cores the keys are read in
+chunks by forked worker processes (`concurrent.futures`) while this process reads
+chunks too. A worker sends what it read when no chunk is left, as one marshal'd block of
+the columns the index stores (`core.snapshot_index.FACTS`): sending each chunk as it is
+done makes the workers wait for this busy process to take the bytes in.
+
+Only from a process with no other thread (a fork copies the calling thread alone), and
+only for enough keys to pay for the processes. A worker that fails costs nothing but
+time: its keys are left to the caller, which reads them as usual.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+
+from core.snapshot_index import FACTS
+from core.snapshot_records import FileFacts
+
+# At most this many processes (this one included), with at least this many keys for
+# each, in at most 256 chunks of at least this many keys.
+WORKERS_MAX = 4
+WORKER_KEYS_MIN = 2000
+CHUNK_KEYS_MIN = 200
+
+ReadOne = Callable[[str], tuple[FileFacts, bool]]
+
+# In a worker process: the function, the chunks of keys, and the read end of the pipe
+# their numbers are taken from (set by `_start_worker`, never in the parent).
+_work: tuple[ReadOne, list[list[str]], int] | None = None
+
+
+def _threads() -> int:
+    threading = sys.modules.get("threading")
+    return threading.active_count() if threading is not None else 1
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _start_worker(read_one: ReadOne, chunks: list[list[str]], tasks: int) -> None:
+    """A worker's initializer; a forked worker gets its arguments with its memory, unpickled."""
+    global _work
+    _work = (read_one, chunks, tasks)
+
+
+def _read_chunks() -> bytes:
+    """In a worker: the facts of every chunk it takes, as the index stores them, with
+    whether each had settled, by chunk number."""
+    if _work is None:
+        raise RuntimeError("a pool worker with nothing to read")
+    read_one, chunks, tasks = _work
+    done = {}
+    while task := os.read(tasks, 1):
+        made = list(map(read_one, chunks[task[0]]))
+        done[task[0]] = (FACTS.split([facts for facts, _ in made]), tuple(settled for _, settled in made))
+    return marshal.dumps(done)
+
+
+def read_many(
+    keys: Sequence[str], read_one: ReadOne, meanwhile: Callable[[], None]
+) -> Iterator[tuple[str, FileFacts, bool]]:
+    """`read_one` of each of `keys` (as key, facts, settled), by several processes at once,
+    with `meanwhile` run in this one; or just `meanwhile` and nothing, when several
+    processes would not pay.
+
+    Each process takes chunks of keys by reading one byte, a chunk's number, from a pipe
+    that holds all of them: a read is atomic, so each chunk goes to exactly one process,
+    a slow or busy process takes fewer, and one that dies holds nothing back but what it
+    took. This process's chunks are given as they are read, the workers' when they end.
+    """
+    workers = min(_cpus(), WORKERS_MAX, len(keys) // WORKER_KEYS_MIN)
+    if workers < 2 or _threads() > 1 or not hasattr(os, "fork"):
+        meanwhile()
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    step = max(CHUNK_KEYS_MIN, -(-len(keys) // 256))
+    chunks = [list(keys[i : i + step]) for i in range(0, len(keys), step)]
+    tasks, queue = os.pipe()
+    try:
+        os.write(queue, bytes(range(len(chunks))))  # at most 256 bytes: within any pipe's buffer
+    finally:
+        os.close(queue)
+    try:
+        with ProcessPoolExecutor(
+            workers - 1,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_start_worker,
+            initargs=(read_one, chunks, tasks),
+        ) as pool:
+            futures = [pool.submit(_read_chunks) for _ in range(workers - 1)]
+            meanwhile()
+            while task := os.read(tasks, 1):
+                for key in chunks[task[0]]:
+                    yield (key, *read_one(key))
+            for future in futures:
+                if future.exception() is None:
+                    yield from _taken(future.result(), chunks)
+    finally:
+        os.close(tasks)
+
+
+def _taken(data: bytes, chunks: list[list[str]]) -> Iterator[tuple[str, FileFacts, bool]]:
+    """What a worker sent, chunk by chunk; a chunk whose reply does not fit is skipped."""
+    try:
+        done = marshal.loads(data)
+        replies = list(done.items())
+    except (ValueError, EOFError, TypeError, AttributeError):
+        return
+    for index, reply in replies:
+        try:
+            columns, settled = reply
+            facts = list(FACTS.join(columns))
+            keys = chunks[index]
+        except (ValueError, TypeError, IndexError):
+            continue
+        if len(facts) == len(keys) == len(settled):
+            yield from zip(keys, facts, settled, strict=True)

@@ -1,0 +1,155 @@
+"""The named records of the listing engine: what it reads from files, what it shows, and
+what its index keeps between processes (`core.snapshot_index` stores exactly these).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from core.lifecycle import State
+
+# The identity of a file as its folder's listing gives it: the inode of a `<key>.json`
+# (never rewritten in place), or (inode, size, mtime_ns) of a `<key>.jsonl` (appended to).
+FileId = int | tuple[int, int, int]
+
+
+class JobRow(NamedTuple):
+    """What the list shows of one job."""
+
+    key: str
+    state: State
+    schema: str
+    digest: str
+    instruction: str
+    allowed_paths: tuple[str, ...]
+    created_at: float
+    attempts: int
+    worker: str
+    receipt_status: str | None
+    folders: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "key": self.key,
+            "state": self.state.value,
+            "schema": self.schema,
+            "digest": self.digest,
+            "instruction": self.instruction,
+            "allowed_paths": list(self.allowed_paths),
+            "created_at": self.created_at,
+            "attempts": self.attempts,
+            "worker": self.worker or None,
+            "receipt_status": self.receipt_status,
+            "folders": list(self.folders),
+            "problems": list(self.problems),
+        }
+
+
+class JobSummary(NamedTuple):
+    """What a listing keeps of a valid job document."""
+
+    schema: str
+    digest: str
+    instruction: str
+    allowed_paths: tuple[str, ...]
+    # (path, input hash or None) sorted by path; kept only for a running job, whose
+    # receipt is checked against the tree.
+    inputs: tuple[tuple[str, str | None], ...]
+    created_at: float
+
+
+NO_SUMMARY = JobSummary("", "", "", (), (), 0.0)
+
+
+class ReceiptFacts(NamedTuple):
+    """What a listing keeps of a valid receipt."""
+
+    status: str
+    worker_id: str
+    idempotency_key: str
+    job_digest: str
+
+
+class LeaseFacts(NamedTuple):
+    """What a listing keeps of a valid lease."""
+
+    worker: str
+    host: str
+    pid: int
+    heartbeat: float
+    ttl: float
+
+
+class FileFacts(NamedTuple):
+    """What a key's files say: all of a row that stays true while those files do not
+    change (its lease, the tree and the clock are looked at again on every scan)."""
+
+    folders: tuple[str, ...]  # the state folders holding `<key>.json`, in `JOB_FOLDERS` order
+    has_job: bool  # a job document parsed: `job` is its summary (else `NO_SUMMARY`)
+    job: JobSummary
+    rejection: str  # the reason in a rejected record, else ""
+    invalid: str | None  # the first fault of the key's name or a job document
+    receipt: str | None  # the receipt's status, "invalid", or None when there is none
+    receipt_problems: tuple[str, ...]
+    worker: str  # named by the receipt, else by the last claim in the attempts file
+    attempts: int  # claims in the attempts file
+
+
+class Listing(NamedTuple):
+    """A state folder as listed."""
+
+    settled: tuple[int, int, int] | None  # its (inode, mtime_ns, ctime_ns), if it had settled
+    files: dict[str, FileId]  # key -> the identity of the key's file there
+    leases: dict[str, None] | None  # running/ only: the keys with a `<key>.lease`
+
+
+NO_LEASE_FACTS = LeaseFacts("", "", 0, 0.0, 0.0)
+
+
+class LeaseRead(NamedTuple):
+    """A lease file's bytes as last read, and what they say."""
+
+    data: bytes
+    fault: str | None  # why they are not a valid lease, or None
+    facts: LeaseFacts  # `NO_LEASE_FACTS` when they are not
+
+
+class FileStamp(NamedTuple):
+    """A file's identity as `stat` gives it: it changes when the file is replaced or written."""
+
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileStamp:
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class TreeStamp(NamedTuple):
+    """A tree file as it was when hashed, and its hash."""
+
+    file: FileStamp
+    digest: str
+
+
+class ConfigStamp(NamedTuple):
+    """`config.toml` as it was when read, and the policy read from it."""
+
+    file: FileStamp
+    signature_required: bool
+    fault: str | None
+
+
+class Index(NamedTuple):
+    """What a scanner keeps between scans, and between processes in `.gen/cache/`."""
+
+    config: ConfigStamp | None
+    tree: dict[str, TreeStamp]  # repository-relative path -> stamp
+    listed: dict[str, Listing]  # folder -> listing
+    fixed: dict[str, JobRow]  # rows that depend on their key's files alone
+    volatile: dict[str, FileFacts]  # file facts of rows that also depend on a lease, the tree or the clock
+    leases: dict[str, LeaseRead]  # key -> its lease as last read
