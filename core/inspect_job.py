@@ -108,6 +108,7 @@ def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
     """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
     from core import candidates  # which imports this module's diffs
+
     scanner = scanner or Scanner(layout, disk_cache=False)
     row = scanner.refresh([key]).get(key)
     if row is None:
