@@ -178,7 +178,9 @@ def approvable(standings: Mapping[str, Standing]) -> tuple[list[str], dict[str, 
         if standing.approvable:
             ok.append(key)
             continue
-        if standing.verdict is not True:
+        if standing.verdict is None:
+            why = "no receipt (one with candidates is approved alone, to choose one)"
+        elif standing.verdict is not True:
             why = "the receipt does not verify"
         else:
             states = {c.state for c in standing.checks if c.required and not c.satisfied}

@@ -9,11 +9,12 @@ written it (`core.ownership`). The operator's `config.toml` in the user config f
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.canonical import read_bytes
 from core.errors import BadInput
@@ -39,6 +40,9 @@ commit_on_approve = false
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
+# Best-of-N: ship every job as this many candidates at once, spread over the hosts it is
+# shipped to, each with its own signed receipt; `genjob apply KEY --candidate N` picks one.
+# candidates = 1
 
 [limits]
 # What a generator may send back, per file and in all, and how many files.
@@ -87,6 +91,16 @@ concurrency = 2
 # timeout = 900
 # concurrency = 2
 
+# [hosts.pods]
+# Any command that yields a pipe to a Python on the far side: kubectl exec -i, docker
+# exec -i, srun, or OpenSSH's own ssh with your ~/.ssh/config (see genjob's README,
+# "Running on a cluster"). genjob adds the runner's start to the end of it.
+# transport = "command"
+# command = ["kubectl", "exec", "-i", "-n", "gen", "deploy/generator", "--"]
+# generator = "aider --yes-always --no-git --message-file {instruction_file} {paths}"
+# concurrency = 4
+# candidates = 2          # each job shipped here alone runs as two candidates
+
 # Checks run on a receipt's outputs before you approve it: `genjob check KEY`, and the
 # board runs them as each receipt arrives. Each runs in a scratch copy of the repository
 # (tracked files, the job's inputs, the receipt's outputs written in), never in your tree,
@@ -119,6 +133,9 @@ class Policy(BaseModel):
     commit_on_approve: bool = False
     # Checks that must have passed on a receipt's exact outputs before it is applied.
     require_checks: list[CheckName] = []
+    # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
+    # shipped to; a host's own `candidates` wins for a job shipped to that host alone.
+    candidates: Annotated[int, Field(ge=1, le=16)] = 1
 
 
 class Limits(BaseModel):
@@ -129,19 +146,33 @@ class Limits(BaseModel):
     max_tail_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
 
 
+# A host's name is a TOML key and also names its file under `.gen/fleet/`.
+HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
 class Host(BaseModel):
     model_config = _STRICT
-    transport: Literal["local", "ssh"]
+    transport: Literal["local", "ssh", "command"]
     generator: Annotated[str, Field(min_length=1)]
+    # transport = "command": the argv that yields a stdin/stdout pipe to a Python on the
+    # far side (`kubectl exec -i ... --`, `docker exec -i NAME`, `srun ...`, `ssh -T host`).
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    # How the runner's start is added to `command`: "argv" (as arguments) or "shell" (as one
+    # shell-quoted line, for a far side that reads it through a shell, as ssh does). None:
+    # "shell" when the program is ssh, else "argv".
+    command_mode: Literal["argv", "shell"] | None = None
     address: str | None = None
     port: Annotated[int, Field(gt=0, lt=65536)] = 22
     identity: str | None = None
     known_hosts: str = "~/.ssh/known_hosts"
-    # The interpreter (3.8 or later) that runs genjob's stdlib-only runner on an ssh host;
-    # None means `python3` from the login shell's PATH. The local transport uses genjob's own.
+    # The interpreter (3.8 or later) that runs genjob's stdlib-only runner on an ssh or a
+    # command host; None means `python3` from the far side's PATH. The local transport
+    # uses genjob's own.
     python: Annotated[str, Field(min_length=1)] | None = None
     timeout: Annotated[float, Field(gt=0)] = 900.0
     concurrency: Annotated[int, Field(gt=0)] = 1
+    # Best-of-N on this host: a job shipped here alone runs this many candidates here.
+    candidates: Annotated[int, Field(ge=1, le=16)] | None = None
 
     @property
     def stand_in(self) -> bool:
@@ -153,7 +184,16 @@ class Host(BaseModel):
         if self.transport == "ssh" and not (self.address and self.identity):
             raise ValueError('an ssh host needs address = "user@host" and identity = "<key file>"')
         if self.transport == "local" and self.python is not None:
-            raise ValueError("python is for ssh hosts; the local transport runs genjob's own interpreter")
+            raise ValueError(
+                "python is for ssh hosts and command hosts; the local transport runs genjob's own interpreter"
+            )
+        if self.transport == "command" and self.command is None:
+            raise ValueError(
+                'a command host needs command = ["program", "arg", ...], an argv that yields a pipe '
+                'to a Python on the far side (for example ["kubectl", "exec", "-i", "pod", "--"])'
+            )
+        if self.transport != "command" and (self.command is not None or self.command_mode is not None):
+            raise ValueError('command and command_mode are for transport = "command" hosts')
         return self
 
 
@@ -192,6 +232,17 @@ class Config(BaseModel):
                 f"policy.require_checks names {', '.join(missing)}, which no [checks.NAME] table defines"
             )
         return self
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, hosts: dict[str, Host]) -> dict[str, Host]:
+        for name in hosts:
+            if not re.fullmatch(HOST_NAME, name):
+                raise ValueError(
+                    f"{name!r}: a host name is up to 64 letters, digits, '.', '_' or '-', "
+                    "starting with a letter or digit"
+                )
+        return hosts
 
 
 class OperatorPolicy(BaseModel):

@@ -49,6 +49,9 @@ class JobDetail:
     errors: list[str] = field(default_factory=list)
     cancel_requested_at: float | None = None  # a cancel asked for and not yet honoured
     checks: list[CheckStatus] = field(default_factory=list)  # the configured checks of a receipt
+    # Best-of-N: how many candidates the job has, and which one was chosen, if one was.
+    candidates: int = 0
+    chosen: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +66,8 @@ class JobDetail:
             "errors": self.errors,
             "cancel_requested_at": self.cancel_requested_at,
             "checks": [c.to_dict() for c in self.checks],
+            "candidates": self.candidates,
+            "chosen": self.chosen,
         }
 
 
@@ -105,6 +110,8 @@ def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff
 
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
     """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
+    from core import candidates  # which imports this module's diffs
+
     scanner = scanner or Scanner(layout, disk_cache=False)
     row = scanner.refresh([key]).get(key)
     if row is None:
@@ -149,4 +156,6 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         errors=errors,
         cancel_requested_at=cancel_requested_at(layout, key),
         checks=checks,
+        candidates=candidates.count(layout, key),
+        chosen=candidates.chosen(layout, key),
     )

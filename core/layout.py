@@ -14,7 +14,18 @@ GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
 # Where a key's job document may be, most final first: the first found decides.
 JOB_FOLDERS = ("applied", "rejected", "running", "queue")
-OTHER_DIRS = ("out", "attempts", "trusted_keys", "logs", "journal", "cache", "checks", "scratch")
+OTHER_DIRS = (
+    "out",
+    "attempts",
+    "trusted_keys",
+    "logs",
+    "journal",
+    "cache",
+    "checks",
+    "scratch",
+    "fleet",
+    "candidates",
+)
 # The state a job in each folder is in, by the name the user sees (before what leases,
 # receipts and the tree add to it).
 FOLDER_STATE = {"queue": "QUEUED", "running": "RUNNING", "applied": "APPLIED", "rejected": "REJECTED"}
@@ -92,6 +103,11 @@ class Layout:
         return self.gen / "scratch"
 
     @cached_property
+    def fleet(self) -> Path:
+        """What each generator host last did: one small file per configured host."""
+        return self.gen / "fleet"
+
+    @cached_property
     def events(self) -> Path:
         return self.gen / "events.jsonl"
 
@@ -133,6 +149,20 @@ class Layout:
 
     def check_record(self, key: str, name: str) -> Path:
         return self.checks / key / f"{name}.json"
+
+    @cached_property
+    def candidates(self) -> Path:
+        """Best-of-N: each job's candidates, each with its own receipt and outputs."""
+        return self.gen / "candidates"
+
+    def candidates_of(self, key: str) -> Path:
+        return self.candidates / key
+
+    def candidate(self, key: str, number: int) -> Path:
+        return self.candidates / key / str(number)
+
+    def fleet_file(self, host: str) -> Path:
+        return self.fleet / f"{host}.json"
 
     def all_dirs(self) -> list[Path]:
         return [self.gen / d for d in STATE_DIRS + OTHER_DIRS]

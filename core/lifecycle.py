@@ -41,6 +41,11 @@ STATE_ORDER = (
 )
 
 
+# A running job with candidates and no lease file: its batch closed (the lease goes with
+# the last candidate in), however recently it was claimed.
+CLOSED = frozenset({LeaseState.MISSING, LeaseState.CLAIMING})
+
+
 @dataclass(frozen=True, slots=True)
 class Facts:
     """Everything the state depends on, as read from one snapshot.
@@ -50,6 +55,8 @@ class Facts:
     receipt: None, "ok", "rejected", "aborted", or "invalid" (present but unreadable).
     base_fresh: for an ok receipt, whether the tree still matches the job's inputs.
     invalid: the parse error of the job file, if it has one.
+    candidates: best-of-N (`core.candidates`): None when the job has none, else "ok" when
+      one of them came back ok, "failed" when none did.
     """
 
     folders: frozenset[str]
@@ -57,6 +64,7 @@ class Facts:
     receipt: str | None = None
     base_fresh: bool | None = None
     invalid: str | None = None
+    candidates: str | None = None
 
 
 def derive_state(f: Facts) -> State:
@@ -71,6 +79,9 @@ def derive_state(f: Facts) -> State:
     if "queue" in f.folders:
         return State.INCONSISTENT if f.receipt is not None else State.QUEUED
     if "running" in f.folders:
+        if f.receipt is None and f.candidates is not None and f.lease in CLOSED:
+            # The last candidate in removed the lease: the batch is over, none chosen yet.
+            return State.RECEIVED if f.candidates == "ok" else State.FAILED
         if f.receipt is None:
             return State.RUNNING if f.lease is not None and f.lease.live else State.ORPHANED
         if f.receipt == "invalid":

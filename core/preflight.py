@@ -48,11 +48,19 @@ class Preflight:
     # The job's checks, and the required ones that have not passed on these outputs.
     checks: tuple[CheckStatus, ...] = ()
     checks_missing: tuple[str, ...] = ()
+    # The best-of-N candidate this preflight is for (its receipt, signature and outputs).
+    candidate: int | None = None
 
     @property
     def may_apply(self) -> bool:
         """The receipt verifies and every required check passed: apply would run."""
         return self.verified and not self.checks_missing
+
+    @property
+    def may_choose(self) -> bool:
+        """A candidate that verifies but whose required checks have not run: checks run on a
+        chosen receipt, so choosing it (without applying) is the way on."""
+        return self.candidate is not None and self.verified and bool(self.checks_missing)
 
     @property
     def added(self) -> int:

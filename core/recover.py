@@ -11,7 +11,8 @@ The rules, applied in this order (each is reported):
  R5 a lease or cancel request with no running job is removed;
  R6 temp files of interrupted writes (`.tmp-*`) in `.gen/` folders are removed once no
     process is writing them (their lock is free), and a worker's staging folder in
-    `.gen/out/` once its attempt is over (the job no longer runs under that attempt).
+    `.gen/out/` (a run's, or a candidate's) once its attempt is over (the job no longer
+    runs under that attempt).
 A copy is removed only when its digest equals the winner's; a copy with other content
 is never deleted but moved aside to `.gen/logs/<key>/` and reported.
 
@@ -40,7 +41,8 @@ from core.lease import read_lease
 from core.models import KEY_RE
 from core.queue import read_job_file
 
-_STAGING = re.compile(rf"^{re.escape(TMP_PREFIX)}([0-9a-f]{{32}})-(\d+)$")
+# A run's staging folder in `.gen/out/`: `.tmp-<key>-<attempt>`, or with `-c<n>` for a candidate.
+_STAGING = re.compile(rf"^{re.escape(TMP_PREFIX)}([0-9a-f]{{32}})-(\d+)(?:-c\d+)?$")
 
 
 @dataclass

@@ -23,15 +23,16 @@ from core.bundle import BundleError, ResultInfo
 from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
 from core.errors import BadInput, GenjobError
-from core.events import actor, bounded, record_event
+from core.events import actor, bounded, record_attempt, record_event
 from core.evidence import keep
+from core.fleet import SHIPPING, note_run
 from core.layout import Layout
 from core.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.rules import Limits, TailBuffer
 from core.signing import load_private_key, private_key_path
-from core.transport import JobSpec, LocalTransport, SSHTransport, Transport, run_job
+from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 
 OutputCallback = Callable[[bytes], None]
 # How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
@@ -48,11 +49,16 @@ class ShipResult:
     won: bool  # False when the lease was lost and the receipt was kept aside
     receipt: Path
     outputs: dict[str, str] = field(default_factory=dict)
+    candidate: int | None = None  # which candidate of a best-of-N batch this run was
 
 
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
         return LocalTransport()
+    if host.transport == "command":
+        if not host.command:
+            raise BadInput(f"config.toml: hosts.{name}: a command host needs command")
+        return CommandTransport(host.command, python=host.python or "python3", mode=host.command_mode)
     if not (host.address and host.identity):
         raise BadInput(f"config.toml: hosts.{name}: an ssh host needs address and identity")
     return SSHTransport(
@@ -66,6 +72,7 @@ class Hosts:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._transports: dict[str, Transport] = {}
+        self._slots: dict[str, asyncio.Semaphore] = {}
 
     def pick(self, name: str | None) -> str:
         if name is None:
@@ -81,6 +88,13 @@ class Hosts:
         if name not in self._transports:
             self._transports[name] = make_transport(name, self.config.hosts[name])
         return self._transports[name]
+
+    def slot(self, name: str) -> asyncio.Semaphore:
+        """Held by each run on host `name`: at most its `concurrency` run at once, however
+        many jobs and candidates ask (one event loop's runs; a semaphore is bound to it)."""
+        if name not in self._slots:
+            self._slots[name] = asyncio.Semaphore(self.config.hosts[name].concurrency)
+        return self._slots[name]
 
     async def close(self) -> None:
         for t in self._transports.values():
@@ -121,7 +135,7 @@ def read_inputs(layout: Layout, claim: Claim) -> dict[str, bytes]:
     return files
 
 
-def _verdict(run: _Run) -> tuple[str, str | None]:
+def verdict(run: Run) -> tuple[str, str | None]:
     """The receipt status and its reason, most decisive cause first."""
     info = run.info
     if run.stopped:
@@ -192,8 +206,8 @@ class Shipment:
 
 
 @dataclass
-class _Run:
-    """What one run found out, most decisive first in `_verdict`."""
+class Run:
+    """What one run found out, most decisive first in `verdict`."""
 
     stopped: list[str] = field(default_factory=list)
     info: ResultInfo | None = None
@@ -213,7 +227,7 @@ async def run_claimed(
     Setting `cancel` stops the run and ends it in an `aborted` receipt whose reason is
     `cancel_reason`; the result is returned as for any other outcome.
     """
-    claim, host = shipment.claim, shipment.pool.config.hosts[shipment.host]
+    claim = shipment.claim
     tail = TailBuffer(shipment.pool.config.limits.max_tail_bytes)
 
     def output(chunk: bytes) -> None:
@@ -221,23 +235,64 @@ async def run_claimed(
         if on_output is not None:
             on_output(chunk)
 
-    run = _Run()
+    run = Run()
     stop = asyncio.Event()
     shutil.rmtree(shipment.staging, ignore_errors=True)
-    watcher = asyncio.create_task(_watch(shipment, stop, cancel, cancel_reason, run.stopped))
+    watcher = asyncio.create_task(watch(shipment, stop, cancel, cancel_reason, run.stopped))
     interrupted: BaseException | None = None
     try:
-        spec = JobSpec(
-            job_doc=await asyncio.to_thread(read_bytes, claim.path),
-            instruction=claim.job.instruction,
-            allowed_paths=list(claim.job.allowed_paths),
-            files=functools.partial(read_inputs, shipment.layout, claim),
-            generator=host.generator,
-            timeout=host.timeout,
-            limits=Limits(**shipment.pool.config.limits.model_dump()),
-        )
-        transport = shipment.pool.transport(shipment.host)
-        outcome, run.info = await run_job(transport, spec, shipment.staging, output, stop)
+        await attempt(shipment, shipment.staging, stop, output, run, tail)
+    except asyncio.CancelledError as exc:
+        run.stopped.append("interrupted (the worker was stopped)")
+        interrupted = exc
+    finally:
+        stop.set()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    ending = verdict(run)
+    committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, ending, run.info, bytes(tail)))
+    if interrupted is not None:
+        raise interrupted
+    status, reason = ending
+    outputs = dict(run.info.outputs) if run.info is not None and status == "ok" else {}
+    return ShipResult(
+        claim.key, shipment.host, claim.lease.token, status, reason, committed.won, committed.path, outputs
+    )
+
+
+async def attempt(
+    shipment: Shipment,
+    dest: Path,
+    stop: asyncio.Event,
+    output: OutputCallback,
+    run: Run,
+    tail: TailBuffer,
+    candidate: int | None = None,
+) -> None:
+    """Run the claimed job once on `shipment.host`, its outputs into the new folder
+    `dest`, filling `run` with what happened; waits for a free slot on the host first.
+
+    Setting `stop` stops the run. Raises only CancelledError: every other outcome is in
+    `run`, for a receipt.
+    """
+    claim, host = shipment.claim, shipment.pool.config.hosts[shipment.host]
+    try:
+        async with shipment.pool.slot(shipment.host):
+            if stop.is_set():
+                return
+            await asyncio.to_thread(_announce, shipment, candidate)
+            spec = JobSpec(
+                job_doc=await asyncio.to_thread(read_bytes, claim.path),
+                instruction=claim.job.instruction,
+                allowed_paths=list(claim.job.allowed_paths),
+                files=functools.partial(read_inputs, shipment.layout, claim),
+                generator=host.generator,
+                timeout=host.timeout,
+                limits=Limits(**shipment.pool.config.limits.model_dump()),
+            )
+            transport = shipment.pool.transport(shipment.host)
+            outcome, run.info = await run_job(transport, spec, dest, output, stop)
         run.error = outcome.error
         if outcome.stderr_tail and not len(tail):
             output(outcome.stderr_tail)
@@ -247,26 +302,9 @@ async def run_claimed(
         run.error = str(exc)
     except Exception as exc:  # after a claim, every outcome must still end in a receipt
         run.error = f"worker error: {type(exc).__name__}: {exc}"
-    except asyncio.CancelledError as exc:
-        run.stopped.append("interrupted (the worker was stopped)")
-        interrupted = exc
-    finally:
-        stop.set()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-    verdict = _verdict(run)
-    committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, verdict, run.info, bytes(tail)))
-    if interrupted is not None:
-        raise interrupted
-    status, reason = verdict
-    outputs = dict(run.info.outputs) if run.info is not None and status == "ok" else {}
-    return ShipResult(
-        claim.key, shipment.host, claim.lease.token, status, reason, committed.won, committed.path, outputs
-    )
 
 
-async def _watch(
+async def watch(
     shipment: Shipment, stop: asyncio.Event, cancel: asyncio.Event | None, cancel_reason: str, why: list[str]
 ) -> None:
     """Heartbeat the lease every third of its ttl, and look for a cancel request every
@@ -318,7 +356,7 @@ def abort_claim(layout: Layout, claim: Claim, reason: str, worker: str) -> Commi
 
 
 def _commit(
-    shipment: Shipment, verdict: tuple[str, str | None], info: ResultInfo | None, output: bytes
+    shipment: Shipment, ending: tuple[str, str | None], info: ResultInfo | None, output: bytes
 ) -> Committed:
     """Keep the evidence, then publish the receipt (outputs only for `ok`).
 
@@ -326,10 +364,28 @@ def _commit(
     in the audit log; it never keeps the receipt from being written.
     """
     layout, claim = shipment.layout, shipment.claim
-    status, reason = verdict
-    stem = f"attempt-{claim.lease.token}"
-    summary = {
-        "attempt": claim.lease.token,
+    status, reason = ending
+    keep_evidence(shipment, f"attempt-{claim.lease.token}", output, run_summary(shipment, ending, info))
+    outputs = dict(info.outputs) if info is not None and status == "ok" else {}
+    staged = shipment.staging
+    if status != "ok":
+        shutil.rmtree(staged, ignore_errors=True)
+    receipt = make_receipt(claim.job, status, outputs, shipment.worker)
+    kept_outputs = staged if status == "ok" and staged.exists() else None
+    committed = commit_receipt(
+        layout, claim.job, receipt, claim.lease.token, shipment.worker, kept_outputs, shipment.signer, reason
+    )
+    note_host(shipment, status, reason)
+    return committed
+
+
+def run_summary(
+    shipment: Shipment, ending: tuple[str, str | None], info: ResultInfo | None
+) -> dict[str, object]:
+    """What the evidence folder keeps about one run, beside its output."""
+    status, reason = ending
+    return {
+        "attempt": shipment.claim.lease.token,
         "host": shipment.host,
         "worker": shipment.worker,
         "status": status,
@@ -337,18 +393,36 @@ def _commit(
         "exit_code": info.exit_code if info else None,
         "violations": list(info.violations) if info else [],
     }
+
+
+def keep_evidence(shipment: Shipment, stem: str, output: bytes, summary: dict[str, object]) -> None:
+    """`<stem>.log` (the generator's output tail) and `<stem>.json` under `.gen/logs/<key>/`;
+    a failure to keep them is recorded in the audit log, never raised."""
+    layout, key = shipment.layout, shipment.claim.key
     try:
-        keep(layout, claim.key, f"{stem}.log", output)
-        keep(layout, claim.key, f"{stem}.json", canonical(bounded(summary)))
+        keep(layout, key, f"{stem}.log", output)
+        keep(layout, key, f"{stem}.json", canonical(bounded(summary)))
     except (GenjobError, OSError) as exc:
         with contextlib.suppress(GenjobError, OSError):
-            record_event(layout, "evidence_not_kept", claim.key, attempt=claim.lease.token, reason=str(exc))
-    outputs = dict(info.outputs) if info is not None and status == "ok" else {}
-    staged = shipment.staging
-    if status != "ok":
-        shutil.rmtree(staged, ignore_errors=True)
-    receipt = make_receipt(claim.job, status, outputs, shipment.worker)
-    kept_outputs = staged if status == "ok" and staged.exists() else None
-    return commit_receipt(
-        layout, claim.job, receipt, claim.lease.token, shipment.worker, kept_outputs, shipment.signer, reason
-    )
+            record_event(
+                layout, "evidence_not_kept", key, attempt=shipment.claim.lease.token, reason=str(exc)
+            )
+
+
+def _announce(shipment: Shipment, candidate: int | None) -> None:
+    """Say which host this attempt (or this candidate of it) runs on: the fleet view
+    counts runs from it."""
+    claim = shipment.claim
+    where = {"host": shipment.host} if candidate is None else {"host": shipment.host, "candidate": candidate}
+    record_attempt(shipment.layout, claim.key, SHIPPING, attempt=claim.lease.token, **where)
+
+
+def note_host(shipment: Shipment, status: str, reason: str | None) -> None:
+    """Note the run's end for the fleet view; a note that cannot be written costs nothing else.
+    A claim that never ran on a configured host (`abort_claim`) leaves no note."""
+    if shipment.host not in shipment.pool.config.hosts:
+        return
+    with contextlib.suppress(GenjobError, OSError):
+        note_run(
+            shipment.layout, shipment.host, shipment.claim.key, shipment.claim.lease.token, status, reason
+        )

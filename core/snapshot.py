@@ -84,15 +84,24 @@ def _derive(
     receipt: str | None,
     base_fresh: bool | None,
     invalid: str | None,
+    candidates: str | None = None,
 ) -> State:
     """`derive_state`, remembered for each combination of facts without a fault message."""
     if invalid is not None:
-        return derive_state(Facts(frozenset(folders), lease, receipt, base_fresh, invalid))
-    memo = (folders, lease, receipt, base_fresh)
+        return derive_state(Facts(frozenset(folders), lease, receipt, base_fresh, invalid, candidates))
+    memo = (folders, lease, receipt, base_fresh, candidates)
     state = _STATE_MEMO.get(memo)
     if state is None:
-        state = _STATE_MEMO[memo] = derive_state(Facts(frozenset(folders), lease, receipt, base_fresh))
+        facts = Facts(frozenset(folders), lease, receipt, base_fresh, None, candidates)
+        state = _STATE_MEMO[memo] = derive_state(facts)
     return state
+
+
+def _candidates(facts: FileFacts) -> str | None:
+    """What the lifecycle needs of a job's candidates: none, one ok, or only failed ones."""
+    if not facts.candidates:
+        return None
+    return "ok" if facts.candidates_ok else "failed"
 
 
 def _config_policy(path: str) -> tuple[bool, str | None]:
@@ -293,6 +302,7 @@ class Scanner:
             now_ids = [file_identity(f"{gen}/{folder}/{key}.json", False) for folder in JSON_FOLDERS]
             has_lease = os.path.lexists(f"{gen}/running/{key}.lease")
             attempts_id = file_identity(f"{gen}/attempts/{key}.jsonl", True)
+            candidates_id = file_identity(f"{gen}/candidates/{key}", True)
             if all(i is None for i in now_ids):
                 changed[key] = None
                 continue
@@ -303,6 +313,7 @@ class Scanner:
                 and all(listed[f].files.get(key) == i for f, i in zip(JSON_FOLDERS, now_ids, strict=True))
                 and (key in (listed["running"].leases or {})) == has_lease
                 and listed["attempts"].files.get(key) == attempts_id
+                and listed["candidates"].files.get(key) == candidates_id
             )
             if not same:
                 self._fixed.pop(key, None)
@@ -313,6 +324,7 @@ class Scanner:
                     f: {key: i} if i is not None else {} for f, i in zip(JSON_FOLDERS, now_ids, strict=True)
                 }
                 files["attempts"] = {key: attempts_id} if attempts_id is not None else {}
+                files["candidates"] = {key: candidates_id} if candidates_id is not None else {}
                 row = self._row(key, files, has_lease, now, racy, same)
             changed[key] = row
         return changed
@@ -357,12 +369,13 @@ class Scanner:
             fixed = False
         worker = facts.worker
         verdict: Verdict | None = None
+        candidates = _candidates(facts)
         if folders == ("running",):
-            verdict, holder = self._lease(key, has_lease, now, receipt, base_fresh, facts.invalid)
+            verdict, holder = self._lease(key, has_lease, now, receipt, base_fresh, facts.invalid, candidates)
             worker = holder or worker
             fixed = fixed and not has_lease
         lease = verdict.state if verdict is not None else None
-        state = _derive(folders, lease, receipt, base_fresh, facts.invalid)
+        state = _derive(folders, lease, receipt, base_fresh, facts.invalid, candidates)
         if facts.invalid:
             problems.insert(0, facts.invalid)
         if state is State.INCONSISTENT:
@@ -390,6 +403,7 @@ class Scanner:
             receipt,
             folders,
             problems_kept,
+            facts.candidates,
         )
         return row, fixed
 
@@ -401,6 +415,7 @@ class Scanner:
         receipt: str | None,
         base_fresh: bool | None,
         invalid: str | None,
+        candidates: str | None,
     ) -> tuple[Verdict, str]:
         """The lease verdict and holder of a job in running/ alone.
 
@@ -420,9 +435,9 @@ class Scanner:
                 f = read.facts
                 return freshness.judge(f.heartbeat, f.ttl, f.host, f.pid, now), f.worker
         running = ("running",)
-        either = _derive(running, LeaseState.MISSING, receipt, base_fresh, invalid)
+        either = _derive(running, LeaseState.MISSING, receipt, base_fresh, invalid, candidates)
         if either is not State.ORPHANED and either is _derive(
-            running, LeaseState.CLAIMING, receipt, base_fresh, invalid
+            running, LeaseState.CLAIMING, receipt, base_fresh, invalid, candidates
         ):
             return freshness.NO_LEASE, ""
         try:
@@ -447,12 +462,16 @@ def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:
     """The job keys that changed files under `.gen/` belong to."""
     keys = set()
     gen = str(layout.gen) + os.sep
+    candidates = gen + "candidates" + os.sep
     for p in paths:
         s = str(p)
         if not s.startswith(gen):
             continue
-        name = os.path.basename(s)
-        stem = name.split(".", 1)[0]
+        if s.startswith(candidates):
+            # .gen/candidates/<key>/<n>/...: the key is the folder's first part.
+            stem = s[len(candidates) :].split(os.sep, 1)[0]
+        else:
+            stem = os.path.basename(s).split(".", 1)[0]
         if KEY_RE.fullmatch(stem):
             keys.add(stem)
     return keys

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -271,6 +272,10 @@ def read_facts(
         if type(data) is bytes:
             attempts, last = parse_attempts(data)
             worker = worker or last
+    candidates = candidates_ok = 0
+    if key in files.get("candidates", {}):
+        candidates, candidates_ok, ok = read_candidates(f"{gen}/candidates/{key}", racy_ns)
+        settled = settled and ok
     facts = FileFacts(
         folders=folders,
         has_job=job is not None,
@@ -281,5 +286,24 @@ def read_facts(
         receipt_problems=problems,
         worker=worker,
         attempts=attempts,
+        candidates=candidates,
+        candidates_ok=candidates_ok,
     )
     return facts, settled
+
+
+def read_candidates(path: str, racy_ns: int) -> tuple[int, int, bool]:
+    """(candidates, of which `ok`, whether the folder had settled) for a key's candidates
+    folder (`core.candidates`): a candidate whose receipt does not read counts, not as ok."""
+    try:
+        st = os.lstat(path)
+        names = os.listdir(path) if not stat.S_ISLNK(st.st_mode) else []
+    except (FileNotFoundError, NotADirectoryError):
+        return 0, 0, True
+    numbered = [n for n in names if n.isdigit() and n[0] != "0"]
+    ok = 0
+    for n in numbered:
+        data, _ = read(f"{path}/{n}/receipt.json", racy_ns)
+        got = parse_receipt(data, path) if type(data) is bytes else None
+        ok += isinstance(got, ReceiptFacts) and got.status == "ok"
+    return len(numbered), ok, st.st_mtime_ns < racy_ns

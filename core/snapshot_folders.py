@@ -1,11 +1,12 @@
 """Listing the state folders under `.gen/`: which keys have which files, by identity.
 
 A key's row depends on `<key>.json` in the first five folders of `LISTED`, `<key>.lease`
-in running/ and `<key>.jsonl` in attempts/. Job documents, receipts and records are
-never rewritten in place (each is a complete file renamed or linked into place), so such
-a file is known by its inode as the listing gives it, without a stat. Attempts files
-grow, so theirs is (inode, size, mtime). Only the presence of a lease is listed: leases
-are read on every scan.
+in running/, `<key>.jsonl` in attempts/ and the folder `<key>/` in candidates/. Job
+documents, receipts and records are never rewritten in place (each is a complete file
+renamed or linked into place), so such a file is known by its inode as the listing gives
+it, without a stat. Attempts files grow, so theirs is (inode, size, mtime), and so does a
+key's candidates folder (a candidate is renamed into it whole). Only the presence of a
+lease is listed: leases are read on every scan.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from core.snapshot_files import racy_after
 from core.snapshot_records import FileId, Listing
 
 # Listed in this order; the first five hold `<key>.json` files.
-LISTED = ("receipts", "running", "queue", "applied", "rejected", "attempts")
+LISTED = ("receipts", "running", "queue", "applied", "rejected", "attempts", "candidates")
 JSON_FOLDERS = LISTED[:5]
+# Folders whose entries change without the folder itself changing: listed on every scan.
+GROWING = ("attempts", "candidates")
 
 
 def _entries(path: str) -> list[os.DirEntry[str]]:
@@ -28,24 +31,25 @@ def _entries(path: str) -> list[os.DirEntry[str]]:
         return []
 
 
-def _list_growing(path: str) -> dict[str, FileId]:
-    """`<key>.jsonl` by key with its (inode, size, mtime); stat'ed relative to the folder,
+def _list_growing(path: str, suffix: str) -> dict[str, FileId]:
+    """`<key><suffix>` by key with its (inode, size, mtime); stat'ed relative to the folder,
     which spares the kernel a walk of the whole path for each file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
         return {}
     out: dict[str, FileId] = {}
+    cut = len(suffix)
     try:
         with os.scandir(fd) as it:
             for e in it:
                 n = e.name
-                if n.endswith(".jsonl") and n[0] != ".":
+                if n.endswith(suffix) and n[0] != ".":
                     try:
                         st = e.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    out[n[:-6]] = (st.st_ino, st.st_size, st.st_mtime_ns)
+                    out[n[: len(n) - cut]] = (st.st_ino, st.st_size, st.st_mtime_ns)
     finally:
         os.close(fd)
     return out
@@ -55,7 +59,9 @@ def _list_folder(folder: str, path: str) -> tuple[dict[str, FileId], dict[str, N
     """The key files of one folder by key with their identities, and for running/ the
     keys with a lease."""
     if folder == "attempts":
-        return _list_growing(path), None
+        return _list_growing(path, ".jsonl"), None
+    if folder == "candidates":
+        return _list_growing(path, ""), None
     entries = _entries(path)
     if folder == "running":
         jobs: dict[str, FileId] = {}
@@ -87,7 +93,8 @@ def list_folders(gen: str, old: dict[str, Listing] | None) -> tuple[dict[str, Li
 
     A folder whose own identity (inode, mtime, ctime) is the one recorded, and had
     settled then, holds the same entries: adding, removing or renaming one changes it.
-    Such a folder is not listed again, except attempts/, whose files grow in place.
+    Such a folder is not listed again, except attempts/ and candidates/, whose entries
+    grow in place.
     """
     racy = racy_after()
     listed: dict[str, Listing] = {}
@@ -101,7 +108,7 @@ def list_folders(gen: str, old: dict[str, Listing] | None) -> tuple[dict[str, Li
         else:
             here = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
         before = None if old is None else old[folder]
-        if here is not None and before is not None and before.settled == here and folder != "attempts":
+        if here is not None and before is not None and before.settled == here and folder not in GROWING:
             listed[folder] = before
             continue
         files, leases = _list_folder(folder, path)

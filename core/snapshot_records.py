@@ -29,6 +29,7 @@ class JobRow(NamedTuple):
     receipt_status: str | None
     folders: tuple[str, ...]
     problems: tuple[str, ...]
+    candidates: int = 0  # best-of-N: how many candidates the job has (`core.candidates`)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -44,6 +45,7 @@ class JobRow(NamedTuple):
             "receipt_status": self.receipt_status,
             "folders": list(self.folders),
             "problems": list(self.problems),
+            "candidates": self.candidates,
         }
 
 
@@ -95,6 +97,8 @@ class FileFacts(NamedTuple):
     receipt_problems: tuple[str, ...]
     worker: str  # named by the receipt, else by the last claim in the attempts file
     attempts: int  # claims in the attempts file
+    candidates: int = 0  # committed best-of-N candidates
+    candidates_ok: int = 0  # of which came back `ok`
 
 
 class Listing(NamedTuple):

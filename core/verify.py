@@ -9,7 +9,8 @@ makes it meaningless), with its reason. Apply may run only when every step passe
  4. digest    its job digest is the job's digest, recomputed from the document
  5. status    its status is "ok"
  6. paths     every output is a safe path among the job's allowed paths
- 7. present   every output exists under .gen/out/<digest>/, through no link
+ 7. present   every output exists under .gen/out/<digest>/ (a candidate's: under its
+              own out/), through no link
  8. regular   every output is a regular file
  9. size      every output, and all of them together, are within the limits
 10. hashes    every output's bytes hash to what the receipt says
@@ -127,10 +128,26 @@ def base_problems(root: Path, job: Job, hasher: FileHasher = sha256_file) -> lis
     return problems
 
 
-def verify(layout: Layout, job: Job, config: Config) -> Verification:
-    """Run every step against the stored receipt; never raises for a bad receipt."""
+@dataclass(frozen=True)
+class ReceiptFiles:
+    """Where a receipt, its signature and its outputs are: the job's own
+    (`receipts/<key>.json`, `.sig`, `out/<digest>/`) or one of its candidates'."""
+
+    receipt: Path
+    signature: Path
+    out: Path
+
+
+def receipt_files(layout: Layout, job: Job) -> ReceiptFiles:
+    return ReceiptFiles(layout.receipt(job.key), layout.signature(job.key), layout.out_dir(job.digest))
+
+
+def verify(layout: Layout, job: Job, config: Config, files: ReceiptFiles | None = None) -> Verification:
+    """Run every step against the stored receipt (or the one `files` names, a candidate's);
+    never raises for a bad receipt."""
     v = Verification(job.key, signature_required=config.policy.require_signature)
-    path = layout.receipt(job.key)
+    files = files or receipt_files(layout, job)
+    path = files.receipt
     try:
         rec = receipt_from_bytes(read_bytes(path), str(path))
     except BadInput as exc:
@@ -143,13 +160,15 @@ def verify(layout: Layout, job: Job, config: Config) -> Verification:
     # hashlib lets go of the GIL, and for big files the two take as long as one.
     with ThreadPoolExecutor(1) as pool:
         base = pool.submit(base_problems, layout.root, job)
-        _check_receipt(v, layout, job, rec, config)
+        _check_receipt(v, layout, files, job, rec, config)
         _check_base(v, base.result())
     return v
 
 
-def _check_receipt(v: Verification, layout: Layout, job: Job, rec: Receipt, config: Config) -> None:
-    path = layout.receipt(job.key)
+def _check_receipt(
+    v: Verification, layout: Layout, files: ReceiptFiles, job: Job, rec: Receipt, config: Config
+) -> None:
+    path = files.receipt
     v.receipt = rec
     v.add("receipt", True, f"{path.name} parses ({rec.status}, by {rec.worker_id})")
     v.add("schema", rec.schema_ == job.schema_name, f"receipt {rec.schema_}, job {job.schema_name}")
@@ -169,13 +188,12 @@ def _check_receipt(v: Verification, layout: Layout, job: Job, rec: Receipt, conf
         else f"receipt names digest {rec.job_digest[:16]}…, the job is {digest[:16]}…",
     )
     v.add("status", rec.status == "ok", f"status is {rec.status!r}")
-    _check_outputs(v, layout, job, rec, config)
-    _check_signature(v, layout, rec, config)
+    _check_outputs(v, files.out, job, rec, config)
+    _check_signature(v, layout, files.signature, rec, config)
 
 
-def _check_outputs(v: Verification, layout: Layout, job: Job, rec: Receipt, config: Config) -> bool:
+def _check_outputs(v: Verification, out: Path, job: Job, rec: Receipt, config: Config) -> bool:
     """Steps 6 to 10, in order; the first that fails skips the rest, with its reason."""
-    out = layout.out_dir(job.digest)
     stats: dict[str, os.stat_result] = {}
     steps: list[tuple[str, Callable[[], tuple[bool, str]], str]] = [
         ("paths", lambda: _paths_step(job, rec), "outputs name paths outside the job"),
@@ -223,7 +241,8 @@ def _present_step(out: Path, job: Job, rec: Receipt, stats: dict[str, os.stat_re
             stats[rel] = st
     if missing:
         return False, f"missing or reached through a link: {', '.join(missing)}"
-    return True, f"all under out/{job.digest[:12]}…/"
+    where = f"out/{job.digest[:12]}…" if out.name == job.digest else f"{out.parent.name}/{out.name}"
+    return True, f"all under {where}/"
 
 
 def _regular_step(stats: dict[str, os.stat_result]) -> tuple[bool, str]:
@@ -249,8 +268,8 @@ def _hashes_step(out: Path, rec: Receipt, stats: dict[str, os.stat_result]) -> t
     return True, "every output at its hash"
 
 
-def _check_signature(v: Verification, layout: Layout, rec: Receipt, config: Config) -> None:
-    sig_path = layout.signature(v.key)  # beside the receipt file, whatever key it names
+def _check_signature(v: Verification, layout: Layout, sig_path: Path, rec: Receipt, config: Config) -> None:
+    # `sig_path` is beside the receipt file, whatever key the receipt names.
     required = config.policy.require_signature
     if not sig_path.exists():
         if required:

@@ -1,6 +1,7 @@
 """`genjob worker`: a loop that claims queued jobs and ships them across hosts.
 
-Each host runs at most its `concurrency` jobs at once over its one reused transport.
+Each host runs at most its `concurrency` jobs at once over its one reused transport. A
+job whose host or policy asks for `candidates` runs as that many candidates at once.
 A stop (SIGTERM, Ctrl-C) ends the loop cleanly: nothing more is claimed, and jobs in
 flight are stopped and end in `aborted` receipts, ready to replay.
 """
@@ -13,18 +14,31 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from core.config import load_config
+from core.config import Config, load_config
 from core.errors import GenjobError, NothingToClaim
 from core.events import actor
 from core.layout import Layout
 from core.queue import Claim, Claimer
 from core.ship import Hosts, Shipment, ShipResult, run_claimed, signing_key
+from core.ship_candidates import run_candidates
 
 Report = Callable[[str], None]
 
 
 # After a claim fails for another reason than an empty queue, the loop waits this long.
 CLAIM_RETRY = 5.0
+
+
+def worker_spread(config: Config, name: str, names: Sequence[str]) -> list[str]:
+    """Where the candidates of a job claimed for host `name` run: all on `name` when it
+    sets its own `candidates`, else the policy's count over the worker's hosts, from `name`
+    on; a single run on `name` when neither asks for more than one."""
+    own = config.hosts[name].candidates
+    if own:
+        return [name] * own
+    start = names.index(name)
+    turn = [*names[start:], *names[:start]]
+    return [turn[i % len(turn)] for i in range(config.policy.candidates)]
 
 
 async def run_worker(
@@ -48,18 +62,26 @@ async def run_worker(
     claimer = Claimer(layout, worker, config.policy.lease_ttl)
     stop = stop or asyncio.Event()
     halt = asyncio.Event()  # set once the loop ends: every job still in flight aborts
-    busy: dict[str, set[asyncio.Task[ShipResult]]] = {n: set() for n in names}
+    busy: dict[str, set[asyncio.Task[list[ShipResult]]]] = {n: set() for n in names}
     results: list[ShipResult] = []
     report(f"worker {worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
 
-    async def one(name: str, claim: Claim) -> ShipResult:
-        shipment = Shipment(layout, claim, name, pool, key_pair, worker)
-        res = await run_claimed(shipment, None, halt, cancel_reason="interrupted: the worker was stopped")
+    def ended(res: ShipResult) -> None:
         verdict = res.status + (f": {res.reason}" if res.reason else "")
         if not res.won:
             verdict += " (lease lost; receipt kept aside)"
-        report(f"{res.key} {name} attempt {res.attempt}: {verdict}")
-        return res
+        which = "" if res.candidate is None else f" candidate {res.candidate}"
+        report(f"{res.key} {res.host} attempt {res.attempt}{which}: {verdict}")
+
+    async def one(name: str, claim: Claim) -> list[ShipResult]:
+        shipment = Shipment(layout, claim, name, pool, key_pair, worker)
+        spread = worker_spread(config, name, names)
+        stopped = "interrupted: the worker was stopped"
+        if len(spread) > 1:
+            return await run_candidates(shipment, spread, halt, cancel_reason=stopped, on_candidate=ended)
+        res = await run_claimed(shipment, None, halt, cancel_reason=stopped)
+        ended(res)
+        return [res]
 
     def full() -> bool:
         return all(len(busy[n]) >= config.hosts[n].concurrency for n in names)
@@ -74,7 +96,7 @@ async def run_worker(
                 elif task.exception() is not None:
                     report(f"{name}: {task.exception()}")
                 else:
-                    results.append(task.result())
+                    results.extend(task.result())
 
     try:
         while not stop.is_set():

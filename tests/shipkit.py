@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from corekit import tree_state
@@ -33,7 +34,10 @@ GENJOB = str(Path(sys.executable).parent / "genjob")
 # The demo generator on any host: PYTHONPATH is set in the command line itself, since an
 # SSH session's environment is the server's, not ours.
 DEMO = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.demo_generator"
-KINDS = ["local", "asyncssh", "openssh"]
+# The transports every worker-plane contract runs over: the local subprocess, asyncssh to
+# an asyncssh server and to sshd, and the command transport through OpenSSH's own client
+# (to sshd) and through bwrap (a local "remote shell" that execs an argv).
+KINDS = ["local", "asyncssh", "openssh", "command-openssh", "command-bwrap"]
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "genjob tests",
     "GIT_AUTHOR_EMAIL": "tests@genjob.invalid",
@@ -47,9 +51,69 @@ def toml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=True)
 
 
+def openssh_argv(server: SSHServer, known_hosts: Path | str | None = None) -> list[str]:
+    """OpenSSH's client to `server`, reading no config file, with the test's identity and
+    known_hosts, refusing any key it does not know."""
+    return [
+        "ssh",
+        "-F",
+        "/dev/null",
+        "-i",
+        str(server.identity),
+        "-o",
+        f"UserKnownHostsFile={known_hosts or server.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-p",
+        str(server.port),
+        "-T",
+        server.address,
+    ]
+
+
+def bwrap_argv() -> list[str]:
+    """bwrap as a local remote shell: the whole machine read-only, /tmp (where the tests'
+    folders and the runner's workspaces are) writable, no network, gone with its parent.
+    It shares this machine's pids, so the tests can see what it started."""
+    return [
+        "bwrap",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--bind",
+        "/tmp",
+        "/tmp",
+        "--unshare-net",
+        "--die-with-parent",
+        "--",
+    ]
+
+
+@dataclass(frozen=True)
+class CommandHost:
+    """A generator host reached through the command transport: OpenSSH's client to
+    `server`, or bwrap when `server` is None."""
+
+    server: SSHServer | None
+
+    def argv(self, known_hosts: Path | None = None) -> list[str]:
+        return openssh_argv(self.server, known_hosts) if self.server else bwrap_argv()
+
+    def drop(self) -> None:
+        """Kill every live connection to the SSH server from its side."""
+        assert self.server is not None, "bwrap has no connection to drop"
+        self.server.drop()
+
+
 def host_block(
     name: str,
-    server: SSHServer | None,
+    server: SSHServer | CommandHost | None,
     generator: str,
     *,
     timeout: float = 30.0,
@@ -57,10 +121,14 @@ def host_block(
     known_hosts: Path | None = None,
     python: str | None = None,
 ) -> str:
-    """One `[hosts.NAME]` table: the local transport for `server=None`, else SSH to it."""
+    """One `[hosts.NAME]` table: the local transport for `server=None`, SSH to an
+    `SSHServer`, the command transport for a `CommandHost`."""
     lines = [f"[hosts.{name}]"]
     if server is None:
         lines.append('transport = "local"')
+    elif isinstance(server, CommandHost):
+        argv = ", ".join(toml_str(a) for a in server.argv(known_hosts))
+        lines += ['transport = "command"', f"command = [{argv}]"]
     else:
         lines += [
             'transport = "ssh"',

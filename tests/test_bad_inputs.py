@@ -237,6 +237,22 @@ CASES: dict[str, Case] = {
     "config-bad-host": config_case(
         '[hosts.x]\ntransport = "ssh"\ngenerator = "g"\n', "an ssh host needs address"
     ),
+    "config-command-host-without-command": config_case(
+        '[hosts.x]\ntransport = "command"\ngenerator = "g"\n', 'a command host needs command = ["program"'
+    ),
+    "config-command-on-a-local-host": config_case(
+        '[hosts.x]\ntransport = "local"\ncommand = ["ssh", "h"]\ngenerator = "g"\n',
+        'command and command_mode are for transport = "command" hosts',
+    ),
+    "config-command-not-a-list": config_case(
+        '[hosts.x]\ntransport = "command"\ncommand = "ssh -T h"\ngenerator = "g"\n', "hosts.x.command"
+    ),
+    "config-empty-command": config_case(
+        '[hosts.x]\ntransport = "command"\ncommand = []\ngenerator = "g"\n', "hosts.x.command"
+    ),
+    "config-host-name-with-a-slash": config_case(
+        '[hosts."a/b"]\ntransport = "local"\ngenerator = "g"\n', "'a/b': a host name is up to 64"
+    ),
 }
 
 

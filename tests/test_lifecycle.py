@@ -59,6 +59,31 @@ def test_an_unparseable_job_file_is_invalid(f: Facts) -> None:
     assert (derive_state(f) is State.INVALID) == (f.invalid is not None or _invalid_receipt_on_running(f))
 
 
+@given(
+    st.builds(
+        Facts,
+        folders=st.sampled_from([frozenset({"running"}), frozenset({"queue"})]),
+        lease=st.sampled_from([None, *LeaseState]),
+        receipt=st.sampled_from([None, "ok", "aborted"]),
+        base_fresh=st.just(None),
+        candidates=st.sampled_from(["ok", "failed"]),
+    )
+)
+def test_candidates_without_a_lease_are_a_closed_batch(f: Facts) -> None:
+    """Best-of-N: the last candidate in removes the lease, so a running job with candidates
+    and no lease file is RECEIVED (one came back ok) or FAILED (none did); a live lease is
+    a batch still running, a stale one an orphan; once a receipt is chosen it decides."""
+    state = derive_state(f)
+    if f.folders == {"queue"}:
+        assert state is (State.QUEUED if f.receipt is None else State.INCONSISTENT)
+    elif f.receipt is not None:
+        assert state is derive_state(Facts(f.folders, f.lease, f.receipt))
+    elif f.lease in (LeaseState.MISSING, LeaseState.CLAIMING):
+        assert state is (State.RECEIVED if f.candidates == "ok" else State.FAILED)
+    else:
+        assert state is (State.RUNNING if f.lease is LeaseState.FRESH else State.ORPHANED)
+
+
 def _invalid_receipt_on_running(f: Facts) -> bool:
     return f.folders == {"running"} and f.receipt == "invalid"
 

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import (
     DEMO,
     KINDS,
+    CommandHost,
     alive,
     assert_not_applyable,
     assert_stopped,
@@ -44,21 +45,29 @@ from core.ship import Hosts, ShipResult, ship
 pytestmark = pytest.mark.timeout(120)
 
 
+Target = SSHServer | CommandHost | None
+
+
 @pytest.fixture(params=KINDS)
-def server(request: pytest.FixtureRequest) -> SSHServer | None:
-    """None for the local transport, else a live SSH server of the given kind."""
+def server(request: pytest.FixtureRequest) -> Target:
+    """None for the local transport, a live SSH server of the given kind, or how the
+    command transport reaches a host (OpenSSH's client to sshd, or bwrap)."""
     if request.param == "local":
         return None
+    if request.param == "command-bwrap":
+        return CommandHost(None)
+    if request.param == "command-openssh":
+        return CommandHost(request.getfixturevalue("openssh_server"))
     return request.getfixturevalue(f"{request.param}_server")
 
 
-def needs_ssh(server: SSHServer | None) -> SSHServer:
-    if server is None:
-        pytest.skip("the local transport has no SSH connection or host key")
+def needs_ssh(server: Target) -> SSHServer | CommandHost:
+    if server is None or (isinstance(server, CommandHost) and server.server is None):
+        pytest.skip("the local transport and bwrap have no SSH connection or host key")
     return server
 
 
-def configure(repo: Layout, server: SSHServer | None, generator: str, **host: object) -> None:
+def configure(repo: Layout, server: Target, generator: str, **host: object) -> None:
     write_config(repo, host_block("gen", server, generator, **host))  # type: ignore[arg-type]
 
 
@@ -67,7 +76,7 @@ async def ship_job(repo: Layout, key: str, **kwargs: object) -> ShipResult:
 
 
 async def test_ok_receipt_is_signed_verifies_and_applies(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey
+    server: Target, repo: Layout, signer: Ed25519PrivateKey
 ) -> None:
     configure(repo, server, DEMO + " {paths}")
     job = mint(repo, "Add a note.", ["src/app.py"])
@@ -96,7 +105,7 @@ async def test_ok_receipt_is_signed_verifies_and_applies(
 
 
 async def test_failing_generator_is_rejected(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     code = "import sys\nopen('src/app.py', 'w').write('half done')\nprint('it broke')\nsys.exit(3)\n"
     configure(repo, server, script(tmp_path, "fail", code))
@@ -113,7 +122,7 @@ async def test_failing_generator_is_rejected(
 
 
 async def test_timeout_aborts(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     gen, report = sleeper(tmp_path)
     configure(repo, server, gen, timeout=1)
@@ -126,7 +135,7 @@ async def test_timeout_aborts(
 
 
 async def test_write_outside_the_paths_is_rejected(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     code = "open('src/app.py', 'w').write('fine')\nopen('src/evil.py', 'w').write('stray')\n"
     configure(repo, server, script(tmp_path, "stray", code))
@@ -141,7 +150,7 @@ async def test_write_outside_the_paths_is_rejected(
 
 
 async def test_symlink_at_an_allowed_path_is_rejected(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     code = "import os\nos.remove('src/app.py')\nos.symlink('/etc/passwd', 'src/app.py')\n"
     configure(repo, server, script(tmp_path, "link", code))
@@ -153,7 +162,7 @@ async def test_symlink_at_an_allowed_path_is_rejected(
 
 
 async def test_huge_file_is_rejected(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     code = "open('src/app.py', 'wb').write(b'x' * 70000)\n"
     write_config(repo, host_block("gen", server, script(tmp_path, "huge", code)), max_file_bytes=65536)
@@ -165,7 +174,7 @@ async def test_huge_file_is_rejected(
 
 
 async def test_dropped_connection_aborts_and_the_pool_recovers(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     ssh = needs_ssh(server)
     gen, report = hang_once(tmp_path, "second")
@@ -180,7 +189,11 @@ async def test_dropped_connection_aborts_and_the_pool_recovers(
         ssh.drop()
         res = await running
         assert res.status == "aborted" and res.reason is not None
-        assert res.reason.startswith("connection lost")
+        # OpenSSH's client says it in its own words, which the command transport quotes.
+        lost = (
+            "ssh exited with status 255: Connection to" if isinstance(ssh, CommandHost) else "connection lost"
+        )
+        assert res.reason.startswith(lost)
         assert_stopped(report)
         assert_not_applyable(repo, first, before)
         again = await ship(repo, second.key, "gen", worker_id="tester", hosts=pool)
@@ -192,7 +205,7 @@ async def test_dropped_connection_aborts_and_the_pool_recovers(
 
 
 async def test_genjob_cancel_aborts_and_stops_the_generator(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     gen, report = sleeper(tmp_path)
     configure(repo, server, gen)
@@ -211,7 +224,7 @@ async def test_genjob_cancel_aborts_and_stops_the_generator(
 
 
 async def test_cancel_event_aborts_and_stops_the_generator(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     gen, report = sleeper(tmp_path)
     configure(repo, server, gen)
@@ -237,7 +250,7 @@ HOSTILE = (
 
 
 async def test_instruction_reaches_the_generator_byte_for_byte(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     marker = tmp_path / "pwned"
     instruction = HOSTILE.format(marker=marker)
@@ -254,7 +267,7 @@ async def test_instruction_reaches_the_generator_byte_for_byte(
 
 
 async def test_unknown_host_key_is_refused_with_its_fingerprint(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     ssh = needs_ssh(server)
     empty = tmp_path / "known_hosts"
@@ -264,16 +277,22 @@ async def test_unknown_host_key_is_refused_with_its_fingerprint(
     before = worktree(repo.root)
     res = await ship_job(repo, job.key)
     assert res.status == "aborted" and res.reason is not None
-    assert ssh.fingerprint in res.reason and f"is not in {empty}" in res.reason
+    if isinstance(ssh, CommandHost):
+        # OpenSSH prints no fingerprint for a key it does not know; its words are passed on.
+        assert "is not known to ssh" in res.reason and "No ED25519 host key is known" in res.reason
+    else:
+        assert ssh.fingerprint in res.reason and f"is not in {empty}" in res.reason
     assert finished(repo, job.key)[-1]["reason"] == res.reason
     assert empty.read_text() == "", "a host key is never learned silently"
     assert_not_applyable(repo, job, before)
 
 
 async def test_the_runner_interpreter_is_the_hosts_python_setting(
-    server: SSHServer | None, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
-    ssh = needs_ssh(server)
+    if server is None:
+        pytest.skip("the local transport runs genjob's own interpreter")
+    ssh = server
     missing = "/nonexistent/python3"
     write_config(
         repo,
@@ -287,7 +306,12 @@ async def test_the_runner_interpreter_is_the_hosts_python_setting(
     runner = repo.out_dir(first.digest) / "src/app.py"
     assert runner.read_text().strip() == os.path.realpath(sys.executable)
     refused = await ship(repo, second.key, "broken", worker_id="tester")
-    assert (refused.status, refused.reason) == ("aborted", f"{missing} not found on the generator host")
+    if server == CommandHost(None):
+        # bwrap execs the argv itself and says why it could not, in its own words.
+        why = f"bwrap exited with status 1: bwrap: execvp {missing}: No such file or directory"
+    else:
+        why = f"{missing} not found on the generator host"
+    assert (refused.status, refused.reason) == ("aborted", why)
 
 
 def test_a_local_host_refuses_a_python_setting(repo: Layout) -> None:

@@ -446,8 +446,53 @@ def test_keys_from_paths(repo: Layout) -> None:
         repo.root / "src" / f"{'f' * 32}.json",
         repo.gen / "events.jsonl",
         str(repo.attempts / f"{'a' * 32}.jsonl"),
+        repo.candidate("c" * 32, 2) / "receipt.json",
+        repo.candidates / ("d" * 32),
     ]
-    assert keys_from_paths(repo, paths) == {key, "a" * 32}
+    assert keys_from_paths(repo, paths) == {key, "a" * 32, "c" * 32, "d" * 32}
+
+
+def test_candidates_are_counted_and_a_closed_batch_is_received(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    from core.candidates import commit_candidate, staging
+    from core.queue import Claimer
+    from core.receipts import make_receipt
+
+    job = mint(repo, "best of two", ["src/app.py"])
+    held = Claimer(repo, "w1").claim(job.key)
+    scanner = Scanner(repo)
+    assert scanner.scan().rows[job.key].state is State.RUNNING
+
+    def commit(number: int, status: str) -> None:
+        folder = staging(repo, job.key, 1, number)
+        outputs = {}
+        if status == "ok":
+            (folder / "out/src").mkdir(parents=True)
+            (folder / "out/src/app.py").write_bytes(b"x\n")
+            outputs = {"src/app.py": sha(b"x\n")}
+        receipt = make_receipt(held.job, status, outputs, "w1")
+        commit_candidate(
+            repo, held.job, number, [1, 2], receipt, {}, token=1, worker="w1", staged=folder, signer=signer
+        )
+
+    commit(1, "rejected")
+    row = scanner.refresh([job.key])[job.key]
+    assert row is not None and (row.state, row.candidates) == (State.RUNNING, 1), "the batch runs on"
+    commit(2, "ok")
+    row = scanner.refresh([job.key])[job.key]
+    assert row is not None and (row.state, row.candidates) == (State.RECEIVED, 2)
+    assert scanner.scan().rows[job.key].candidates == 2
+    scanner.save_cache()
+    again = take_snapshot(repo).rows[job.key]
+    assert (again.state, again.candidates, again.to_dict()["candidates"]) == (State.RECEIVED, 2, 2)
+
+    failed = mint(repo, "best of one", ["src/util.py"])
+    held = Claimer(repo, "w1").claim(failed.key)
+    receipt = make_receipt(held.job, "aborted", {}, "w1")
+    folder = staging(repo, failed.key, 1, 1)
+    commit_candidate(repo, held.job, 1, [1], receipt, {}, token=1, worker="w1", staged=folder, signer=signer)
+    assert states(repo)[failed.key] is State.FAILED, "no candidate came back ok"
 
 
 def test_an_empty_repository(repo: Layout) -> None:

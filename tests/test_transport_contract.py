@@ -1,12 +1,15 @@
-"""One contract, three transports: local subprocess, asyncssh server, OpenSSH sshd.
+"""One contract, five transports: local subprocess, asyncssh server, OpenSSH sshd, and the
+command transport riding OpenSSH's own client and bwrap.
 
 The SSH servers run on this machine, so a generator's absolute paths (interpreter, pid
-files) mean the same on both sides. Processes are checked through /proc.
+files) mean the same on both sides; bwrap shares this machine's processes and /tmp for the
+same reason. Processes are checked through /proc.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shlex
 import socket
@@ -19,45 +22,63 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from shipkit import alive
+from shipkit import KINDS, alive, bwrap_argv, openssh_argv
 from ssh_servers import SSHServer, known_hosts_line, write_key
 
 from core.errors import BadInput
 from core.rules import Limits
-from core.transport import HostKeyError, JobSpec, LocalTransport, SSHTransport, Transport, run_job
+from core.transport import (
+    CommandTransport,
+    HostKeyError,
+    JobSpec,
+    LocalTransport,
+    SSHTransport,
+    Transport,
+    run_job,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
-KINDS = ["local", "asyncssh", "openssh"]
 ROOT = Path(__file__).resolve().parents[1]
 PY = shlex.quote(sys.executable)
 LIMITS = Limits(max_file_bytes=1 << 16, max_total_bytes=1 << 18, max_files=20, max_tail_bytes=4096)
 
 
 @pytest.fixture(params=KINDS)
-def server(request: pytest.FixtureRequest) -> SSHServer | None:
-    """None for the local transport, else a live SSH server of the given kind."""
-    if request.param == "local":
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def server(kind: str, request: pytest.FixtureRequest) -> SSHServer | None:
+    """The SSH server the transport talks to; None for the local transport and bwrap."""
+    if kind in ("local", "command-bwrap"):
         return None
-    return request.getfixturevalue(f"{request.param}_server")
+    return request.getfixturevalue(f"{kind.removeprefix('command-')}_server")
 
 
-def make_transport(server: SSHServer | None, **kwargs: object) -> Transport:
-    if server is None:
+def make_transport(kind: str, server: SSHServer | None, **kwargs: object) -> Transport:
+    if kind == "local":
         return LocalTransport(**kwargs)  # type: ignore[arg-type]
+    if kind == "command-bwrap":
+        return CommandTransport(bwrap_argv(), python=str(kwargs.pop("python", sys.executable)), **kwargs)  # type: ignore[arg-type]
+    assert server is not None
+    known_hosts = kwargs.pop("known_hosts", server.known_hosts)
+    if kind == "command-openssh":
+        return CommandTransport(openssh_argv(server, known_hosts), **kwargs)  # type: ignore[arg-type]
     return SSHTransport(
         server.address,
         server.port,
         server.identity,
-        kwargs.pop("known_hosts", server.known_hosts),  # type: ignore[arg-type]
+        known_hosts,  # type: ignore[arg-type]
         connect_timeout=10,
         **kwargs,  # type: ignore[arg-type]
     )
 
 
 @pytest.fixture
-async def transport(server: SSHServer | None):  # type: ignore[no-untyped-def]
-    t = make_transport(server)
+async def transport(kind: str, server: SSHServer | None):  # type: ignore[no-untyped-def]
+    t = make_transport(kind, server)
     yield t
     await t.close()
 
@@ -215,8 +236,14 @@ async def test_cancel_mid_run(transport: Transport, tmp_path: Path) -> None:
     await check_stopped(report)
 
 
+def lost_connection(kind: str) -> str:
+    """How a run cut off by a dropped connection says so: asyncssh in its own words,
+    OpenSSH's client in its own (quoted by the command transport)."""
+    return "ssh exited with status 255: Connection to" if kind == "command-openssh" else "connection lost"
+
+
 async def test_connection_dropped_then_reused(
-    server: SSHServer | None, transport: Transport, tmp_path: Path
+    kind: str, server: SSHServer | None, transport: Transport, tmp_path: Path
 ) -> None:
     if server is None:
         pytest.skip("the local transport has no connection to drop")
@@ -225,7 +252,7 @@ async def test_connection_dropped_then_reused(
     await wait_for_file(report)
     server.drop()
     outcome, info = await running
-    assert info is None and outcome.error is not None and "connection lost" in outcome.error
+    assert info is None and outcome.error is not None and lost_connection(kind) in outcome.error
     await check_stopped(report)
 
     again = script(tmp_path, "again", "open('a.py', 'w').write('second')\n")
@@ -257,44 +284,60 @@ async def test_instruction_arrives_byte_for_byte(transport: Transport, tmp_path:
     assert not marker.exists()
 
 
-async def test_missing_python(server: SSHServer | None, tmp_path: Path) -> None:
-    transport = make_transport(server, python="/nonexistent/python3")
+async def test_missing_python(kind: str, server: SSHServer | None, tmp_path: Path) -> None:
+    transport = make_transport(kind, server, python="/nonexistent/python3")
     try:
         outcome, info = await job(transport, tmp_path, "true", ["a.py"])
     finally:
         await transport.close()
     assert info is None and outcome.error is not None
-    assert "/nonexistent/python3 not found" in outcome.error
+    if kind == "command-bwrap":
+        # bwrap execs the argv itself and says why it could not, in its own words.
+        assert outcome.error == (
+            "bwrap exited with status 1: bwrap: execvp /nonexistent/python3: No such file or directory"
+        )
+    else:
+        assert "/nonexistent/python3 not found" in outcome.error
 
 
-async def test_unknown_host_key_is_refused(server: SSHServer | None, tmp_path: Path) -> None:
+async def test_unknown_host_key_is_refused(kind: str, server: SSHServer | None, tmp_path: Path) -> None:
     if server is None:
         pytest.skip("no host key on the local transport")
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    transport = make_transport(server, known_hosts=empty)
+    transport = make_transport(kind, server, known_hosts=empty)
     with pytest.raises(HostKeyError) as caught:
         await job(transport, tmp_path, "true", ["a.py"])
     message = str(caught.value)
-    assert caught.value.fingerprint == server.fingerprint
-    assert server.fingerprint in message and "not in" in message
-    assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {empty}" in message
+    if kind == "command-openssh":
+        # OpenSSH names no fingerprint for a key it does not know; genjob passes on its words.
+        assert caught.value.fingerprint is None
+        assert message.startswith(f"host key for [127.0.0.1]:{server.port} is not known to ssh")
+        assert "No ED25519 host key is known" in message and "ssh-keyscan" in message
+    else:
+        assert caught.value.fingerprint == server.fingerprint
+        assert server.fingerprint in message and "not in" in message
+        assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {empty}" in message
     assert empty.read_text() == "", "nothing is learned silently"
 
 
-async def test_changed_host_key_is_refused(server: SSHServer | None, tmp_path: Path) -> None:
+async def test_changed_host_key_is_refused(kind: str, server: SSHServer | None, tmp_path: Path) -> None:
     if server is None:
         pytest.skip("no host key on the local transport")
     other = asyncssh.generate_private_key("ssh-ed25519")
     stale = tmp_path / "known_hosts"
     stale.write_text(known_hosts_line(server.port, other))
-    transport = make_transport(server, known_hosts=stale)
+    transport = make_transport(kind, server, known_hosts=stale)
     with pytest.raises(HostKeyError) as caught:
         await job(transport, tmp_path, "true", ["a.py"])
     message = str(caught.value)
     assert "CHANGED" in message and server.fingerprint in message
+    assert caught.value.fingerprint == server.fingerprint
     assert other.get_fingerprint("sha256") not in message
-    assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {stale}" in message
+    if kind == "command-openssh":
+        assert f'ssh-keygen -f "{stale}" -R "[127.0.0.1]:{server.port}"' in message
+    else:
+        assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {stale}" in message
 
 
 async def test_failing_output_callback_stops_the_run(transport: Transport, tmp_path: Path) -> None:
@@ -308,21 +351,24 @@ async def test_failing_output_callback_stops_the_run(transport: Transport, tmp_p
     await check_stopped(report)
 
 
-async def test_unreachable_or_refused(server: SSHServer | None, tmp_path: Path) -> None:
+async def test_unreachable_or_refused(kind: str, server: SSHServer | None, tmp_path: Path) -> None:
     if server is None:
         pytest.skip("nothing to reach on the local transport")
     stranger = tmp_path / "id_stranger"
     write_key(stranger)
-    refused = SSHTransport(server.address, server.port, stranger, server.known_hosts)
+    refused = make_transport(kind, dataclasses.replace(server, identity=stranger))
     outcome, info = await job(refused, tmp_path, "true", ["a.py"])
     assert info is None and outcome.error is not None
-    assert outcome.error.startswith(f"ssh {server.address} port {server.port}: ")
+    if kind == "command-openssh":
+        assert outcome.error.startswith("ssh exited with status 255: ")
+    else:
+        assert outcome.error.startswith(f"ssh {server.address} port {server.port}: ")
     assert "ermission denied" in outcome.error
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
-    nowhere = SSHTransport(server.address, closed_port, server.identity, server.known_hosts)
+    nowhere = make_transport(kind, dataclasses.replace(server, port=closed_port))
     outcome, info = await job(nowhere, tmp_path, "true", ["a.py"], dest="out2")
     assert info is None and outcome.error is not None and "refused" in outcome.error.lower()
 

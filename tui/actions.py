@@ -27,7 +27,7 @@ from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
-from core.apply import apply_job
+from core import candidates
 from core.checks import Standing, approvable, receipt_standing
 from core.config import load_config
 from core.discard import DISCARDABLE, discard
@@ -105,9 +105,12 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Approval:
-    """The preflight's answer: apply, and whether to commit too."""
+    """The preflight's answer: apply, and whether to commit too; for a job with best-of-N
+    candidates, which one to choose first."""
 
     commit: bool
+    candidate: int | None = None
+    choose_only: bool = False  # make the candidate the job's receipt, so its checks can run
 
 
 @dataclass
@@ -339,6 +342,11 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
         return Approval(commit)
     from tui.dialogs.preflight import PreflightDialog
 
+    if await asyncio.to_thread(_awaits_a_choice, d.repo, keys[0]):
+        from tui.screens.candidates import CandidatesScreen
+
+        chosen = await d.ask(CandidatesScreen(d.repo, keys[0]))
+        return chosen if isinstance(chosen, Approval) else None
     try:
         p = await asyncio.to_thread(lambda: preflight(d.repo, job_detail(d.repo, keys[0])))
     except GenjobError as exc:
@@ -387,8 +395,25 @@ def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
     return {key: receipt_standing(repo, key, config) for key in keys}
 
 
+def _awaits_a_choice(layout: Layout, key: str) -> bool:
+    """Whether `key` has best-of-N candidates and no receipt yet: approving it is choosing one."""
+    return not layout.receipt(key).exists() and candidates.count(layout, key) > 0
+
+
 def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
-    res = apply_job(d.repo, key, commit=approval.commit)
+    if approval.choose_only and approval.candidate is not None:
+        candidates.choose(d.repo, key, approval.candidate)
+        names = list(load_config(d.repo.config).checks)
+        d.app.call_from_thread(d.checks.start, key, names)
+        chose = f"chose candidate {approval.candidate} of {key[:12]}"
+        return f"{chose}: its checks run now; approve applies it once they pass"
+    if approval.candidate is not None:
+        res = candidates.apply_choice(d.repo, key, approval.candidate, commit=approval.commit)
+        line = (
+            f"chose candidate {approval.candidate} of {key[:12]} and applied it: {len(res.changed)} file(s)"
+        )
+        return line + (f", committed {res.commit[:12]}" if res.commit else "")
+    res = candidates.apply_choice(d.repo, key, None, commit=approval.commit)
     if res.already:
         return f"{key[:12]}: applied already"
     line = f"applied {key[:12]}: {len(res.changed)} file(s) changed"

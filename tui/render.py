@@ -80,6 +80,9 @@ def job_text(detail: JobDetail, now: float | None = None, root: Path | None = No
         _field(text, "digest", row.digest)
     if row.created_at:
         _field(text, "created", f"{_stamp(row.created_at)} ({age(now - row.created_at)} ago)")
+    if detail.candidates:
+        picked = f"candidate {detail.chosen} chosen" if detail.chosen else "none chosen: a compares them"
+        _field(text, "candidates", f"{detail.candidates}, {picked}")
     for problem in dict.fromkeys((*row.problems, *detail.errors)):
         text.append("! ", BAD)
         text.append(literal(in_repo(problem, root), BAD))
@@ -377,7 +380,8 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     """The approve preflight: the verdict first (and what to do about a refusal), then what
     apply would write, then the signature, its policy and the base."""
     text = Text()
-    text.append(f"apply {p.key}\n", Style(bold=True))
+    what = f"candidate {p.candidate} of {p.key}" if p.candidate is not None else p.key
+    text.append(f"apply {what}\n", Style(bold=True))
     if p.may_apply:
         text.append("every check passed: y applies, n cancels\n", OK)
     else:
@@ -389,7 +393,13 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
         if p.checks_missing:
             text.append(" ✘ ", BAD)
             text.append(f"required check(s) not passed on these outputs: {', '.join(p.checks_missing)}")
-            text.append(" (t runs them)\n", LABEL)
+            text.append(" (t runs them)\n" if p.candidate is None else "\n", LABEL)
+        if p.may_choose:
+            text.append(
+                "checks run on the job's chosen receipt: y chooses this candidate without applying "
+                "it; its checks then run, and approve applies it once they pass\n",
+                OK,
+            )
     for check in p.checks:
         mark, style = CHECK_MARKS[check.state]
         text.append(f" {mark} ", style)

@@ -1,10 +1,13 @@
-"""Transports that run ``core/runner.py`` on a generator host: locally or over SSH."""
+"""Transports that run ``core/runner.py`` on a generator host: locally, over SSH, or
+through any command that yields a pipe to a Python there."""
 
-from core.transport.base import JobSpec, RunOutcome, Transport, remote_command, run_job
+from core.transport.base import HostKeyError, JobSpec, RunOutcome, Transport, remote_command, run_job
+from core.transport.command import CommandTransport
 from core.transport.local import LocalTransport
-from core.transport.ssh import HostKeyError, SSHTransport
+from core.transport.ssh import SSHTransport
 
 __all__ = [
+    "CommandTransport",
     "HostKeyError",
     "JobSpec",
     "LocalTransport",

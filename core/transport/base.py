@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from core import errors, rules, runner
 from core.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
-from core.errors import BadInput
+from core.errors import BadInput, GenjobError
 from core.rules import DEFAULT_LIMITS, Limits, TailBuffer
 
 OutputCallback = Callable[[bytes], None]
@@ -87,9 +87,29 @@ class Writer(Protocol):
     async def drain(self) -> None: ...
 
 
+class HostKeyError(GenjobError):
+    """The server's host key is not trusted by the known_hosts file: unknown or changed.
+
+    The message carries the key's SHA256 fingerprint (when known) and what trusts it.
+    """
+
+    def __init__(self, message: str, fingerprint: str | None) -> None:
+        super().__init__(message)
+        self.fingerprint = fingerprint
+
+
+# How a transport words a runner that exited with a status other than 0, given that
+# status and the tail of what came on stderr; None keeps the generic wording.
+ExitReason = Callable[[int | None, bytes], "str | None"]
+
+
 @dataclass
 class Session:
-    """One started runner, as the job loop sees it, whatever carries it."""
+    """One started runner, as the job loop sees it, whatever carries it.
+
+    ``exit_reason`` lets a transport whose exit status is a local client's (``ssh``,
+    ``kubectl``) say what a failed exit means, from the status and the stderr tail.
+    """
 
     stdin: Writer
     stdout: Reader
@@ -98,6 +118,7 @@ class Session:
     stop: Callable[[], Awaitable[None]]
     lost: tuple[type[BaseException], ...]
     python: str
+    exit_reason: ExitReason | None = None
 
     @property
     def broken(self) -> tuple[type[BaseException], ...]:
@@ -205,7 +226,7 @@ async def drive(
     except BaseException:
         await session.stop()
         raise
-    return _outcome(streams.received, status, bytes(streams.tail), session.python)
+    return _outcome(streams.received, status, bytes(streams.tail), session)
 
 
 class _Streams:
@@ -294,9 +315,12 @@ async def _unless_cancelled(job: Awaitable[Prepared], cancel: asyncio.Event | No
     return ready.result()
 
 
-def _outcome(received: int, status: int | None, tail: bytes, python: str) -> RunOutcome:
+def _outcome(received: int, status: int | None, tail: bytes, session: Session) -> RunOutcome:
+    explained = session.exit_reason(status, tail) if session.exit_reason and status != 0 else None
     if status == 127 and not received:
-        error: str | None = f"{python} not found on the generator host"
+        error: str | None = f"{session.python} not found on the generator host"
+    elif explained is not None:
+        error = explained
     elif status is None:
         error = "connection lost: the runner ended without an exit status"
     elif status != 0:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import asyncssh
 
-from core.errors import GenjobError
 from core.transport.base import (
     STOP_WAIT,
+    HostKeyError,
     OutputCallback,
     Prepared,
     RunOutcome,
@@ -43,17 +43,6 @@ ENCRYPTION_ALGS = (
 
 # How long a failed session open waits for its connection to finish closing.
 CLOSE_GRACE = 1.0
-
-
-class HostKeyError(GenjobError):
-    """The server's host key is not trusted by the known_hosts file: unknown or changed.
-
-    The message carries the key's SHA256 fingerprint and the command that trusts it.
-    """
-
-    def __init__(self, message: str, fingerprint: str | None) -> None:
-        super().__init__(message)
-        self.fingerprint = fingerprint
 
 
 def _split_address(address: str) -> tuple[str | None, str]:

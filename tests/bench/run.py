@@ -47,13 +47,14 @@ def _row(r: Result) -> str:
 
 
 def _table(results: list[Result]) -> str:
+    w = max([13, *(len(r.name) for r in results)])
     head = (
-        f"| {'name':13} | {'genjob':>12} | {'baseline':>12} | {'ratio':>7} | {'goal':>6} | met | baseline is"
+        f"| {'name':{w}} | {'genjob':>12} | {'baseline':>12} | {'ratio':>7} | {'goal':>6} | met | baseline is"
     )
     lines = [head, "|" + "-" * (len(head) - 1)]
     for r in results:
         lines.append(
-            f"| {r.name:13} | {r.value:>9.4g} {r.unit:2} | {r.baseline_value:>9.4g} {r.unit:2} | "
+            f"| {r.name:{w}} | {r.value:>9.4g} {r.unit:2} | {r.baseline_value:>9.4g} {r.unit:2} | "
             f"{r.ratio:>7.3f} | {r.goal:>6.2f} | {'yes' if r.met else 'NO ':3} | {r.baseline}"
         )
     return "\n".join(lines)

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 import click
 from pydantic import TypeAdapter
 
-from core.apply import apply_job
 from core.board_view import age, summary_line
 from core.checks import CheckStatus, check_statuses, run_hint
 from core.config import load_config
@@ -246,6 +245,9 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"lease   {visible(ls.worker)} pid {ls.pid} on {visible(ls.host)}, attempt {ls.token}, "
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
+    if d.candidates:
+        picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
+        say(f"candidates  {d.candidates}, {picked}")
     if d.verification:
         job = d.located.job if d.located is not None else None
         config = load_config(layout.config)
@@ -335,14 +337,21 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
 
 @main.command("verify")
 @click.argument("key")
+@click.option("--candidate", type=int, default=None, help="Check candidate N's receipt instead.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
-    """Check a job's receipt step by step, and list its checks. Exit 0 only when apply may run."""
+def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: bool) -> None:
+    """Check a job's receipt (or a candidate's) step by step, and list its checks. Exit 0
+    only when apply may run."""
+    from core.candidates import load, verify_candidate
+
     layout = layout_of(ctx)
     loc = locate(layout, resolve_key(layout, key))
     config = load_config(layout.config)
-    v = verify(layout, loc.job, config)
+    if candidate is not None:
+        v = verify_candidate(layout, loc.job, config, load(layout, loc.key, candidate))
+    else:
+        v = verify(layout, loc.job, config)
     statuses = check_statuses(layout, loc.job, config, v)
     missing = [s.name for s in statuses if s.required and not s.satisfied]
     if as_json:
@@ -355,12 +364,15 @@ def verify_cmd(ctx: click.Context, key: str, as_json: bool) -> None:
 
 @main.command("apply")
 @click.argument("key")
+@click.option("--candidate", type=int, default=None, help="Choose candidate N as the job's receipt first.")
 @click.option("--commit", is_flag=True, help="Also make a git commit with a Genjob-Key: trailer.")
 @click.pass_context
-def apply_cmd(ctx: click.Context, key: str, commit: bool) -> None:
+def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool) -> None:
     """Verify, then write the job's outputs into the tree atomically."""
+    from core.candidates import apply_choice
+
     layout = layout_of(ctx)
-    res = apply_job(layout, resolve_key(layout, key), commit)
+    res = apply_choice(layout, resolve_key(layout, key), candidate, commit)
     if res.already:
         say(f"{res.key}: applied already; nothing to do")
         return

@@ -17,6 +17,7 @@ from core.layout import Layout
 from core.queue import locate
 from core.terminal import visible
 from core.verify import verify
+from tui.cli.candidates import print_candidates
 from tui.cli.commands import layout_of, print_checks, resolve_key
 from tui.cli.output import say
 
@@ -55,28 +56,55 @@ def _echo_visible(line: str) -> None:
 
 @click.command("ship")
 @click.argument("key")
-@click.option("--host", help="The host from config.toml (default: local, or the only one).")
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    help="The host from config.toml (default: local, or the only one). Repeatable with "
+    "--candidates: the candidates are spread over the hosts in turn.",
+)
+@click.option(
+    "--candidates",
+    type=int,
+    default=None,
+    help="Run N attempts in parallel, each a candidate with its own signed receipt "
+    "(default: the host's or the policy's `candidates`, else 1).",
+)
 @click.option("--worker", "worker_id", help="Worker id for the lease and receipt (default: user@host).")
 @click.option("--quiet", "-q", is_flag=True, help="Do not stream the generator's output.")
 @click.pass_context
-def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | None, quiet: bool) -> None:
+def ship_cmd(
+    ctx: click.Context,
+    key: str,
+    hosts: tuple[str, ...],
+    candidates: int | None,
+    worker_id: str | None,
+    quiet: bool,
+) -> None:
     """Claim a queued job, ship it to a generator host, and print the receipt's verdict.
 
     Ctrl-C or SIGTERM stops the remote generator; the job ends in an aborted receipt.
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
+    With candidates: exit 0 when at least one candidate verifies.
     """
-    from core.ship import ship
+    from core.ship import Hosts, ship
+    from core.ship_candidates import candidate_hosts
 
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)
+    config = load_config(layout.config)
+    pool = Hosts(config)
+    names = [pool.pick(n) for n in hosts] or [pool.pick(None)]
+    if len(candidate_hosts(config, names, candidates)) > 1:
+        _ship_candidates(layout, full, names, candidates, worker_id)
+        return
     res = run_until_signal(
-        lambda stop: ship(layout, full, host, None if quiet else _Visible(), stop, worker_id=worker_id)
+        lambda stop: ship(layout, full, names[0], None if quiet else _Visible(), stop, worker_id=worker_id)
     )
     _echo_visible(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
     if not res.won:
         say(f"the lease was lost; this receipt was kept aside at {visible(str(res.receipt))}")
         sys.exit(1)
-    config = load_config(layout.config)
     if config.hosts[res.host].stand_in:
         say(
             f"note: {visible(res.host)} runs genjob's stand-in generator, which only appends a comment; "
@@ -86,6 +114,32 @@ def ship_cmd(ctx: click.Context, key: str, host: str | None, worker_id: str | No
     v = verify(layout, job, config)
     print_checks(v, check_statuses(layout, job, config, v))
     sys.exit(0 if v.ok else 1)
+
+
+def _ship_candidates(
+    layout: Layout, key: str, names: list[str], how_many: int | None, worker_id: str | None
+) -> None:
+    """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
+    from core.candidates import views
+    from core.ship import ShipResult
+    from core.ship_candidates import ship_candidates
+
+    def ended(res: ShipResult) -> None:
+        verdict = res.status + (f" ({res.reason})" if res.reason else "")
+        lost = "" if res.won else " (lease lost; kept aside)"
+        _echo_visible(f"{res.key}: candidate {res.candidate} {verdict} on {res.host}{lost}")
+
+    results = run_until_signal(
+        lambda stop: ship_candidates(
+            layout, key, names, how_many, stop, worker_id=worker_id, on_candidate=ended
+        )
+    )
+    if not all(r.won for r in results):
+        say("the lease was lost; what came late was kept aside under .gen/logs/")
+        sys.exit(1)
+    shown = views(layout, key)
+    print_candidates(key, shown)
+    sys.exit(0 if any(v.ok for v in shown) else 1)
 
 
 @click.command("worker")
@@ -107,4 +161,7 @@ def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
+    best_of = {r.key for r in results if r.candidate is not None}
+    if best_of:
+        summary += f" (counting each candidate: {len(best_of)} job(s) ran as candidates)"
     say(f"worker done: {summary}")

@@ -1,5 +1,8 @@
 """The approve preflight: paths, lines, signature, base, checks; `y` applies, `n` cancels.
 
+For a best-of-N candidate whose required checks have not run (they run on a chosen
+receipt), `y` chooses it without applying.
+
 In a git repository it also offers to commit the applied paths with a `Genjob-Key:`
 trailer (`genjob apply --commit`); `c` toggles it, and `policy.commit_on_approve` in
 `config.toml` says what it starts at.
@@ -47,12 +50,16 @@ class PreflightDialog(ModalScreen[Approval | None]):
                     id="commit",
                 )
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Apply (y)", id="yes", variant="success", disabled=not p.may_apply)
+                if p.may_choose:
+                    yield Button(f"Choose {p.candidate} (y)", id="yes", variant="primary")
+                else:
+                    yield Button("Apply (y)", id="yes", variant="success", disabled=not p.may_apply)
                 yield Button("Cancel (n)", id="no")
 
     def on_mount(self) -> None:
         fit_to_terminal(self)
-        self.query_one("#yes" if self.preflight.may_apply else "#no", Button).focus()
+        p = self.preflight
+        self.query_one("#yes" if p.may_apply or p.may_choose else "#no", Button).focus()
 
     @property
     def commit(self) -> bool:
@@ -69,6 +76,9 @@ class PreflightDialog(ModalScreen[Approval | None]):
     def action_answer(self, value: bool) -> None:
         if value and not self.preflight.verified:
             self.notify("the receipt does not verify: apply would be refused", severity="error")
+            return
+        if value and self.preflight.may_choose:
+            self.dismiss(Approval(False, self.preflight.candidate, choose_only=True))
             return
         if value and self.preflight.checks_missing:
             missing = ", ".join(self.preflight.checks_missing)

@@ -84,6 +84,10 @@ class ShipDialog(ModalScreen[str]):
 
         self._status(Text(f"claiming and shipping to {self.host or 'the default host'}…", style="bold"))
         try:
+            spread = await asyncio.to_thread(self._spread)
+            if len(spread) > 1:
+                await self._ship_candidates(spread)
+                return
             result = await ship(
                 self.repo,
                 self.key,
@@ -104,6 +108,43 @@ class ShipDialog(ModalScreen[str]):
             Text(visible(describe(result), keep_newlines=True), style="bold green" if ok else "bold yellow"),
             ok,
         )
+
+    def _spread(self) -> list[str]:
+        """The host of each run: one, unless the host or the policy asks for candidates."""
+        from core.config import load_config
+        from core.ship import Hosts
+        from core.ship_candidates import candidate_hosts
+
+        config = load_config(self.repo.config)
+        return candidate_hosts(config, [Hosts(config).pick(self.host)])
+
+    async def _ship_candidates(self, spread: list[str]) -> None:
+        """Best-of-N: a line in the log as each candidate ends; then `a` compares them."""
+        from core.ship_candidates import ship_candidates
+
+        self._status(Text(f"running {len(spread)} candidates on {spread[0]}…", style="bold"))
+
+        def ended(res: ShipResult) -> None:
+            why = f" ({res.reason})" if res.reason else ""
+            lost = "" if res.won else "; the lease was lost, so it was kept aside"
+            line = f"[genjob] candidate {res.candidate} on {res.host}: {res.status}{why}{lost}\n"
+            self.post_message(self.Output(line.encode()))
+
+        results = await ship_candidates(
+            self.repo,
+            self.key,
+            spread,
+            len(spread),
+            self.cancel,
+            worker_id=self.worker_id,
+            claimed=self.claimed,
+            on_candidate=ended,
+        )
+        ok = sum(1 for r in results if r.status == "ok" and r.won)
+        line = f"{len(results)} candidates of {self.key[:12]}: {ok} came back ok."
+        if ok:
+            line += "\nNext: a shows them side by side; approve one there."
+        self._finish(Text(line, style="bold green" if ok else "bold yellow"), ok > 0)
 
     def _finish(self, text: Text, ok: bool) -> None:
         self.done = True

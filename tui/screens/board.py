@@ -120,6 +120,13 @@ class BoardScreen(Screen[None]):
         Binding("D", "job('discard')", "Discard", tooltip="Set an INVALID job's files aside", id="discard"),
         Binding("n", "new_job", "New", tooltip="Write a new job and queue it", id="new"),
         Binding("d", "diff", "Diff", tooltip="The selected job's diff, full screen", id="diff"),
+        Binding(
+            "h",
+            "hosts",
+            "Hosts",
+            tooltip="The fleet: each host's runs now, last error, round trip",
+            id="hosts",
+        ),
         Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter jobs by text", id="filter"),
         Binding(
             "left", "tab(-1)", "Prev tab", key_display="←", tooltip="The detail's previous tab", id="tab-prev"
@@ -568,6 +575,11 @@ class BoardScreen(Screen[None]):
         from tui.screens.help import HelpScreen
 
         self.app.push_screen(HelpScreen(self.help_bindings(), self.readonly))
+
+    def action_hosts(self) -> None:
+        from tui.screens.fleet import FleetScreen
+
+        self.app.push_screen(FleetScreen(self.repo, self.readonly))
 
     def action_diff(self) -> None:
         from tui.screens.diff import DiffScreen

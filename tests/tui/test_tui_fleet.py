@@ -1,0 +1,71 @@
+"""The board's fleet view (`h`): each host's transport, concurrency, runs now, last error
+and round trip, live from `.gen/`; `p` probes every host."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from boardkit import run_board
+from corekit import mint
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from shipkit import CommandHost, host_block, read_report, sleeper, write_config
+from textual.widgets import DataTable
+
+from core.layout import Layout
+from core.queue import request_cancel
+from core.ship import ship
+from tui.screens.fleet import FleetScreen
+
+
+def row_text(table: DataTable, name: str) -> list[str]:  # type: ignore[type-arg]
+    return [str(cell) for cell in table.get_row(name)]
+
+
+async def test_the_fleet_shows_runs_now_the_last_error_and_a_probe(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    gen, report = sleeper(tmp_path)
+    write_config(
+        repo,
+        host_block("gen", None, gen, concurrency=3),
+        host_block("pods", CommandHost(None), "true", concurrency=2),
+        host_block("gone", CommandHost(None), "true").replace('"bwrap"', '"/nonexistent/kubectl"'),
+    )
+    job = mint(repo)
+    running = asyncio.ensure_future(ship(repo, job.key, "gen", worker_id="tester"))
+    await asyncio.to_thread(read_report, report)
+    async with run_board(repo.root) as d:
+        await d.press("h")
+        screen = await d.showing(FleetScreen)
+        table = screen.query_one(DataTable)
+        await d.until(lambda: table.row_count == 3, "a row per host")
+        gen_row = row_text(table, "gen")
+        assert gen_row[:5] == ["gen", "local", "this machine", "3", "1"], gen_row
+        assert row_text(table, "pods")[1:5] == ["command", row_text(table, "pods")[2], "2", "0"]
+        assert row_text(table, "pods")[2].startswith("bwrap --ro-bind / /")
+
+        await asyncio.to_thread(request_cancel, repo, job.key)
+        assert (await running).status == "aborted"
+        await d.until(lambda: row_text(table, "gen")[4] == "0", "the run to end")
+        await d.until(lambda: "cancelled by the operator" in row_text(table, "gen")[6], "its error")
+
+        await d.press("p")
+        await d.until(lambda: row_text(table, "pods")[5].endswith("ago)"), "the probe's round trip")
+        await d.until(lambda: "not found on this machine" in row_text(table, "gone")[6], "the failed probe")
+        assert row_text(table, "gone")[5] == "-"
+        await d.press("escape")
+        await d.until(lambda: not isinstance(d.app.screen, FleetScreen), "back to the board")
+
+
+async def test_a_read_only_board_shows_the_fleet_but_does_not_probe(repo: Layout, tmp_path: Path) -> None:
+    write_config(repo, host_block("gen", None, "true"))
+    mint(repo)
+    async with run_board(repo.root, readonly=True) as d:
+        await d.press("h")
+        screen = await d.showing(FleetScreen)
+        table = screen.query_one(DataTable)
+        await d.until(lambda: table.row_count == 1, "the host")
+        await d.press("p")
+        await d.until(lambda: d.inbox.said("probes run jobs on the hosts, so they are off"), "the refusal")
+        assert not repo.fleet_file("gen").exists()

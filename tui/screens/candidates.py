@@ -1,0 +1,210 @@
+"""A job's best-of-N candidates side by side, and the diff of the highlighted one.
+
+One row per candidate: where it ran, how it ended, whether it verifies and who signed
+it, the size of its change. Below, the highlighted candidate's diff against the tree, or
+against the candidate pinned with `b`. `a` approves the highlighted candidate: its
+preflight (the same one a receipt gets), then the screen returns the approval, and the
+board chooses it and applies it. Everything is read in threads; every cell is a `Text`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import ClassVar
+
+from rich.console import Group
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Static
+
+from core.candidates import CandidateView, candidate_detail, diff, load, views
+from core.errors import GenjobError
+from core.inspect_job import FileDiff, job_detail
+from core.layout import Layout
+from core.preflight import Preflight, preflight
+from core.terminal import visible
+from tui import render
+from tui.actions import Approval
+from tui.widgets.key_bar import Hint, KeyBar
+
+COLUMNS = ("#", "host", "status", "verifies", "signature", "change", "why not")
+
+
+def candidate_cells(c: CandidateView, pinned: int | None) -> tuple[Text, ...]:
+    """One candidate's row, every value made visible."""
+    number = Text(f"{c.number}{'*' if c.chosen else ''}{' =' if c.number == pinned else ''}", style="bold")
+    status = Text(c.status, style="green" if c.status == "ok" else "red")
+    verifies = Text("yes" if c.ok else "no", style="bold green" if c.ok else "bold red")
+    if c.signer:
+        signature = Text(visible(c.signer), style="green", overflow="ellipsis", no_wrap=True)
+    else:
+        signature = Text("unsigned" if not c.signed else "not trusted", style="red")
+    change = Text("-", style="dim")
+    if c.status == "ok":
+        change = Text(f"{c.files} file(s) ")
+        change.append(f"+{c.added}", style="green")
+        change.append(f" -{c.removed}", style="red")
+    why = c.reason or (c.failures[0] if c.failures else "")
+    return (
+        number,
+        Text(visible(c.host or "?")),
+        status,
+        verifies,
+        signature,
+        change,
+        Text(visible(why), style="dim", overflow="ellipsis", no_wrap=True),
+    )
+
+
+class CandidatesScreen(Screen[Approval | None]):
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding(
+            "a",
+            "approve",
+            "Approve",
+            tooltip="Preflight, then choose and apply this candidate",
+            id="cand.approve",
+        ),
+        Binding(
+            "b",
+            "pin",
+            "Compare",
+            tooltip="Diff the others against this candidate (again: the tree)",
+            id="cand.pin",
+        ),
+        Binding("escape,q", "close", "Back", id="cand.close"),
+        Binding("pageup", "scroll(-10)", "Page up", show=False),
+        Binding("pagedown", "scroll(10)", "Page down", show=False),
+    ]
+
+    def __init__(self, layout: Layout, key: str, readonly: bool = False) -> None:
+        super().__init__()
+        self.repo = layout
+        self.key = key
+        self.readonly = readonly
+        self.shown: list[CandidateView] = []
+        self.pinned: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"{self.key}  reading its candidates…", style="dim"), id="cand-title")
+        yield DataTable(id="cand-table", cursor_type="row")
+        with VerticalScroll(id="cand-scroll"):
+            yield Static(id="cand-diff")
+        yield KeyBar(id="cand-keys")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns(*COLUMNS)
+        table.focus()
+        approve = [] if self.readonly else [Hint("a", "Approve this one", "approve")]
+        self.query_one(KeyBar).show(
+            [*approve, Hint("b", "Compare against this one", "pin"), Hint("↑↓", "Candidate", "")],
+            [Hint("esc", "Back to the board", "close")],
+        )
+        self.reload()
+
+    @property
+    def highlighted(self) -> int | None:
+        table = self.query_one(DataTable)
+        if not self.shown or table.cursor_row >= len(self.shown):
+            return None
+        return self.shown[table.cursor_row].number
+
+    @work(thread=True, exclusive=True, group="candidates-read")
+    def reload(self) -> None:
+        try:
+            shown = views(self.repo, self.key)
+        except GenjobError as exc:
+            self.app.call_from_thread(self._title, Text(visible(str(exc)), style="bold red"))
+            return
+        self.app.call_from_thread(self._show, shown)
+
+    def _title(self, text: Text) -> None:
+        self.query_one("#cand-title", Static).update(text)
+
+    def _show(self, shown: list[CandidateView]) -> None:
+        self.shown = shown
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        table.clear()
+        for c in shown:
+            table.add_row(*candidate_cells(c, self.pinned), key=str(c.number))
+        verify = sum(1 for c in shown if c.ok)
+        title = Text(f" {self.key} ", style="bold reverse")
+        title.append(f"  {len(shown)} candidate(s), {verify} verify", style="bold")
+        picked = next((c.number for c in shown if c.chosen), None)
+        title.append(f"  candidate {picked} chosen" if picked else "  none chosen yet")
+        against = f"candidate {self.pinned}" if self.pinned else "the tree"
+        title.append(f"  diffs against {against}", style="dim")
+        self._title(title)
+        if shown:
+            table.move_cursor(row=min(row, len(shown) - 1))
+            self._load_diff()
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self) -> None:
+        self._load_diff()
+
+    @work(thread=True, exclusive=True, group="candidates-diff")
+    def _load_diff(self) -> None:
+        number = self.highlighted
+        if number is None:
+            return
+        try:
+            mine = load(self.repo, self.key, number)
+            base = load(self.repo, self.key, self.pinned) if self.pinned and self.pinned != number else None
+            diffs = diff(self.repo, mine, base)
+        except GenjobError as exc:
+            self.app.call_from_thread(self._diff, number, Text(visible(str(exc)), style="red"))
+            return
+        self.app.call_from_thread(self._diff, number, self._diff_body(number, base and base.number, diffs))
+
+    @staticmethod
+    def _diff_body(number: int, against: int | None, diffs: list[FileDiff]) -> Group:
+        what = f"candidate {against}" if against else "the tree"
+        head = Text(f"candidate {number} against {what}\n", style="bold")
+        return Group(head, render.diffs_text(diffs))
+
+    def _diff(self, number: int, body: Group | Text) -> None:
+        if number == self.highlighted:
+            self.query_one("#cand-diff", Static).update(body)
+
+    def action_pin(self) -> None:
+        number = self.highlighted
+        self.pinned = None if number == self.pinned else number
+        self._show(self.shown)
+
+    def action_scroll(self, delta: int) -> None:
+        self.query_one("#cand-scroll", VerticalScroll).scroll_relative(y=delta, animate=False)
+
+    @work(exclusive=True, group="candidates-approve")
+    async def action_approve(self) -> None:
+        """The highlighted candidate's preflight; approved, the screen returns it."""
+        if self.readonly:
+            self.notify("read-only board: approving is off", severity="warning")
+            return
+        number = self.highlighted
+        if number is None:
+            return
+        from tui.dialogs.preflight import PreflightDialog
+
+        def read() -> Preflight:
+            detail = candidate_detail(self.repo, job_detail(self.repo, self.key), number)
+            return dataclasses.replace(preflight(self.repo, detail), candidate=number)
+
+        try:
+            p = await asyncio.to_thread(read)
+        except GenjobError as exc:
+            self.notify(visible(str(exc)), severity="error")
+            return
+        answer = await self.app.push_screen_wait(PreflightDialog(p, self.repo.root))
+        if isinstance(answer, Approval):
+            self.dismiss(Approval(answer.commit, candidate=number))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

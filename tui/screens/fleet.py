@@ -1,0 +1,142 @@
+"""`h`: the fleet, one row per configured host, live; `p` probes every host.
+
+The rows are `core.fleet.HostView`s, read in a thread every REFRESH seconds (and after a
+probe); every cell is a `Text`, so nothing a host or a config says is read as markup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Static
+
+from core.board_view import age
+from core.config import load_config
+from core.errors import GenjobError
+from core.fleet import HostView, Note, fleet
+from core.layout import Layout
+from core.terminal import visible
+from tui.widgets.key_bar import Hint, KeyBar
+
+REFRESH = 2.0
+COLUMNS = ("host", "transport", "target", "conc", "now", "round trip", "last error")
+
+
+def host_cells(view: HostView, now: float) -> tuple[Text, ...]:
+    """One host's row: every value made visible, the busy and the failing in colour."""
+    busy = len(view.running)
+    rtt = Text("-", style="dim")
+    if view.rtt is not None and view.rtt_at is not None:
+        rtt = Text(f"{view.rtt:.2f}s ({age(now - view.rtt_at)} ago)")
+    return (
+        Text(visible(view.name), style="bold"),
+        Text(view.transport + (" (stand-in)" if view.stand_in else "")),
+        Text(visible(view.target), overflow="ellipsis", no_wrap=True),
+        Text(str(view.concurrency), justify="right"),
+        Text(str(busy), justify="right", style="bold yellow" if busy else "dim"),
+        rtt,
+        _error(view.last_error, view.last_ok, now),
+    )
+
+
+def _error(error: Note | None, ok: Note | None, now: float) -> Text:
+    if error is None:
+        return Text("-", style="dim")
+    what = "probe" if error.key is None else f"{error.key[:8]} #{error.attempt}"
+    # An error older than the last success is history: shown, not alarming.
+    style = "dim" if ok is not None and ok.at > error.at else "red"
+    return Text(f"{age(now - error.at)} ago, {what}: {visible(error.reason or error.status)}", style=style)
+
+
+class FleetScreen(Screen[None]):
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding(
+            "p", "probe", "Probe", tooltip="Time an empty job on every host, there and back", id="fleet.probe"
+        ),
+        Binding("escape,q,h", "close", "Back", id="fleet.close"),
+    ]
+
+    def __init__(self, layout: Layout, readonly: bool = False) -> None:
+        super().__init__()
+        self.repo = layout
+        self.readonly = readonly
+        self.views: list[HostView] = []
+        self.probing = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-title")
+        yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield KeyBar(id="fleet-keys")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns(*COLUMNS)
+        table.focus()
+        probe = [] if self.readonly else [Hint("p", "Probe every host", "probe")]
+        self.query_one(KeyBar).show(probe, [Hint("esc", "Back to the board", "close")])
+        self._title()
+        self.reload()
+        self.set_interval(REFRESH, self.reload)
+
+    def _title(self, error: str | None = None) -> None:
+        text = Text(" Hosts ", style="bold reverse")
+        text.append(f"  {len(self.views)} configured", style="bold")
+        if self.probing:
+            text.append("  probing…", style="yellow")
+        if error:
+            text.append(f"  {visible(error)}", style="bold red")
+        self.query_one("#fleet-title", Static).update(text)
+
+    @work(thread=True, exclusive=True, group="fleet-read")
+    def reload(self) -> None:
+        try:
+            views = fleet(self.repo, load_config(self.repo.config))
+        except GenjobError as exc:
+            self.app.call_from_thread(self._title, str(exc))
+            return
+        self.app.call_from_thread(self.show, views)
+
+    def show(self, views: list[HostView]) -> None:
+        self.views = views
+        table = self.query_one(DataTable)
+        now = time.time()
+        cursor = table.cursor_row
+        table.clear()
+        for view in views:
+            table.add_row(*host_cells(view, now), key=view.name)
+        if views:
+            table.move_cursor(row=min(cursor, len(views) - 1))
+        self._title()
+
+    @work(exclusive=True, group="fleet-probe")
+    async def action_probe(self) -> None:
+        """Probe every host at once through its own transport, then show the times."""
+        if self.readonly:
+            self.notify("read-only board: probes run jobs on the hosts, so they are off", severity="warning")
+            return
+        from core.fleet import probe
+        from core.ship import Hosts  # the transports: only when a probe runs
+
+        try:
+            pool = Hosts(load_config(self.repo.config))
+        except GenjobError as exc:
+            self._title(str(exc))
+            return
+        self.probing = True
+        self._title()
+        try:
+            await asyncio.gather(*(probe(self.repo, n, pool.transport(n)) for n in pool.config.hosts))
+        finally:
+            await pool.close()
+            self.probing = False
+        self.reload()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
