@@ -158,7 +158,7 @@ async def test_required_checks_run_on_the_chosen_candidate_before_it_is_applied(
     two_hosts(repo, tmp_path)
     wants_b = "python3 -c \"import sys; sys.exit(open('src/app.py').read() != 'from b\\\\n')\""
     text = repo.config.read_text().replace("[policy]\n", '[policy]\nrequire_checks = ["tests"]\n', 1)
-    repo.config.write_text(text + f"\n[checks.tests]\nrun = {json.dumps(wants_b)}\nsandbox = \"none\"\n")
+    repo.config.write_text(text + f'\n[checks.tests]\nrun = {json.dumps(wants_b)}\nsandbox = "none"\n')
     job = mint(repo)
     original = (repo.root / "src/app.py").read_bytes()
     await ship_candidates(repo, job.key, ["b"], 2, worker_id="tester")
