@@ -29,6 +29,8 @@ from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
 
 SIZE = (160, 48)
+# How often `Driver.until` looks again when no message arrives (seconds).
+RECHECK_EVERY = 0.05
 
 
 @dataclass
@@ -80,15 +82,24 @@ class Driver:
         await self.pilot.press(*keys)
 
     async def until(self, condition: Callable[[], bool], what: str) -> None:
-        """Wait until `condition()` holds, re-checking after each message the app handles."""
-        while not condition():
-            await self.inbox.next()
-            await self.pilot.pause()
+        """Wait until `condition()` holds, re-checking after each message the app handles
+        (and every so often: the hook sees a message when it is posted, and what it causes
+        may happen after the last one). A test stopped by its timeout while waiting says
+        what it waited for."""
+        try:
+            while not condition():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.inbox.next(), RECHECK_EVERY)
+                await self.pilot.pause()
+        except BaseException as exc:
+            exc.add_note(f"while waiting for: {what}")
+            raise
 
     async def settle(self) -> None:
         """Wait for every action the board started (and the messages they posted)."""
         running = [w for w in self.app.workers if w.group == "actions" and not w.is_finished]
-        await self.app.workers.wait_for_complete(running)
+        if running:  # an empty list would wait for every worker, the watcher included
+            await self.app.workers.wait_for_complete(running)
         await self.pilot.pause()
 
     async def showing(self, kind: type[Screen[Any]]) -> Any:

@@ -57,15 +57,15 @@ async def test_a_on_a_job_with_candidates_compares_them_and_approves_the_one_pic
         assert cells(table, 0)[5] == "1 file(s) +1 -2"
         assert "the generator exited with status 5" in cells(table, 2)[6]
         body = screen.query_one("#cand-diff", Static)
-        await d.until(lambda: "+from a" in plain(body), "candidate 1's diff against the tree")
-        assert "candidate 1 against the tree" in plain(body) and "-def main():" in plain(body)
+        await d.until(lambda: "+ from a" in plain(body), "candidate 1's diff against the tree")
+        assert "candidate 1 against the tree" in plain(body) and "- def main():" in plain(body)
 
         await d.press("down")
-        await d.until(lambda: "+from b" in plain(body), "candidate 2's diff")
+        await d.until(lambda: "+ from b" in plain(body), "candidate 2's diff")
         await d.press("b")
         await d.press("up")
         await d.until(lambda: "candidate 1 against candidate 2" in plain(body), "1 against 2")
-        assert "-from b" in plain(body) and "+from a" in plain(body)
+        assert "- from b" in plain(body) and "+ from a" in plain(body)
 
         await d.press("down")
         await d.until(lambda: "candidate 2 against" in plain(body), "the cursor on 2")
@@ -98,8 +98,8 @@ async def test_a_failing_candidate_cannot_be_approved_and_escape_goes_back(
         await d.showing(CandidatesScreen)
         await d.press("escape")
         await d.until(lambda: not isinstance(d.app.screen, CandidatesScreen), "back on the board")
+        assert d.state_of(key) == "RECEIVED"
     assert not repo.receipt(key).exists(), "nothing chosen"
-    assert d.state_of(key) == "RECEIVED"
 
 
 async def test_a_candidate_whose_required_checks_have_not_run_is_chosen_and_then_checked(
