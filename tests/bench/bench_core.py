@@ -309,5 +309,5 @@ def bench_scan(quick: bool) -> list[Result]:
     label = f"fresh process: read + json.loads of the same files ({count} jobs)"
     return [
         Result("scan", min(cold_times), "s", label, bare, 1.5),
-        Result("scan_warm", min(warm_times), "s", label, bare, 0.3),
+        Result("scan_warm", min(warm_times), "s", label, bare, 0.15),
     ]
