@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from core.canonical import read_bytes
 from core.errors import BadInput
 from core.freshness import MAX_TTL
+from core.layout import user_config_dir
 from core.ownership import operator_owners, repository_owners, require_trusted
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -259,12 +260,6 @@ class OperatorConfig(BaseModel):
 
 
 _M = TypeVar("_M", bound=BaseModel)
-
-
-def user_config_dir() -> Path:
-    """The operator's genjob folder: `$XDG_CONFIG_HOME/genjob` (default `~/.config/genjob`)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "genjob"
 
 
 def _parse_toml(path: Path, model: type[_M]) -> _M:

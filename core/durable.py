@@ -18,7 +18,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -95,7 +94,9 @@ def temp_at(
     it is removed.
     """
     while True:
-        name = f"{TMP_PREFIX}{secrets.token_hex(8)}"
+        # What `secrets.token_hex(8)` returns, without importing `secrets` (and with it
+        # `random`, `hmac` and `base64`) into every process that lists jobs.
+        name = f"{TMP_PREFIX}{os.urandom(8).hex()}"
         try:
             fd = os.open(name, _NEW_FILE, mode, dir_fd=dir_fd)
         except OSError as exc:

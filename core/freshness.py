@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -61,6 +60,8 @@ FRESH = Verdict(LeaseState.FRESH)
 
 def holder_dead(host: str, pid: int) -> bool:
     """True only when a lease holder ran on this host and its process is gone."""
+    import socket  # here, not at the top: `genjob ls` without a lease never needs it
+
     if host != socket.gethostname():
         return False
     try:

@@ -26,6 +26,14 @@ OTHER_DIRS = (
     "fleet",
     "candidates",
 )
+
+
+def user_config_dir() -> Path:
+    """The operator's genjob folder: `$XDG_CONFIG_HOME/genjob` (default `~/.config/genjob`)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "genjob"
+
+
 # The state a job in each folder is in, by the name the user sees (before what leases,
 # receipts and the tree add to it).
 FOLDER_STATE = {"queue": "QUEUED", "running": "RUNNING", "applied": "APPLIED", "rejected": "REJECTED"}

@@ -185,6 +185,10 @@ class Claimer:
         src = self.layout.job_file("queue", key)
         dst = self.layout.job_file("running", key)
         try:
+            # The claim's one fsync, of running/ (queue/ is not synced: after a crash the
+            # job is in one folder or the other, whole, either way). Without it a power cut
+            # could undo a claim whose worker already started: the job would be claimed
+            # again and run twice, with nothing in running/ to say it had been taken.
             move(src, dst, sync_source=False)
         except FileNotFoundError:
             return None

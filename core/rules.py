@@ -17,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import tarfile
 import typing
 import unicodedata
+
+if typing.TYPE_CHECKING:
+    import tarfile
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
@@ -223,15 +225,19 @@ class TailBuffer:
         return len(self.data)
 
 
+# A member's type flag, as the tar formats define it (`tarfile` names them REGTYPE,
+# AREGTYPE, DIRTYPE, ...). `tarfile` itself is imported where a tar is read: `genjob ls`
+# loads this module and reads none.
+_REGULAR = (b"0", b"\0")
 _TAR_KINDS = {
-    tarfile.DIRTYPE: "directory",
-    tarfile.SYMTYPE: "symlink",
-    tarfile.LNKTYPE: "hard link",
-    tarfile.CHRTYPE: "character device",
-    tarfile.BLKTYPE: "block device",
-    tarfile.FIFOTYPE: "fifo",
-    tarfile.CONTTYPE: "contiguous file",
-    tarfile.GNUTYPE_SPARSE: "sparse file",
+    b"5": "directory",
+    b"2": "symlink",
+    b"1": "hard link",
+    b"3": "character device",
+    b"4": "block device",
+    b"6": "fifo",
+    b"7": "contiguous file",
+    b"S": "sparse file",
 }
 
 
@@ -249,7 +255,7 @@ class MemberCheck:
         name = info.name
         if len(self.seen) >= max_members:
             raise ValueError(f"{name!r}: more than {max_members} members")
-        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+        if info.type not in _REGULAR:
             kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
             raise ValueError(f"{name!r}: {kind}, not a regular file")
         if name in self.seen:
@@ -267,6 +273,8 @@ def checked_members(
 ) -> typing.Iterator[tuple[str, int, typing.BinaryIO]]:
     """Each member of the tar read from ``source`` as it arrives, once ``check`` accepts
     it: its name, its size and a reader of its content (good until the next member)."""
+    import tarfile
+
     with tarfile.open(
         fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
     ) as archive:
@@ -289,6 +297,8 @@ def read_tar(
     members, a member or total over its size limit, or a damaged archive. Names are
     returned as stored (after pax/GNU long-name headers); callers check them.
     """
+    import tarfile
+
     members: list[tuple[str, bytes]] = []
     check = MemberCheck(max_members, max_member_bytes, max_total_bytes)
     try:

@@ -191,7 +191,7 @@ def interpreter_paths() -> tuple[Path, ...]:
 
 def private_paths() -> tuple[Path, ...]:
     """What a sandbox must never show: the user's home, SSH keys and genjob's key folder."""
-    from core.config import user_config_dir
+    from core.layout import user_config_dir
 
     home = Path.home()
     return tuple(Path(os.path.realpath(p)) for p in (home, home / ".ssh", user_config_dir()))

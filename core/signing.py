@@ -25,9 +25,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from core.canonical import loads_strict, read_bytes
-from core.config import load_operator_config, user_config_dir
+from core.config import load_operator_config
 from core.durable import atomic_write, create_exclusive
 from core.errors import BadInput, GenjobError
+from core.layout import user_config_dir
 from core.ownership import operator_owners, repository_owners, untrusted_because
 
 KEY_NAME = "worker_ed25519"

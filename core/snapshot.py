@@ -36,7 +36,7 @@ from core.canonical import sha256_file
 from core.contract import KEY_RE
 from core.errors import BadInput, GenjobError
 from core.freshness import LeaseState, Verdict
-from core.layout import Layout
+from core.layout import Layout, user_config_dir
 from core.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.paths import lstat_inside
 from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, share
@@ -70,6 +70,7 @@ class Snapshot:
     signature_required: bool
     config_error: str | None = None
     counts: Counter[State] = field(default_factory=Counter)
+    unsandboxed_checks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.counts = Counter(map(_state_of, self.rows.values()))
@@ -104,14 +105,25 @@ def _candidates(facts: FileFacts) -> str | None:
     return "ok" if facts.candidates_ok else "failed"
 
 
-def _config_policy(path: str) -> tuple[bool, str | None]:
-    """(require_signature, the fault of a bad config.toml)."""
-    from core.config import load_config  # pydantic: loaded only when config.toml changed
+def _config_policy(path: str) -> tuple[bool, str | None, tuple[str, ...]]:
+    """(require_signature, the fault of a bad config.toml, the checks run unsandboxed)."""
+    from core.config import load_config  # pydantic: loaded only when a config.toml changed
 
     try:
-        return (load_config(Path(path)).policy.require_signature, None)
+        config = load_config(Path(path))
     except GenjobError as exc:
-        return (True, str(exc))
+        return (True, str(exc), ())
+    unsandboxed = tuple(name for name, check in config.checks.items() if check.sandbox == "none")
+    return (config.policy.require_signature, None, unsandboxed)
+
+
+def _operator_stamp() -> tuple[int, ...]:
+    """The stamp of the operator's config.toml, () when there is none (or it cannot be read:
+    `load_config` then says why)."""
+    try:
+        return tuple(FileStamp.of(os.stat(user_config_dir() / "config.toml")))
+    except OSError:
+        return ()
 
 
 Files = Mapping[str, Mapping[str, FileId]]
@@ -140,6 +152,7 @@ class Scanner:
         self._dirty = False
         self.signature_required = True
         self.config_error: str | None = None
+        self.unsandboxed_checks: tuple[str, ...] = ()
         if disk_cache:
             self._load_cache()
 
@@ -211,6 +224,7 @@ class Scanner:
 
     def _read_config(self) -> None:
         path = str(self.layout.config)
+        self.unsandboxed_checks = ()
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -219,14 +233,18 @@ class Scanner:
         except OSError as exc:
             self.signature_required, self.config_error = True, f"{path}: {exc.strerror}"
             return
-        stamp = FileStamp.of(st)
+        stamp, operator = FileStamp.of(st), _operator_stamp()
         hit = self._config
-        if hit is not None and hit.file == stamp:
+        if hit is not None and hit.file == stamp and hit.operator == operator:
             self.signature_required, self.config_error = hit.signature_required, hit.fault
+            self.unsandboxed_checks = hit.unsandboxed
             return
-        self.signature_required, self.config_error = _config_policy(path)
-        if st.st_mtime_ns < racy_after():
-            self._config = ConfigStamp(stamp, self.signature_required, self.config_error)
+        self.signature_required, self.config_error, self.unsandboxed_checks = _config_policy(path)
+        racy = racy_after()
+        if st.st_mtime_ns < racy and (not operator or operator[2] < racy):
+            self._config = ConfigStamp(
+                stamp, operator, self.signature_required, self.config_error, self.unsandboxed_checks
+            )
             self._dirty = True
 
     # -- scanning --------------------------------------------------------------------------
@@ -236,7 +254,9 @@ class Scanner:
         rows: dict[str, JobRow] = {}
         for batch in self.scan_batches(now=now):
             rows.update(batch)
-        return Snapshot(rows, now, self.signature_required, self.config_error)
+        return Snapshot(
+            rows, now, self.signature_required, self.config_error, unsandboxed_checks=self.unsandboxed_checks
+        )
 
     def scan_batches(self, size: int = 4096, now: float | None = None) -> Iterator[dict[str, JobRow]]:
         """A full scan delivered `size` rows at a time, the jobs that need an operator first.

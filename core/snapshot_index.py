@@ -51,7 +51,7 @@ from core.snapshot_records import (
 )
 from core.speedups import collector_paused
 
-HEADER = b"genjob snapshot index 6\n"
+HEADER = b"genjob snapshot index 7\n"
 SLICE = 1024
 _FRAME = struct.Struct(">II")
 _NONE = type(None)

@@ -141,11 +141,14 @@ class TreeStamp(NamedTuple):
 
 
 class ConfigStamp(NamedTuple):
-    """`config.toml` as it was when read, and the policy read from it."""
+    """`config.toml` (and the operator's, which sets a floor under it) as they were when
+    read, and the policy read from them."""
 
     file: FileStamp
+    operator: tuple[int, ...]  # the operator's config.toml's `FileStamp`, () when there is none
     signature_required: bool
     fault: str | None
+    unsandboxed: tuple[str, ...]  # the checks configured with sandbox = "none"
 
 
 class Index(NamedTuple):

@@ -166,6 +166,39 @@ def test_a_bad_config_is_reported_not_raised(repo: Layout) -> None:
     assert not take_snapshot(repo).signature_required
 
 
+def test_the_policy_kept_in_the_index_follows_both_config_files(
+    repo: Layout, private_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index keeps what config.toml says (so `ls` need not parse it), until it or the
+    operator's config.toml, which sets a floor under it, changes."""
+    from core import snapshot
+
+    repo.config.write_text(
+        '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\nsandbox = "none"\n'
+    )
+    age(repo.config)
+    snap = take_snapshot(repo)
+    assert (snap.signature_required, snap.config_error, snap.unsandboxed_checks) == (False, None, ("lint",))
+    parse = snapshot._config_policy
+
+    def not_again(path: str) -> tuple[bool, str | None, tuple[str, ...]]:
+        raise AssertionError("config.toml parsed again though neither file changed")
+
+    monkeypatch.setattr(snapshot, "_config_policy", not_again)
+    cached = take_snapshot(repo)
+    assert (cached.signature_required, cached.unsandboxed_checks) == (False, ("lint",))
+    monkeypatch.setattr(snapshot, "_config_policy", parse)
+    operator = private_config / "genjob" / "config.toml"
+    operator.parent.mkdir(mode=0o700, exist_ok=True)
+    operator.write_text("[policy]\nrequire_signature = true\n")
+    age(operator)
+    assert take_snapshot(repo).signature_required
+    operator.unlink()
+    assert not take_snapshot(repo).signature_required
+    repo.config.write_text('[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\n')
+    assert take_snapshot(repo).unsandboxed_checks == ()
+
+
 def settle(layout: Layout) -> None:
     """Age every file under `.gen/`, so the index may keep what is read from them."""
     for dirpath, _, names in os.walk(layout.gen):

@@ -75,7 +75,7 @@ def sample_index(rows: int = 3) -> Index:
     listed["running"] = Listing(None, {KEY: 7}, {KEY: None})
     listed["attempts"] = Listing((4, 5, 6), {KEY: (8, 9, 10)}, None)
     return Index(
-        config=ConfigStamp(FileStamp(1, 2, 3, 4), True, None),
+        config=ConfigStamp(FileStamp(1, 2, 3, 4), (5, 6, 7, 8), True, None, ("lint",)),
         tree={"src/app.py": TreeStamp(FileStamp(5, 6, 7, 8), "e" * 64)},
         listed=listed,
         fixed=fixed,

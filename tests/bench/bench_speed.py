@@ -74,7 +74,8 @@ def bench_hash_openssl(quick: bool) -> Result:
 
 def _median_of_processes(argv: list[str], cwd: Path, runs: int) -> float:
     times = []
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # Bytecode is written and used, as it is for an installed genjob.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for _ in range(runs):
         start = time.perf_counter()
         subprocess.run(argv, cwd=cwd, env=env, check=True, capture_output=True)
@@ -93,6 +94,12 @@ def bench_cli_start(quick: bool) -> Result:
     from core.queue import enqueue
 
     enqueue(layout, build)
+    # Files written in the last two seconds are read again by every scan (their
+    # content may still change); a queue's files are older than that when someone lists it.
+    minute_ago = time.time() - 60
+    for folder, _, names in os.walk(layout.gen):
+        for name in names:
+            os.utime(Path(folder, name), (minute_ago, minute_ago))
     runs = 10 if quick else 20
     _median_of_processes([str(GENJOB), "ls"], repo, 2)  # warm the page cache and the bytecode
     genjob = _median_of_processes([str(GENJOB), "ls"], repo, runs)

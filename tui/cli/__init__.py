@@ -1,14 +1,43 @@
-"""The `genjob` command line: one click group over the core, beside the dashboard."""
+"""The `genjob` command line: one click group over the core, beside the dashboard.
 
-from tui.cli.candidates import candidates_cmd
-from tui.cli.check import check_cmd
-from tui.cli.commands import main
-from tui.cli.dashboard import demo, tui
-from tui.cli.discard import discard_cmd
-from tui.cli.fleet import hosts_cmd
-from tui.cli.worker import ship_cmd, worker_cmd
+`run` is the `genjob` program. A plain `genjob ls` is answered without loading click
+(`tui.cli.listing`); everything else goes to the click group, `main`, which imports a
+command's module only when that command runs, so each command pays for what it uses.
+"""
 
-for command in (tui, demo, ship_cmd, worker_cmd, discard_cmd, check_cmd, hosts_cmd, candidates_cmd):
-    main.add_command(command)
+from __future__ import annotations
 
-__all__ = ["main"]
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tui.cli.commands import main as main
+
+
+def run() -> None:
+    """The `genjob` program."""
+    from tui.cli.listing import run_plain_ls
+
+    try:
+        listed = run_plain_ls(sys.argv[1:])
+    except BrokenPipeError:  # the reader left (`genjob ls | head`): stop quietly, as click does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    if listed:
+        sys.exit(0)
+    from tui.cli.commands import main
+
+    main()
+
+
+def __getattr__(name: str) -> object:
+    """`main`, the click group, loaded (with click) when first asked for."""
+    if name == "main":
+        from tui.cli.commands import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["main", "run"]

@@ -2,61 +2,66 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import gc
+import importlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from pydantic import TypeAdapter
 
-from core.board_view import age, summary_line
-from core.checks import CheckStatus, check_statuses, run_hint
-from core.config import load_config
-from core.durable import environment_fault
 from core.errors import GenjobError, NotFound
-from core.events import record_event
 from core.freshness import MAX_TTL
-from core.inspect_job import job_detail
-from core.layout import Layout, find_root
-from core.lifecycle import STATE_ORDER, State
-from core.mint import build_job
-from core.models import KEY_RE, V1, V2, JobV1, JobV2, Receipt
-from core.paths import repo_relative
-from core.queue import JOB_FOLDERS, claim, enqueue, locate, reject, request_cancel, requeue
-from core.recover import recover
-from core.replay import replay
-from core.repo import init_repo, is_git_work_tree
-from core.signing import keygen, operator_keys_dir, trust
-from core.snapshot import Snapshot, take_snapshot
+from core.layout import JOB_FOLDERS, Layout, find_root
+from core.lifecycle import State
 from core.terminal import visible
-from core.verify import PASSED, SKIPPED, verify
-from tui.cli.output import fail, print_json, say
+from tui.cli.listing import list_jobs
+from tui.cli.output import guarded, print_json, say
+
+if TYPE_CHECKING:
+    from core.checks import CheckStatus
+
+# Each command imports what it uses inside its body, so a command pays only for its own
+# imports: `genjob ls` starts without pydantic, cryptography, asyncssh or textual.
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: Commands kept in modules of their own: each module is imported when its command is
+#: named (or when help lists them all).
+_ELSEWHERE = {
+    "candidates": ("tui.cli.candidates", "candidates_cmd"),
+    "check": ("tui.cli.check", "check_cmd"),
+    "demo": ("tui.cli.dashboard", "demo"),
+    "discard": ("tui.cli.discard", "discard_cmd"),
+    "hosts": ("tui.cli.fleet", "hosts_cmd"),
+    "ship": ("tui.cli.worker", "ship_cmd"),
+    "tui": ("tui.cli.dashboard", "tui"),
+    "worker": ("tui.cli.worker", "worker_cmd"),
+}
+
+
 class _Group(click.Group):
-    """Turns every `GenjobError`, and every fault of the machine (a full disk, a read-only
-    mount, no permission, a quota), into one line on stderr and its exit code."""
+    """Runs each command `guarded` (one line on stderr for each fault, and its exit code),
+    and finds the commands of `_ELSEWHERE` when they are named."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_ELSEWHERE})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in _ELSEWHERE:
+            module, name = _ELSEWHERE[cmd_name]
+            command = getattr(importlib.import_module(module), name)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except GenjobError as exc:
-            fail(str(exc), exc.exit_code)
-        except OSError as exc:
-            fault = environment_fault(exc, exc.filename or "genjob")
-            if fault is None:
-                raise
-            fail(str(fault), fault.exit_code)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
+        return guarded(functools.partial(super().invoke, ctx))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,6 +86,8 @@ def layout_of(ctx: click.Context) -> Layout:
 
 def resolve_key(layout: Layout, given: str) -> str:
     """A full key, or a unique prefix of one (like a git commit id)."""
+    from core.contract import KEY_RE
+
     if KEY_RE.fullmatch(given):
         return given
     if not given or not all(c in "0123456789abcdef" for c in given):
@@ -101,6 +108,8 @@ def resolve_key(layout: Layout, given: str) -> str:
 @click.pass_context
 def init(ctx: click.Context, directory: Path | None) -> None:
     """Create .gen/ (queue, receipts, config.toml with the local host) in DIRECTORY or here."""
+    from core.repo import init_repo, is_git_work_tree
+
     root = directory or ctx.find_root().obj or Path.cwd()
     layout, made = init_repo(root)
     for item in made:
@@ -148,6 +157,11 @@ def mint(
     paths: tuple[str, ...],
 ) -> None:
     """Mint a job over PATHS into the queue and print its key."""
+    from core.mint import build_job
+    from core.models import V1, V2
+    from core.paths import repo_relative
+    from core.queue import enqueue
+
     if (message is None) == (message_file is None):
         raise GenjobError("mint: give the instruction with exactly one of -m TEXT or -f FILE")
     instruction = message if message is not None else message_file.read()
@@ -174,42 +188,7 @@ def mint(
 @click.pass_context
 def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     """List jobs with their derived states."""
-    layout = layout_of(ctx)
-    snap = take_snapshot(layout)
-    wanted = {s.upper() for s in states}
-    rows = [r for r in snap.rows.values() if not wanted or r.state.value in wanted]
-    order = {s: i for i, s in enumerate(STATE_ORDER)}
-    rows.sort(key=lambda r: (order[r.state], -r.created_at, r.key))
-    if as_json:
-        print_json([r.to_dict() for r in rows])
-        return
-    _print_policy(snap, layout)
-    if not rows:
-        say("no jobs" + (f" in {', '.join(sorted(wanted))}" if wanted else ""))
-        return
-    now = time.time()
-    say(f"{'KEY':32}  {'STATE':12} {'AGE':>5} {'ATT':>3}  {'WORKER':16} INSTRUCTION")
-    for r in rows:
-        first = summary_line(r)
-        when = age(now - r.created_at) if r.created_at else "-"
-        say(
-            f"{r.key:32}  {r.state.value:12} {when:>5} {r.attempts:>3}  "
-            f"{_clip(visible(r.worker or '-'), 16):16} {first[:80]}"
-        )
-    say("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
-
-
-def _print_policy(snap: Snapshot, layout: Layout) -> None:
-    if snap.config_error:
-        say(f"warning: {visible(snap.config_error)}", err=True)
-        return
-    if not snap.signature_required:
-        say("policy: signatures NOT required (require_signature = false)", err=True)
-    with contextlib.suppress(GenjobError):
-        checks = load_config(layout.config).checks
-        unsandboxed = [name for name, c in checks.items() if c.sandbox == "none"]
-        if unsandboxed:
-            say(f'policy: checks run UNSANDBOXED (sandbox = "none"): {", ".join(unsandboxed)}', err=True)
+    list_jobs(layout_of(ctx), states, as_json)
 
 
 @main.command()
@@ -218,6 +197,9 @@ def _print_policy(snap: Snapshot, layout: Layout) -> None:
 @click.pass_context
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """The job, its state, lease, receipt verification, diffs and timeline."""
+    from core.board_view import age
+    from core.inspect_job import job_detail
+
     layout = layout_of(ctx)
     d = job_detail(layout, resolve_key(layout, key))
     if as_json:
@@ -249,6 +231,9 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
         say(f"candidates  {d.candidates}, {picked}")
     if d.verification:
+        from core.checks import check_statuses
+        from core.config import load_config
+
         job = d.located.job if d.located is not None else None
         config = load_config(layout.config)
         statuses = check_statuses(layout, job, config, d.verification) if job is not None else []
@@ -266,11 +251,6 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             say(f"  {stamp}  {event}  by {by}  {visible(json.dumps(extra))}")
 
 
-def _clip(text: str, width: int) -> str:
-    """`text` cut to `width` characters, ending in … when it was longer."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _printable_block(text: str) -> str:
     return "".join(visible(line) + "\n" for line in text.splitlines())
 
@@ -280,6 +260,9 @@ _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old "
 
 def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     """The receipt's verification step by step, the job's checks, and whether apply may run."""
+    from core.checks import run_hint
+    from core.verify import PASSED, SKIPPED
+
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
     say(f"verification of {v.key} (signature {policy}):")
@@ -317,6 +300,9 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
     The lease names the process that ran this command (its parent) as the holder: when
     that process dies, or the lease's ttl passes without a heartbeat, the job is ORPHANED.
     """
+    from core.config import load_config
+    from core.queue import claim
+
     layout = layout_of(ctx)
     ttl = ttl or load_config(layout.config).policy.lease_ttl
     c = claim(layout, worker, resolve_key(layout, key) if key else None, ttl, pid=os.getppid())
@@ -330,6 +316,8 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
 @click.pass_context
 def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
     """Put an ORPHANED job back in the queue, byte for byte."""
+    from core.queue import requeue
+
     layout = layout_of(ctx)
     path = requeue(layout, resolve_key(layout, key), force)
     say(f"requeued: {path.relative_to(layout.root)}")
@@ -344,6 +332,10 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
     """Check a job's receipt (or a candidate's) step by step, and list its checks. Exit 0
     only when apply may run."""
     from core.candidates import load, verify_candidate
+    from core.checks import check_statuses
+    from core.config import load_config
+    from core.queue import locate
+    from core.verify import verify
 
     layout = layout_of(ctx)
     loc = locate(layout, resolve_key(layout, key))
@@ -391,6 +383,8 @@ def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool)
 @click.pass_context
 def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
     """Close a job as rejected."""
+    from core.queue import reject
+
     layout = layout_of(ctx)
     path = reject(layout, resolve_key(layout, key), reason)
     say(f"rejected: {path.relative_to(layout.root)}")
@@ -401,6 +395,8 @@ def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
 @click.pass_context
 def cancel_cmd(ctx: click.Context, key: str) -> None:
     """Ask the worker running KEY to stop; it ends the job with an aborted receipt."""
+    from core.queue import request_cancel
+
     layout = layout_of(ctx)
     request_cancel(layout, resolve_key(layout, key))
     say("cancel requested")
@@ -412,6 +408,8 @@ def cancel_cmd(ctx: click.Context, key: str) -> None:
 @click.pass_context
 def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
     """Mint a stale, failed or rejected job again against the current tree."""
+    from core.replay import replay
+
     layout = layout_of(ctx)
     res = replay(layout, resolve_key(layout, key), allow_secrets)
     say(res.key)
@@ -423,6 +421,8 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 @click.pass_context
 def recover_cmd(ctx: click.Context) -> None:
     """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
+    from core.recover import recover
+
     report = recover(layout_of(ctx))
     for line in report.lines:
         say(visible(line))
@@ -437,6 +437,8 @@ def recover_cmd(ctx: click.Context) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing worker key.")
 def keygen_cmd(force: bool) -> None:
     """Make this machine's Ed25519 worker key (in the user's config folder); print the public key file."""
+    from core.signing import keygen
+
     say(str(keygen(force)))
 
 
@@ -450,6 +452,9 @@ def keygen_cmd(force: bool) -> None:
 @click.pass_context
 def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
     """Pin a worker public key in .gen/trusted_keys/ (or, with --operator, your own list)."""
+    from core.events import record_event
+    from core.signing import operator_keys_dir, trust
+
     if operator:
         dest, fp = trust(operator_keys_dir(), pubkey_file)
         say(f"trusted {fp} for every repository ({visible(str(dest))})")
@@ -464,5 +469,9 @@ def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
 @click.argument("kind", type=click.Choice(["job", "receipt"]))
 def schema_cmd(kind: str) -> None:
     """Print the JSON Schema of a job document (v1 or v2) or a receipt."""
+    from pydantic import TypeAdapter
+
+    from core.models import JobV1, JobV2, Receipt
+
     adapter: TypeAdapter[Any] = TypeAdapter(JobV1 | JobV2 if kind == "job" else Receipt)
     print_json(adapter.json_schema(by_alias=True))

@@ -1,31 +1,62 @@
-"""Everything the CLI prints goes through here.
+"""Everything the CLI prints goes through here, and every fault it ends on.
 
 Untrusted text (from a job, receipt, lease, attempts file, audit log, path, worker id,
 host or generator) is made visible field by field with `core.terminal.visible`, which
 also shows a newline as a character, so a field can never fake a line of its own; and
 every line is passed through `visible` once more on its way out, so nothing a caller
 missed can drive the terminal.
+
+Nothing here imports click: `genjob ls` prints through it without loading click.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
-import click
-
+from core.durable import environment_fault
+from core.errors import GenjobError
 from core.terminal import visible
+
+T = TypeVar("T")
 
 
 def say(text: str = "", err: bool = False, nl: bool = True) -> None:
-    click.echo(visible(text, keep_newlines=True), err=err, nl=nl)
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:  # no console at all (pythonw): nothing to show it on
+        return
+    line = visible(text, keep_newlines=True) + ("\n" if nl else "")
+    try:
+        stream.write(line)
+    except UnicodeEncodeError:  # a console in an encoding that lacks some character
+        encoding = stream.encoding or "ascii"
+        stream.write(line.encode(encoding, "backslashreplace").decode(encoding))
+    stream.flush()
 
 
 def fail(message: str, code: int) -> NoReturn:
     """One line on stderr naming the fault, then exit with `code`."""
     say(f"genjob: {visible(message)}", err=True)
     sys.exit(code)
+
+
+def guarded(command: Callable[[], T]) -> T:
+    """Runs `command`, turning every `GenjobError`, and every fault of the machine (a full
+    disk, a read-only mount, no permission, a quota), into one line on stderr and its
+    exit code."""
+    try:
+        return command()
+    except GenjobError as exc:
+        fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        fault = environment_fault(exc, exc.filename or "genjob")
+        if fault is None:
+            raise
+        fail(str(fault), fault.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
 
 
 def print_json(obj: Any) -> None:

@@ -1,0 +1,149 @@
+"""Each command loads what it uses: the real `genjob` program, run as a process, on a
+small queue, with Python reporting every module it imports (`-X importtime`).
+
+`ls`, `show` and `verify` never load the board (textual, rich) or the SSH stack
+(asyncssh); a plain `ls` loads neither click nor pydantic nor cryptography either, and
+says exactly what `ls` through click says.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from corekit import cli, mint, receive
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.layout import Layout
+from tui.cli.listing import plain_ls
+
+GENJOB = Path(sys.executable).parent / "genjob"
+UI_AND_SSH = {"textual", "rich", "asyncssh"}
+
+
+def run_genjob(layout: Layout, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`genjob ARGS` in the repository; its result and the top-level packages it imported."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", str(GENJOB), *args],
+        cwd=layout.root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    loaded = set()
+    kept = []
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:"):
+            name = line.rsplit("|", 1)[1].strip()
+            loaded.add(name.split(".")[0])
+        else:
+            kept.append(line)
+    proc.stderr = "\n".join(kept)
+    assert loaded, "importtime reported nothing"
+    return proc, loaded
+
+
+@pytest.fixture
+def small_queue(repo: Layout, signer: Ed25519PrivateKey) -> tuple[Layout, str, str]:
+    """A queued job and a received one whose signed receipt verifies; config.toml was
+    written a minute ago, and listed once since (its policy is in the snapshot index)."""
+    queued = mint(repo, "Queued, waiting.", ["README.md"])
+    received = mint(repo, "Received, signed.", ["src/app.py"])
+    receive(repo, received.key, {"src/app.py": b"def main():\n    return 2\n"}, signer)
+    then = time.time() - 60
+    os.utime(repo.config, (then, then))
+    assert run_genjob(repo, "ls")[0].returncode == 0
+    return repo, queued.key, received.key
+
+
+def test_plain_ls_loads_no_click_pydantic_cryptography_ui_or_ssh(
+    small_queue: tuple[Layout, str, str],
+) -> None:
+    layout, _, received = small_queue
+    heavy = UI_AND_SSH | {"click", "pydantic", "cryptography"}
+    for args in (["ls"], ["ls", "--json"], ["ls", "--state", "received"], ["--root", str(layout.root), "ls"]):
+        proc, loaded = run_genjob(layout, *args)
+        assert proc.returncode == 0, proc.stderr
+        assert received in proc.stdout
+        assert not loaded & heavy, (args, loaded & heavy)
+        assert "core" in loaded  # the listing engine did run
+
+
+def test_plain_ls_says_what_ls_through_click_says(small_queue: tuple[Layout, str, str]) -> None:
+    layout, queued, received = small_queue
+    for args in (["ls"], ["ls", "--json"], ["ls", "--state", "QUEUED", "--state=received"]):
+        proc, _ = run_genjob(layout, *args)
+        through_click = cli(*args, root=layout.root)
+        assert proc.stdout == through_click.stdout
+        assert proc.stderr == through_click.stderr
+    assert queued in proc.stdout and received in proc.stdout
+
+
+def test_ls_in_other_forms_goes_through_click(small_queue: tuple[Layout, str, str]) -> None:
+    layout, _, _ = small_queue
+    proc, loaded = run_genjob(layout, "ls", "--help")
+    assert proc.returncode == 0 and "--state" in proc.stdout and "click" in loaded
+    proc, loaded = run_genjob(layout, "ls", "--state", "bogus")
+    assert proc.returncode == 2 and "'bogus' is not one of" in proc.stderr and "click" in loaded
+
+
+def test_show_and_verify_load_neither_the_board_nor_ssh(small_queue: tuple[Layout, str, str]) -> None:
+    layout, queued, received = small_queue
+    for args, code in (
+        (["show", received], 0),
+        (["show", queued, "--json"], 0),
+        (["verify", received], 0),
+        (["verify", received, "--json"], 0),
+    ):
+        proc, loaded = run_genjob(layout, *args)
+        assert proc.returncode == code, proc.stderr
+        assert received in proc.stdout or queued in proc.stdout
+        assert not loaded & UI_AND_SSH, (args, loaded & UI_AND_SSH)
+    proc, _ = run_genjob(layout, "verify", received)
+    assert "apply may run" in proc.stdout
+
+
+def test_a_plain_ls_into_a_closed_pipe_stops_quietly(small_queue: tuple[Layout, str, str]) -> None:
+    layout, _, _ = small_queue
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as `genjob ls | head` can
+    try:
+        proc = subprocess.run([str(GENJOB), "ls"], cwd=layout.root, stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1
+    assert proc.stderr == b""
+
+
+def test_plain_ls_accepts_only_what_click_would_take_as_is(tmp_path: Path) -> None:
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    assert plain_ls(["ls"]) == (None, [], False)
+    assert plain_ls(["ls", "--json", "--state", "stale", "--state=QUEUED"]) == (
+        None,
+        ["stale", "QUEUED"],
+        True,
+    )
+    assert plain_ls(["--root", str(tmp_path), "ls"]) == (tmp_path, [], False)
+    assert plain_ls([f"--root={tmp_path}", "ls", "--json"]) == (tmp_path, [], True)
+    for argv in (
+        [],
+        ["show"],
+        ["ls", "--help"],
+        ["ls", "-h"],
+        ["ls", "--state"],
+        ["ls", "--state", "nope"],
+        ["ls", "--jso"],
+        ["ls", "extra"],
+        ["--root"],
+        ["--root", "ls"],
+        ["--root=", "ls"],
+        ["--root", str(a_file), "ls"],
+        ["--rooted", "x", "ls"],
+        ["--help", "ls"],
+    ):
+        assert plain_ls(argv) is None, argv
