@@ -60,7 +60,11 @@ max_tail_bytes = 65536
 # A STAND-IN, not a model: it only appends a comment quoting the instruction to each
 # file, so that a round trip works at once. Point `generator` at a real tool (aider,
 # codex, claude, llm: see "Generator hosts" in genjob's README) or use `tidy` below.
-# It runs here, in a fresh temp workspace, with a clean environment.
+# It runs here, in a fresh temp workspace, with a clean environment, under bubblewrap
+# when this machine has it: no network, nothing of your home, SSH keys or genjob's key,
+# its workspace the only place it can write. A generator that calls a model's API opts
+# in: network = true, and read_only = ["~/tools/agent"] for what it must read.
+# sandbox = "auto"     # "bwrap" (refused without bwrap) or "none" (unsandboxed, said so)
 transport = "local"
 generator = "python3 -m core.demo_generator"
 timeout = 300
@@ -174,6 +178,13 @@ class Host(BaseModel):
     concurrency: Annotated[int, Field(gt=0)] = 1
     # Best-of-N on this host: a job shipped here alone runs this many candidates here.
     candidates: Annotated[int, Field(ge=1, le=16)] | None = None
+    # transport = "local": the sandbox its runs get (`core.transport.local`): "auto" is
+    # bubblewrap when it works on this machine and unsandboxed (said so) when not;
+    # "bwrap" refuses to run without it; "none" never sandboxes. `network` shares the
+    # machine's network; `read_only` names more paths the generator may read.
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    network: bool = False
+    read_only: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=64)] = []
 
     @property
     def stand_in(self) -> bool:
@@ -195,6 +206,14 @@ class Host(BaseModel):
             )
         if self.transport != "command" and (self.command is not None or self.command_mode is not None):
             raise ValueError('command and command_mode are for transport = "command" hosts')
+        if self.transport != "local" and (self.sandbox != "auto" or self.network or self.read_only):
+            raise ValueError(
+                'sandbox, network and read_only are for transport = "local" hosts; a remote host '
+                "is confined by its own means (its account, container or job scheduler)"
+            )
+        for path in self.read_only:
+            if not os.path.isabs(os.path.expanduser(path)):
+                raise ValueError(f"read_only: {path!r} is not an absolute path (or one under ~)")
         return self
 
 

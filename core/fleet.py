@@ -29,6 +29,7 @@ from core.events import attempts, bounded
 from core.layout import Layout
 from core.lease import read_lease
 from core.models import KEY_RE
+from core.transport.local import LocalSandbox
 
 if TYPE_CHECKING:
     from core.transport.base import Transport
@@ -72,6 +73,9 @@ class HostView:
     rtt: float | None
     rtt_at: float | None
     stand_in: bool
+    # A local host's sandbox: whether its runs are sandboxed now, and that said plainly.
+    sandboxed: bool | None = None
+    isolation: str | None = None
 
 
 def describe_target(host: Host) -> str:
@@ -81,6 +85,11 @@ def describe_target(host: Host) -> str:
     if host.transport == "command" and host.command:
         return shlex.join(host.command)
     return "this machine"
+
+
+def describe_isolation(host: Host) -> str | None:
+    """What a local host's runs can reach (None for a remote host: its own means confine it)."""
+    return LocalSandbox.of(host).describe() if host.transport == "local" else None
 
 
 def _read(layout: Layout, host: str) -> dict[str, Any]:
@@ -201,6 +210,8 @@ def fleet(layout: Layout, config: Config, now: float | None = None) -> list[Host
                 rtt=float(seconds) if isinstance(seconds, (int, float)) else None,
                 rtt_at=float(probed_at) if isinstance(probed_at, (int, float)) else None,
                 stand_in=host.stand_in,
+                sandboxed=LocalSandbox.of(host).sandboxed_now() if host.transport == "local" else None,
+                isolation=describe_isolation(host),
             )
         )
     return views

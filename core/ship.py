@@ -33,6 +33,7 @@ from core.receipts import Committed, commit_receipt, make_receipt
 from core.rules import Limits, TailBuffer
 from core.signing import load_private_key, private_key_path
 from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
+from core.transport.local import LocalSandbox
 
 OutputCallback = Callable[[bytes], None]
 # How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
@@ -54,7 +55,7 @@ class ShipResult:
 
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
-        return LocalTransport()
+        return LocalTransport(confine=LocalSandbox.of(host))
     if host.transport == "command":
         if not host.command:
             raise BadInput(f"config.toml: hosts.{name}: a command host needs command")

@@ -120,12 +120,17 @@ def host_block(
     concurrency: int = 1,
     known_hosts: Path | None = None,
     python: str | None = None,
+    sandbox: str = "none",
 ) -> str:
     """One `[hosts.NAME]` table: the local transport for `server=None`, SSH to an
-    `SSHServer`, the command transport for a `CommandHost`."""
+    `SSHServer`, the command transport for a `CommandHost`.
+
+    A local host runs unsandboxed unless `sandbox` says otherwise: these generators are
+    scripts in the test's folder that report pids and paths there, which a sandbox hides
+    (the sandbox has tests of its own)."""
     lines = [f"[hosts.{name}]"]
     if server is None:
-        lines.append('transport = "local"')
+        lines += ['transport = "local"', f"sandbox = {toml_str(sandbox)}"]
     elif isinstance(server, CommandHost):
         argv = ", ".join(toml_str(a) for a in server.argv(known_hosts))
         lines += ['transport = "command"', f"command = [{argv}]"]

@@ -1,16 +1,29 @@
-"""Run the runner as a local subprocess, through the same bootstrap as over SSH."""
+"""Run the runner as a local subprocess, through the same bootstrap as over SSH.
+
+A generator is code genjob did not write, and on this machine it would otherwise run
+with all of the operator's rights. So the runner (and the generator it starts) runs
+under bubblewrap (`core.sandbox`) whenever that works here: no network unless the host
+allows it, nothing of the user's home, SSH keys or genjob's key folder, and one writable
+folder, made for the run and removed after it, that holds the job's workspace. Where
+bwrap cannot run, a host left at `sandbox = "auto"` runs unsandboxed and every place that
+names the host says so (`isolation`); `sandbox = "bwrap"` refuses instead.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
-from core import runner
+from core import runner, sandbox
 from core.transport.base import (
     STOP_WAIT,
     OutputCallback,
@@ -19,6 +32,9 @@ from core.transport.base import (
     Session,
     drive,
 )
+
+if TYPE_CHECKING:
+    from core.config import Host
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,15 +51,84 @@ def local_env(python: str) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class LocalSandbox:
+    """How a local host's runs are confined (the host's `sandbox`, `network`, `read_only`)."""
+
+    kind: Literal["auto", "bwrap", "none"] = "auto"
+    network: bool = False
+    read_only: tuple[Path, ...] = ()
+
+    @classmethod
+    def of(cls, host: Host) -> LocalSandbox:
+        paths = tuple(Path(os.path.expanduser(p)) for p in host.read_only)
+        return cls(host.sandbox, host.network, paths)
+
+    def kind_now(self) -> sandbox.Kind:
+        """ "bwrap" or "none" for a run starting now; SandboxError when "bwrap" was asked
+        for and cannot run here."""
+        if self.kind == "none":
+            return "none"
+        problem = sandbox.bwrap_problem()
+        if problem is None:
+            return "bwrap"
+        if self.kind == "bwrap":
+            raise sandbox.SandboxError(f'sandbox = "bwrap": {problem}')
+        return "none"
+
+    def sandboxed_now(self) -> bool:
+        """Whether a run starting now would be sandboxed (False too when it would be refused)."""
+        try:
+            return self.kind_now() == "bwrap"
+        except sandbox.SandboxError:
+            return False
+
+    def describe(self) -> str:
+        """One line on what a run here can reach, for every view that names the host."""
+        if self.kind == "none":
+            return 'UNSANDBOXED (sandbox = "none"): the generator can read and write whatever you can'
+        problem = sandbox.bwrap_problem()
+        if problem is not None and self.kind == "auto":
+            return (
+                f"UNSANDBOXED: {problem}; the generator can read and write whatever you can "
+                '(install bubblewrap, or set sandbox = "none" to say this is meant)'
+            )
+        if problem is not None:
+            return f'refuses to run: sandbox = "bwrap" and {problem}'
+        net = "network shared" if self.network else "no network"
+        return f"sandboxed (bwrap): {net}, only its workspace writable"
+
+
 class LocalTransport:
-    """Runs each job in a local ``python -c BOOTSTRAP`` subprocess in its own session.
+    """Runs each job in a local ``python -c BOOTSTRAP`` subprocess in its own session,
+    confined as `confine` says (default: unsandboxed, for a caller that chose so).
 
     ``slack`` is added to the header's timeout to bound the whole run, upload included.
     """
 
-    def __init__(self, python: str = sys.executable, *, slack: float = 60.0) -> None:
+    def __init__(
+        self, python: str = sys.executable, *, slack: float = 60.0, confine: LocalSandbox | None = None
+    ) -> None:
         self.python = python
         self.slack = slack
+        self.confine = confine or LocalSandbox("none")
+
+    def _launch(self, folder: Path) -> sandbox.Launch:
+        """The command line of one run whose writable folder is `folder`."""
+        command = [self.python, "-c", runner.BOOTSTRAP]
+        kind = self.confine.kind_now()
+        if kind == "none":
+            return sandbox.Launch(
+                command, local_env(self.python), str(folder), False, self.confine.describe()
+            )
+        spec = sandbox.Confinement(
+            folder,
+            read_only=(PROJECT_ROOT, *self.confine.read_only),
+            network=self.confine.network,
+            # The workspace goes in the writable folder, on disk, not in the sandbox's /tmp.
+            env={"PYTHONPATH": str(PROJECT_ROOT), "TMPDIR": str(folder)},
+        )
+        return sandbox.launch(spec, command)
 
     async def run(
         self,
@@ -52,28 +137,46 @@ class LocalTransport:
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:
+        folder = Path(tempfile.mkdtemp(prefix="genjob-local-"))
+        try:
+            return await self._run_in(folder, job, on_result, on_output, cancel)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    async def _run_in(
+        self,
+        folder: Path,
+        job: Awaitable[Prepared],
+        on_result: OutputCallback,
+        on_output: OutputCallback | None,
+        cancel: asyncio.Event | None,
+    ) -> RunOutcome:
+        try:
+            how = self._launch(folder)
+        except sandbox.SandboxError as exc:
+            return RunOutcome(0, b"", None, f"cannot start the local runner: {exc}")
         try:
             proc = await asyncio.create_subprocess_exec(
-                self.python,
-                "-c",
-                runner.BOOTSTRAP,
+                *how.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=local_env(self.python),
+                env=how.env,
+                cwd=how.cwd,
                 start_new_session=True,
             )
         except FileNotFoundError:
-            return RunOutcome(0, b"", None, f"{self.python} not found")
+            return RunOutcome(0, b"", None, f"{how.argv[0]} not found")
         except OSError as exc:
-            return RunOutcome(0, b"", None, f"cannot start {self.python}: {exc.strerror}")
+            return RunOutcome(0, b"", None, f"cannot start {how.argv[0]}: {exc.strerror}")
         stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
         if stdin is None or stdout is None or stderr is None:
             raise RuntimeError("a subprocess started with three pipes has three pipes")
 
         async def stop() -> None:
-            """SIGTERM and EOF: the runner kills its generator and removes its workspace;
-            if it has not exited by then, kill its process group."""
+            """SIGTERM and EOF: the runner kills its generator and removes its workspace
+            (in a sandbox, bwrap's end takes every process in it along); if it has not
+            exited by then, kill its process group."""
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             stdin.close()

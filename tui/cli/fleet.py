@@ -51,6 +51,8 @@ def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: 
             f"{_clip(visible(v.name), 12):12} {v.transport:9} {v.concurrency:>4} {len(v.running):>3} "
             f"{_rtt(v, now):>14}  {_clip(visible(v.target), 36):36} {_error(v.last_error, now)}"
         )
+        if v.isolation is not None:
+            say(f"{'':12} {v.isolation}")
 
 
 async def _probe_all(layout: Layout, pool: Hosts, names: list[str]) -> None:

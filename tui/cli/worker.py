@@ -89,6 +89,7 @@ def ship_cmd(
     """
     from core.ship import Hosts, ship
     from core.ship_candidates import candidate_hosts
+    from core.transport.local import LocalSandbox
 
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)
@@ -105,7 +106,10 @@ def ship_cmd(
     if not res.won:
         say(f"the lease was lost; this receipt was kept aside at {visible(str(res.receipt))}")
         sys.exit(1)
-    if config.hosts[res.host].stand_in:
+    host = config.hosts[res.host]
+    if host.transport == "local" and not (confine := LocalSandbox.of(host)).sandboxed_now():
+        say(f"note: {visible(res.host)} ran {confine.describe()}")
+    if host.stand_in:
         say(
             f"note: {visible(res.host)} runs genjob's stand-in generator, which only appends a comment; "
             "`--host tidy` runs ruff, and genjob's README shows real model hosts"

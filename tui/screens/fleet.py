@@ -37,13 +37,23 @@ def host_cells(view: HostView, now: float) -> tuple[Text, ...]:
         rtt = Text(f"{view.rtt:.2f}s ({age(now - view.rtt_at)} ago)")
     return (
         Text(visible(view.name), style="bold"),
-        Text(view.transport + (" (stand-in)" if view.stand_in else "")),
+        _transport(view),
         Text(visible(view.target), overflow="ellipsis", no_wrap=True),
         Text(str(view.concurrency), justify="right"),
         Text(str(busy), justify="right", style="bold yellow" if busy else "dim"),
         rtt,
         _error(view.last_error, view.last_ok, now),
     )
+
+
+def _transport(view: HostView) -> Text:
+    """The transport, and for a local host whether its runs are sandboxed (in red when not)."""
+    text = Text(view.transport + (" (stand-in)" if view.stand_in else ""))
+    if view.sandboxed is True:
+        text.append(" bwrap", style="green")
+    elif view.sandboxed is False:
+        text.append(" UNSANDBOXED", style="bold red")
+    return text
 
 
 def _error(error: Note | None, ok: Note | None, now: float) -> Text:
