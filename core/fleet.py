@@ -29,7 +29,6 @@ from core.events import attempts, bounded
 from core.layout import Layout
 from core.lease import read_lease
 from core.models import KEY_RE
-from core.transport.local import LocalSandbox
 
 if TYPE_CHECKING:
     from core.transport.base import Transport
@@ -87,9 +86,15 @@ def describe_target(host: Host) -> str:
     return "this machine"
 
 
-def describe_isolation(host: Host) -> str | None:
-    """What a local host's runs can reach (None for a remote host: its own means confine it)."""
-    return LocalSandbox.of(host).describe() if host.transport == "local" else None
+def describe_isolation(host: Host) -> tuple[bool | None, str | None]:
+    """Whether a local host's runs are sandboxed now, and what they can reach, said
+    plainly; (None, None) for a remote host, which its own means confine."""
+    if host.transport != "local":
+        return None, None
+    from core.transport.local import LocalSandbox  # the transports (and asyncssh) only here
+
+    confine = LocalSandbox.of(host)
+    return confine.sandboxed_now(), confine.describe()
 
 
 def _read(layout: Layout, host: str) -> dict[str, Any]:
@@ -194,6 +199,7 @@ def fleet(layout: Layout, config: Config, now: float | None = None) -> list[Host
     running = runs_now(layout, now)
     views = []
     for name, host in config.hosts.items():
+        sandboxed, isolation = describe_isolation(host)
         notes = _read(layout, name)
         probe = notes.get("probe")
         probe = probe if isinstance(probe, dict) else {}
@@ -210,8 +216,8 @@ def fleet(layout: Layout, config: Config, now: float | None = None) -> list[Host
                 rtt=float(seconds) if isinstance(seconds, (int, float)) else None,
                 rtt_at=float(probed_at) if isinstance(probed_at, (int, float)) else None,
                 stand_in=host.stand_in,
-                sandboxed=LocalSandbox.of(host).sandboxed_now() if host.transport == "local" else None,
-                isolation=describe_isolation(host),
+                sandboxed=sandboxed,
+                isolation=isolation,
             )
         )
     return views

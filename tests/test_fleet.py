@@ -124,7 +124,8 @@ def test_genjob_hosts_lists_and_probes(repo: Layout, tmp_path: Path) -> None:
     assert lines[0].split() == ["HOST", "TRANSPORT", "CONC", "NOW", "RTT", "TARGET", "LAST", "ERROR"]
     gen = lines[1].split()
     assert gen[:4] == ["gen", "local", "3", "0"] and gen[4].endswith("s") and gen[-1] == "-"
-    assert lines[2].split()[:4] == ["pods", "command", "2", "0"] and "bwrap" in lines[2]
+    assert lines[2].split()[0] == "UNSANDBOXED", "a local host says what it can reach"
+    assert lines[3].split()[:4] == ["pods", "command", "2", "0"] and "bwrap" in lines[3]
     as_json = json.loads(cli("hosts", "--json", "--host", "pods", root=repo.root).output)
     assert [h["name"] for h in as_json] == ["pods"] and as_json[0]["rtt"] > 0
     unknown = cli("hosts", "--host", "nope", root=repo.root)

@@ -196,7 +196,8 @@ def test_hosts_and_ship_say_whether_a_local_host_is_sandboxed(
     write_config(
         repo,
         '[hosts.boxed]\ntransport = "local"\ngenerator = "python3 -m core.demo_generator"\n\n'
-        '[hosts.open]\ntransport = "local"\nsandbox = "none"\ngenerator = "python3 -m core.demo_generator"\n',
+        '[hosts.open]\ntransport = "local"\nsandbox = "none"\n'
+        'generator = "python3 -m core.demo_generator"\n',
     )
     listed = cli("hosts", root=repo.root).output
     assert "sandboxed (bwrap): no network, only its workspace writable" in listed
@@ -216,7 +217,8 @@ def test_without_bwrap_auto_runs_unsandboxed_and_says_so_and_bwrap_refuses(
     write_config(
         repo,
         '[hosts.auto]\ntransport = "local"\ngenerator = "python3 -m core.demo_generator"\n\n'
-        '[hosts.strict]\ntransport = "local"\nsandbox = "bwrap"\ngenerator = "python3 -m core.demo_generator"\n',
+        '[hosts.strict]\ntransport = "local"\nsandbox = "bwrap"\n'
+        'generator = "python3 -m core.demo_generator"\n',
     )
     assert LocalSandbox("auto").describe().startswith("UNSANDBOXED: bwrap (bubblewrap) is not installed")
     job = mint(repo)
@@ -233,7 +235,10 @@ def test_without_bwrap_auto_runs_unsandboxed_and_says_so_and_bwrap_refuses(
 @pytest.mark.parametrize(
     ("setting", "fault"),
     [
-        ('transport = "ssh"\naddress = "a@b"\nidentity = "k"\nsandbox = "none"', "for transport = \"local\" hosts"),
+        (
+            'transport = "ssh"\naddress = "a@b"\nidentity = "k"\nsandbox = "none"',
+            'for transport = "local" hosts',
+        ),
         ('transport = "local"\nread_only = ["tools"]', "'tools' is not an absolute path"),
         ('transport = "local"\nsandbox = "firejail"', "sandbox"),
     ],
