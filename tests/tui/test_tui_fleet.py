@@ -41,7 +41,7 @@ async def test_the_fleet_shows_runs_now_the_last_error_and_a_probe(
         table = screen.query_one(DataTable)
         await d.until(lambda: table.row_count == 3, "a row per host")
         gen_row = row_text(table, "gen")
-        assert gen_row[:5] == ["gen", "local", "this machine", "3", "1"], gen_row
+        assert gen_row[:5] == ["gen", "local UNSANDBOXED", "this machine", "3", "1"], gen_row
         assert row_text(table, "pods")[1:5] == ["command", row_text(table, "pods")[2], "2", "0"]
         assert row_text(table, "pods")[2].startswith("bwrap --ro-bind / /")
 
