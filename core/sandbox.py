@@ -70,6 +70,8 @@ SANDBOX_HOME = "/tmp/home"
 CHUNK = 1 << 16
 # After a kill, how long the output of processes that outlived their group is waited for.
 DRAIN_WAIT = 2.0
+# How long the sandbox's init may take to empty its PID namespace before it is killed.
+EMPTY_WAIT = 5.0
 
 
 class SandboxError(GenjobError):
@@ -511,6 +513,7 @@ async def run(
         if status_r is not None:
             status = _read_all(status_r)
             os.close(status_r)
+    await _namespace_emptied(status)
     duration = time.monotonic() - started
     exit_code: int | None = proc.returncode
     if timed_out or cancelled:
@@ -589,13 +592,54 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _command_exit(status: bytes, returncode: int | None, tail: bytes) -> int:
-    """The command's exit code from bwrap's status reports; SandboxError when it never ran."""
+def _reports(status: bytes) -> dict[str, object]:
+    """bwrap's status reports (one JSON object a line), merged."""
+    merged: dict[str, object] = {}
     for line in status.splitlines():
         with contextlib.suppress(ValueError):
             report = json.loads(line)
-            if isinstance(report, dict) and isinstance(report.get("exit-code"), int):
-                return int(report["exit-code"])
+            if isinstance(report, dict):
+                merged.update(report)
+    return merged
+
+
+async def _namespace_emptied(status: bytes) -> None:
+    """Wait until the sandbox's PID namespace is empty.
+
+    bwrap exits as soon as its init reports the command's exit code, while that init is
+    still on its way out: only as it exits does the kernel kill every process left in the
+    namespace (a detached one, say), which could otherwise still run a moment after the
+    command "ended". The init is known by its pid and its namespace's inode (so a reused
+    pid is never mistaken for it); it is killed if it has not gone within `EMPTY_WAIT`.
+    """
+    reports = _reports(status)
+    pid, namespace = reports.get("child-pid"), reports.get("pid-namespace")
+    if not isinstance(pid, int) or not isinstance(namespace, int):
+        return
+    deadline, killed = time.monotonic() + EMPTY_WAIT, False
+    while _in_namespace(pid, namespace):
+        if time.monotonic() > deadline:
+            if killed:
+                return
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            deadline, killed = deadline + EMPTY_WAIT, True
+        await asyncio.sleep(0.002)
+
+
+def _in_namespace(pid: int, namespace: int) -> bool:
+    """Whether process `pid` lives, in PID namespace `namespace` (a zombie does not)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == f"pid:[{namespace}]"
+    except OSError:
+        return False
+
+
+def _command_exit(status: bytes, returncode: int | None, tail: bytes) -> int:
+    """The command's exit code from bwrap's status reports; SandboxError when it never ran."""
+    code = _reports(status).get("exit-code")
+    if isinstance(code, int):
+        return code
     lines = [line for line in tail.decode(errors="replace").splitlines() if line.strip()]
     why = lines[-1] if lines else f"exit status {returncode}"
     raise SandboxError(f"the sandbox could not be set up: {why}")

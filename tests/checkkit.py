@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -82,6 +83,16 @@ def processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline and state != [b"Z"]:
             found.append(int(name))
     return found
+
+
+def processes_left(marker: str, grace: float = 10.0) -> list[int]:
+    """`processes_with(marker)` once none are left, or after `grace` seconds: a process
+    sent SIGKILL is gone a moment later, not at once. The grace only bounds how long a
+    failing test waits."""
+    deadline = time.monotonic() + grace
+    while (left := processes_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
 
 
 def hard_links(root: Path) -> dict[str, tuple[int, int]]:

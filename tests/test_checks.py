@@ -18,7 +18,7 @@ from checkkit import (
     check,
     configure,
     hard_links,
-    processes_with,
+    processes_left,
     project,
     received,
     unique_sleep,
@@ -30,7 +30,6 @@ from core import sandbox
 from core.apply import apply_job
 from core.checks import (
     ChecksRequired,
-    CheckState,
     check_statuses,
     read_record,
     run_check,
@@ -43,6 +42,7 @@ from core.layout import Layout
 from core.models import Job
 from core.queue import locate
 from core.signing import private_key_path
+from core.standing import CheckState
 from core.verify import verify
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
@@ -181,7 +181,7 @@ def test_a_hanging_check_is_killed_at_its_timeout_and_nothing_is_left(
     [run] = check(repo, job.key)
     assert run.finished.timed_out and run.record is not None
     assert run.record.result == "timed out" and run.record.exit_code is None
-    assert processes_with(marker) == []
+    assert processes_left(marker) == []
     state, detail = states(repo, job)["hangs"]
     assert state is CheckState.FAILED and "timed out after 1s" in detail
     assert os.listdir(repo.scratch) == []
@@ -313,7 +313,7 @@ def test_a_check_that_is_running_shows_as_running_and_cannot_start_twice(
         assert run.finished.cancelled and run.record is None
 
     asyncio.run(scenario())
-    assert processes_with(marker) == []
+    assert processes_left(marker) == []
     assert running_since(repo, job.key, "slow") is None
     assert states(repo, job)["slow"][0] is CheckState.NOT_RUN
 

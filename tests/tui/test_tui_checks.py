@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from boardkit import Driver, plain, run_board
-from checkkit import processes_with, unique_sleep
+from checkkit import processes_left, processes_with, unique_sleep
 from textual.widgets import Button, Static
 
 from core import sandbox
@@ -96,7 +96,7 @@ async def test_a_running_check_streams_its_output_and_t_capital_stops_it(demo: D
         assert "not run yet" in verify_tab(d)
         d.board.checks.stop([demo.keys["checks_failed"]])
         await d.until(lambda: not d.board.checks.live, "every check to stop")
-    assert processes_with(marker) == []
+    assert processes_left(marker) == []
     assert not layout_of(demo).check_record(key, "slow").exists()
     assert not any(p.is_dir() for p in layout_of(demo).scratch.iterdir())
 
