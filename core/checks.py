@@ -23,9 +23,8 @@ import shlex
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -42,6 +41,7 @@ from core.models import Job, Receipt
 from core.ownership import repository_owners, require_trusted
 from core.queue import locate
 from core.scratch import Mode, scratch_tree
+from core.standing import CheckState, CheckStatus, Standing
 from core.tree import closing, open_folder, open_regular
 from core.verify import Verification, verify
 
@@ -56,14 +56,6 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 class ChecksRequired(GenjobError):
     """Policy requires checks that have not passed on these exact outputs."""
-
-
-class CheckState(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    NOT_RUN = "not run"
-    STALE = "stale"
-    RUNNING = "running"
 
 
 class CheckRecord(BaseModel):
@@ -99,32 +91,6 @@ class CheckRecord(BaseModel):
 
 
 @dataclass(frozen=True)
-class CheckStatus:
-    """One configured check of one job, as it stands now."""
-
-    name: str
-    state: CheckState
-    required: bool
-    detail: str
-    sandboxed: bool
-    record: CheckRecord | None = None
-
-    @property
-    def satisfied(self) -> bool:
-        return self.state is CheckState.PASSED
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "state": self.state.value,
-            "required": self.required,
-            "sandboxed": self.sandboxed,
-            "detail": self.detail,
-            "record": self.record.document() if self.record else None,
-        }
-
-
-@dataclass(frozen=True)
 class CheckRun:
     """One run of a check: how it ended, the record kept (None when it was stopped)."""
 
@@ -139,22 +105,6 @@ class CheckRun:
         return self.record is not None and self.record.result == "passed"
 
 
-@dataclass(frozen=True)
-class Standing:
-    """Where a job's receipt stands, for a list of many jobs: whether it verifies now,
-    each check's state, and which outputs that is about (a digest of the receipt's
-    output hashes; None without a receipt)."""
-
-    verdict: bool | None
-    checks: tuple[CheckStatus, ...]
-    outputs: str | None
-
-    @property
-    def approvable(self) -> bool:
-        """The receipt verifies and every required check passed on it."""
-        return self.verdict is True and all(c.satisfied for c in self.checks if c.required)
-
-
 def receipt_standing(layout: Layout, key: str, config: Config) -> Standing:
     """Verify `key`'s receipt now and judge its checks; never raises for a bad job."""
     try:
@@ -167,34 +117,6 @@ def receipt_standing(layout: Layout, key: str, config: Config) -> Standing:
     outputs = sha256_bytes(canonical(v.receipt.outputs)) if v.receipt is not None else None
     checks = tuple(check_statuses(layout, loc.job, config, v)) if loc.folder == "running" else ()
     return Standing(v.ok, checks, outputs)
-
-
-def approvable(standings: Mapping[str, Standing]) -> tuple[list[str], dict[str, list[str]]]:
-    """Split jobs into those apply would take now and, by reason, those it would not: a
-    bulk approve runs on the first and says why it leaves out the others."""
-    ok: list[str] = []
-    left: dict[str, list[str]] = {}
-    for key, standing in standings.items():
-        if standing.approvable:
-            ok.append(key)
-            continue
-        if standing.verdict is None:
-            why = "no receipt (one with candidates is approved alone, to choose one)"
-        elif standing.verdict is not True:
-            why = "the receipt does not verify"
-        else:
-            states = {c.state for c in standing.checks if c.required and not c.satisfied}
-            why = "required checks " + (
-                "failed"
-                if CheckState.FAILED in states
-                else "still running"
-                if CheckState.RUNNING in states
-                else "stale"
-                if CheckState.STALE in states
-                else "not run yet"
-            )
-        left.setdefault(why, []).append(key)
-    return ok, left
 
 
 def run_hint(key: str, names: Sequence[str]) -> str:

@@ -18,12 +18,7 @@ from core.errors import BadInput, NotFound, WrongState
 from core.events import record_event
 from core.evidence import set_aside
 from core.layout import JOB_FOLDERS, Layout
-from core.lifecycle import State
 from core.queue import check_key, read_job_file
-
-# What may be discarded: nothing else is set aside by hand (the lifecycle's own actions
-# never apply to an INVALID job).
-DISCARDABLE = frozenset({State.INVALID})
 
 
 @dataclass(frozen=True)

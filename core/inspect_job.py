@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.canonical import read_bytes, sha256_bytes
-from core.checks import CheckStatus, check_statuses
+from core.checks import check_statuses
 from core.config import load_config
 from core.errors import BadInput, GenjobError, TooLarge
 from core.events import attempts, job_events
@@ -17,6 +17,7 @@ from core.layout import Layout
 from core.lease import Lease, read_lease
 from core.queue import Located, cancel_requested_at, locate
 from core.snapshot import JobRow, Scanner
+from core.standing import CheckStatus
 from core.verify import Verification, verify
 
 MAX_DIFF_BYTES = 2 * 1024 * 1024

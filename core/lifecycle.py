@@ -118,5 +118,9 @@ ACTIONS: dict[str, frozenset[State]] = {
 }
 
 
+# What `genjob discard` may set aside by hand: what none of the actions above apply to.
+DISCARDABLE = frozenset({State.INVALID})
+
+
 def allowed(action: str, state: State) -> bool:
     return state in ACTIONS[action]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.checks import CheckStatus
 from core.config import load_config
 from core.errors import GenjobError
 from core.inspect_job import JobDetail
 from core.layout import Layout
 from core.queue import locate
 from core.repo import is_git_work_tree
-from core.verify import PASSED, verify
+from core.standing import PASSED, CheckStatus
+from core.verify import verify
 
 
 @dataclass(frozen=True)

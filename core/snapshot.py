@@ -286,7 +286,6 @@ class Scanner:
         for key, facts, settled in read_many(
             [k for k in keys if k not in fixed and k not in volatile],
             lambda key: read_facts(gen, key, files, racy),
-            meanwhile=self._read_config,
         ):
             made[key] = self._row(key, files, key in leases, now, racy, True, (facts, settled))
         for start in range(0, len(keys), size):
@@ -296,6 +295,9 @@ class Scanner:
                 row = made.pop(key, None)
                 batch[key] = row if row is not None else self._row(key, files, key in leases, now, racy, True)
             yield cast(dict[str, JobRow], batch)  # no None is left
+        # The policy is the snapshot's, not the rows': read after them, so that a changed
+        # config.toml (pydantic, the config model) does not hold back the first rows.
+        self._read_config()
         for key in fixed.keys() - order.keys():
             del fixed[key]
         for key in volatile.keys() - order.keys():

@@ -66,12 +66,9 @@ def _read_chunks() -> bytes:
     return marshal.dumps(done)
 
 
-def read_many(
-    keys: Sequence[str], read_one: ReadOne, meanwhile: Callable[[], None]
-) -> Iterator[tuple[str, FileFacts, bool]]:
-    """`read_one` of each of `keys` (as key, facts, settled), by several processes at once,
-    with `meanwhile` run in this one; or just `meanwhile` and nothing, when several
-    processes would not pay.
+def read_many(keys: Sequence[str], read_one: ReadOne) -> Iterator[tuple[str, FileFacts, bool]]:
+    """`read_one` of each of `keys` (as key, facts, settled), by several processes at once;
+    nothing, when several processes would not pay (the caller reads them itself).
 
     Each process takes chunks of keys by reading one byte, a chunk's number, from a pipe
     that holds all of them: a read is atomic, so each chunk goes to exactly one process,
@@ -80,7 +77,6 @@ def read_many(
     """
     workers = min(_cpus(), WORKERS_MAX, len(keys) // WORKER_KEYS_MIN)
     if workers < 2 or _threads() > 1 or not hasattr(os, "fork"):
-        meanwhile()
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -100,7 +96,6 @@ def read_many(
             initargs=(read_one, chunks, tasks),
         ) as pool:
             futures = [pool.submit(_read_chunks) for _ in range(workers - 1)]
-            meanwhile()
             while task := os.read(tasks, 1):
                 for key in chunks[task[0]]:
                     yield (key, *read_one(key))

@@ -34,8 +34,7 @@ from core.errors import BadInput
 from core.layout import Layout
 from core.models import Job, Receipt, receipt_from_bytes
 from core.paths import check_relpath, lstat_inside
-
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+from core.standing import FAILED, PASSED, SKIPPED
 
 
 @dataclass(frozen=True)

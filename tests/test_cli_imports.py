@@ -147,3 +147,50 @@ def test_plain_ls_accepts_only_what_click_would_take_as_is(tmp_path: Path) -> No
         ["--help", "ls"],
     ):
         assert plain_ls(argv) is None, argv
+
+
+def loaded_by(code: str, cwd: Path) -> tuple[str, set[str]]:
+    """What a fresh interpreter prints running `code`, and the top-level packages it imported."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], cwd=cwd, capture_output=True, text=True, check=True
+    )
+    names = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return proc.stdout, names
+
+
+def test_the_board_loads_no_pydantic_cryptography_or_ssh_before_its_first_frame(
+    small_queue: tuple[Layout, str, str],
+) -> None:
+    layout, _, _ = small_queue
+    _, loaded = loaded_by("import tui.app", layout.root)
+    assert "textual" in loaded
+    assert not loaded & {"pydantic", "cryptography", "asyncssh", "click"}, loaded
+
+
+def test_a_scan_gives_its_first_rows_before_reading_a_changed_config(
+    small_queue: tuple[Layout, str, str],
+) -> None:
+    """The policy is read after the rows: a config.toml just written (so not in the
+    index) costs the first rows nothing, and the snapshot still carries its policy."""
+    layout, _, _ = small_queue
+    text = layout.config.read_text()
+    assert "\nrequire_signature = true\n" in text
+    layout.config.write_text(text.replace("\nrequire_signature = true\n", "\nrequire_signature = false\n"))
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from core.layout import Layout\n"
+        "from core.snapshot import Scanner\n"
+        f"scanner = Scanner(Layout(Path({str(layout.root)!r})))\n"
+        "batches = scanner.scan_batches(1)\n"
+        "first = next(batches)\n"
+        "print(len(first), 'pydantic' in sys.modules)\n"
+        "rest = list(batches)\n"
+        "print(len(rest), scanner.signature_required, 'pydantic' in sys.modules)\n"
+    )
+    out, _ = loaded_by(code, layout.root)
+    assert out.split("\n")[:2] == ["1 False", "1 False True"], out

@@ -43,22 +43,18 @@ def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_workers_read_what_this_process_would(forks: list[int]) -> None:
-    calls: list[int] = []
-    got = {
-        key: (facts, settled) for key, facts, settled in read_many(KEYS, facts_of, lambda: calls.append(1))
-    }
+    got = {key: (facts, settled) for key, facts, settled in read_many(KEYS, facts_of)}
     assert got == {k: facts_of(k) for k in KEYS}
-    assert calls == [1] and len(forks) == 2
+    assert len(forks) == 2
 
 
 def test_too_few_keys_or_other_threads_read_nothing_ahead(
     forks: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[int] = []
-    assert list(read_many(KEYS[:3], facts_of, meanwhile=lambda: calls.append(1))) == []
+    assert list(read_many(KEYS[:3], facts_of)) == []
     monkeypatch.setattr(snapshot_pool, "_threads", lambda: 2)
-    assert list(read_many(KEYS, facts_of, meanwhile=lambda: calls.append(1))) == []
-    assert calls == [1, 1] and forks == []
+    assert list(read_many(KEYS, facts_of)) == []
+    assert forks == []
 
 
 def test_a_worker_that_dies_leaves_its_keys_to_the_caller(forks: list[int], tmp_path: Path) -> None:
@@ -72,7 +68,7 @@ def test_a_worker_that_dies_leaves_its_keys_to_the_caller(forks: list[int], tmp_
         wait_for(died.exists, "a worker to take a chunk and die")
         return facts_of(key)
 
-    got = {key: (facts, settled) for key, facts, settled in read_many(KEYS, dies_in_a_worker, lambda: None)}
+    got = {key: (facts, settled) for key, facts, settled in read_many(KEYS, dies_in_a_worker)}
     assert forks, "workers were started"
     assert got.items() <= {k: facts_of(k) for k in KEYS}.items()
     assert len(got) < len(KEYS), "what the dead worker took was not read here"
@@ -86,5 +82,5 @@ def test_a_worker_that_raises_leaves_its_keys_to_the_caller(forks: list[int]) ->
             raise OSError("disk on fire")
         return facts_of(key)
 
-    got = {key: (facts, settled) for key, facts, settled in read_many(KEYS, fails_in_a_worker, lambda: None)}
+    got = {key: (facts, settled) for key, facts, settled in read_many(KEYS, fails_in_a_worker)}
     assert got.items() <= {k: facts_of(k) for k in KEYS}.items()

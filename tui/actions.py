@@ -3,8 +3,9 @@
 Every entry of `TABLE` says how an action asks (a confirm, a reason, a preflight, a
 host) and which core call it makes for each key. `Dispatcher` runs an entry in an async
 worker: dialogs are awaited with `push_screen_wait`, core calls run in a thread, and the
-outcome comes back to the screen as an `ActionDone` message. Dialogs are imported when
-first opened, so that the board's first frame does not wait for them.
+outcome comes back to the screen as an `ActionDone` message. Dialogs, and the core calls
+that load pydantic, the config model or cryptography, are imported when first used, so
+that the board's first frame does not wait for them.
 
 The board is a worker too: a job it claims (`c`) is held by it, its lease heartbeated
 while the board is open, until it ships it (`s`) or a cancel (`k`, or `genjob cancel`)
@@ -19,7 +20,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on, work
@@ -27,21 +28,17 @@ from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
-from core import candidates
-from core.checks import Standing, approvable, receipt_standing
-from core.config import load_config
-from core.discard import DISCARDABLE, discard
 from core.errors import GenjobError
-from core.inspect_job import job_detail
 from core.layout import Layout
-from core.lifecycle import ACTIONS, State
-from core.preflight import preflight
-from core.queue import Claim, cancel_requested, claim, heartbeat, reject, request_cancel, requeue
-from core.replay import replay
+from core.lifecycle import ACTIONS, DISCARDABLE, State
+from core.standing import Standing, approvable
 from core.terminal import visible
 from tui.check_runner import CheckRunner
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
+
+if TYPE_CHECKING:
+    from core.queue import Claim
 
 # How many keys a bulk confirm lists before "… and N more".
 LISTED = 12
@@ -199,6 +196,8 @@ class Dispatcher(Widget):
         return bool(await self.ask(dialog))
 
     def lease_ttl(self) -> float:
+        from core.config import load_config
+
         try:
             return load_config(self.repo.config).policy.lease_ttl
         except GenjobError:
@@ -211,6 +210,7 @@ class Dispatcher(Widget):
     @work(group="actions", exit_on_error=False)
     async def offer_replay(self, key: str) -> None:
         """`a` on a STALE job: say which inputs moved on, and offer to replay it (R)."""
+        from core.inspect_job import job_detail
         from tui.dialogs.next_step import NextStepDialog
 
         try:
@@ -241,6 +241,7 @@ class Dispatcher(Widget):
     def _tend(self, held: dict[str, Claim]) -> None:
         """Honour a cancel of a held job (an aborted receipt); heartbeat the others every
         third of their ttl; let go of a job whose lease is no longer ours."""
+        from core.queue import cancel_requested, heartbeat
         from core.ship import abort_claim
 
         for key, c in held.items():
@@ -273,6 +274,8 @@ class Dispatcher(Widget):
 
 # -- the actions ------------------------------------------------------------------------------
 def _claim(d: Dispatcher, key: str, _: Any) -> str:
+    from core.queue import claim
+
     ttl = d.lease_ttl()
     c = claim(d.repo, d.worker_id, key, ttl, pid=os.getpid())
     d.post_message(Held(c))
@@ -286,6 +289,8 @@ async def _ask_reason(d: Dispatcher, keys: list[str], bulk: bool) -> str | None:
 
 
 def _reject(d: Dispatcher, key: str, reason: str) -> str:
+    from core.queue import reject
+
     return f"rejected {key[:12]}: {reject(d.repo, key, reason).name}"
 
 
@@ -298,11 +303,15 @@ async def _ask_requeue(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
 
 
 def _requeue(d: Dispatcher, key: str, _: Any) -> str:
+    from core.queue import requeue
+
     requeue(d.repo, key)
     return f"requeued {key[:12]}"
 
 
 def _replay(d: Dispatcher, key: str, _: Any) -> Done:
+    from core.replay import replay
+
     res = replay(d.repo, key)
     note = "" if res.created else " (existed already)"
     return Done(f"replayed {key[:12]} as {res.key[:12]}{note}", select=res.key)
@@ -326,6 +335,8 @@ async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[s
 
 
 def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
+    from core.queue import request_cancel
+
     request_cancel(d.repo, key)
     if key in held:
         return f"stopping {key[:12]}: this board holds it and writes the aborted receipt"
@@ -334,6 +345,10 @@ def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
 
 async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval | None:
     """A single job's preflight (read off the loop); a bulk approve commits by the config."""
+    from core.config import load_config
+    from core.inspect_job import job_detail
+    from core.preflight import preflight
+
     if bulk:
         try:
             commit = (await asyncio.to_thread(load_config, d.repo.config)).policy.commit_on_approve
@@ -391,16 +406,24 @@ async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
 
 
 def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
+    from core.checks import receipt_standing
+    from core.config import load_config
+
     config = load_config(repo.config)
     return {key: receipt_standing(repo, key, config) for key in keys}
 
 
 def _awaits_a_choice(layout: Layout, key: str) -> bool:
     """Whether `key` has best-of-N candidates and no receipt yet: approving it is choosing one."""
+    from core import candidates
+
     return not layout.receipt(key).exists() and candidates.count(layout, key) > 0
 
 
 def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
+    from core import candidates
+    from core.config import load_config
+
     if approval.choose_only and approval.candidate is not None:
         candidates.choose(d.repo, key, approval.candidate)
         names = list(load_config(d.repo.config).checks)
@@ -421,6 +444,8 @@ def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
 
 
 def _discard(d: Dispatcher, key: str, _: Any) -> str:
+    from core.discard import discard
+
     done = discard(d.repo, key)
     where = d.repo.log_dir(key).relative_to(d.repo.root)
     return f"discarded {key[:12]}: {len(done.moved)} file(s) kept as evidence in {where}/"
@@ -446,6 +471,7 @@ class ShipPlan:
 
 async def _ask_host(d: Dispatcher, keys: list[str], bulk: bool) -> ShipPlan | None:
     """The host to ship to: the only one, or the one picked (hosts are read off the loop)."""
+    from core.config import load_config
     from tui.dialogs.host_picker import EVERY_HOST, HostPicker
 
     try:
@@ -491,6 +517,8 @@ async def _all_marked(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
 
 async def _run_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
     """Run every configured check of each job again (`t`), in the board's check runner."""
+    from core.config import load_config
+
     try:
         names = list((await asyncio.to_thread(load_config, d.repo.config)).checks)
     except GenjobError as exc:

@@ -26,7 +26,7 @@ class GenjobApp(App[None]):
         self.sub_title = str(layout.root)
 
     def on_mount(self) -> None:
-        self._theme_changed()
+        use_theme(self.get_css_variables())  # styled already: no CSS refresh before the first frame
         self.theme_changed_signal.subscribe(self, lambda _: self._theme_changed())
         self.push_screen(BoardScreen(self.repo, self.readonly))
 

@@ -6,7 +6,8 @@ on the operator's request (`t`), at most `[check_runs] concurrency` at once.
 the output tail of the checks under way and posts what happens as messages: a check
 started, its output moved on (at most a few times a second), it ended. A stop (`T`)
 sets the run's event: the sandbox and every process in it are killed, and no record is
-kept. Leaving the board stops every check the same way.
+kept. Leaving the board stops every check the same way. `core.checks` (pydantic, the
+config model) is imported when a check first runs, not with the board.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 from textual.timer import Timer
 from textual.widget import Widget
 
-from core.checks import CheckRun, CheckState, Standing, checkable, describe, run_check
-from core.config import load_config
 from core.errors import GenjobError
 from core.layout import Layout
 from core.rules import TailBuffer
+from core.standing import CheckState, Standing
+
+if TYPE_CHECKING:
+    from core.checks import CheckRun
 
 # How much of a running check's output the board keeps, and how often it shows more.
 LIVE_TAIL_BYTES = 64 << 10
@@ -143,6 +147,8 @@ class CheckRunner(Widget):
         return len(stopping)
 
     async def _run(self, live: LiveCheck) -> None:
+        from core.checks import describe
+
         key, name = live.key, live.name
 
         def ended(passed: bool | None, text: str) -> None:
@@ -172,6 +178,9 @@ class CheckRunner(Widget):
                 timer.stop()
 
     async def _check(self, live: LiveCheck) -> CheckRun:
+        from core.checks import checkable, run_check
+        from core.config import load_config
+
         config = await asyncio.to_thread(load_config, self.repo.config)
         job, receipt, _ = await asyncio.to_thread(checkable, self.repo, live.key, config)
 

@@ -6,7 +6,9 @@ just those with `Scanner.refresh`, runs a full scan at start, after a watch fail
 now and then as a fallback for filesystems that deliver no events (NFS), and re-derives
 the jobs whose state changes with time alone. Receipts are verified for the list's ✔/✘
 and a job's detail is read in thread workers. Every result is a message that bubbles to
-the screen; no worker touches a widget.
+the screen; no worker touches a widget. What verifies and judges receipts (pydantic, the
+config model, cryptography) is imported by those workers when they first run, after the
+board's first frame.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.message import Message
@@ -26,16 +29,17 @@ from textual.widget import Widget
 from watchfiles import Change, awatch
 
 from core.board_view import BoardView
-from core.checks import Standing, receipt_standing
-from core.config import Config, load_config
+from core.contract import KEY_RE
 from core.errors import GenjobError
-from core.inspect_job import JobDetail, job_detail
 from core.layout import Layout
 from core.lifecycle import State
-from core.models import KEY_RE
-from core.preflight import receipt_verdict
 from core.snapshot import JobRow, Scanner, keys_from_paths
 from tui.heap import release_free_memory
+
+if TYPE_CHECKING:
+    from core.config import Config
+    from core.inspect_job import JobDetail
+    from core.standing import Standing
 
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120
@@ -263,6 +267,8 @@ class BoardFeed(Widget):
         self._status(scanning=False)
 
     async def _read_checks(self) -> None:
+        from core.config import load_config
+
         try:
             config = await asyncio.to_thread(load_config, self.repo.config)
         except GenjobError:
@@ -307,6 +313,10 @@ class BoardFeed(Widget):
     def _verdicts(self, keys: list[str]) -> None:
         """Verify received jobs' receipts for the list's ✔/✘ and judge their checks (hashing
         happens here, off the loop)."""
+        from core.checks import receipt_standing
+        from core.config import load_config
+        from core.preflight import receipt_verdict
+
         try:
             config: Config | None = load_config(self.repo.config)
         except GenjobError:
@@ -324,6 +334,8 @@ class BoardFeed(Widget):
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
     def load_detail(self, key: str) -> None:
         """Read, verify and diff one job; the answer is a `DetailLoaded`."""
+        from core.inspect_job import job_detail
+
         try:
             detail: JobDetail | str = job_detail(self.repo, key)
         except GenjobError as exc:

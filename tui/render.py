@@ -14,14 +14,14 @@ from rich.table import Table
 from rich.text import Text
 
 from core.board_view import age
-from core.checks import CheckState, CheckStatus
-from core.inspect_job import FileDiff, JobDetail
-from core.preflight import Preflight
+from core.standing import FAILED, PASSED, CheckState, CheckStatus
 from core.terminal import visible
-from core.verify import FAILED, PASSED, Verification
 from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 if TYPE_CHECKING:
+    from core.inspect_job import FileDiff, JobDetail
+    from core.preflight import Preflight
+    from core.verify import Verification
     from tui.check_runner import LiveCheck
 
 LABEL = Style(color="bright_black")

@@ -24,7 +24,7 @@ from tui.cli.listing import list_jobs
 from tui.cli.output import guarded, print_json, say
 
 if TYPE_CHECKING:
-    from core.checks import CheckStatus
+    from core.standing import CheckStatus
 
 # Each command imports what it uses inside its body, so a command pays only for its own
 # imports: `genjob ls` starts without pydantic, cryptography, asyncssh or textual.
@@ -261,7 +261,7 @@ _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old "
 def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     """The receipt's verification step by step, the job's checks, and whether apply may run."""
     from core.checks import run_hint
-    from core.verify import PASSED, SKIPPED
+    from core.standing import PASSED, SKIPPED
 
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.style import Style
 from rich.text import Text
@@ -30,11 +30,10 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from core.board_view import BoardView
-from core.checks import Standing
 from core.events import actor
 from core.layout import Layout
 from core.lifecycle import STATE_ORDER, State
-from core.queue import Enqueued
+from core.standing import Standing
 from core.terminal import visible
 from tui import render
 from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
@@ -45,6 +44,9 @@ from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
 from tui.widgets.key_bar import Hint, KeyBar
+
+if TYPE_CHECKING:
+    from core.queue import Enqueued
 
 DETAIL_DEBOUNCE = 0.12
 NARROW = 140
@@ -187,6 +189,8 @@ class BoardScreen(Screen[None]):
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        # Sized before the widgets are styled, not restyled once they are (on_resize).
+        self.set_class(self.app.size.width < NARROW, "narrow")
         yield BoardFeed(self.repo, self.view, id="feed")
         runner = CheckRunner(self.repo, id="check-runner")
         yield runner

@@ -5,15 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static, TabbedContent, TabPane
 
-from core.inspect_job import JobDetail
 from tui import render
-from tui.check_runner import LiveCheck
+
+if TYPE_CHECKING:
+    from core.inspect_job import JobDetail
+    from tui.check_runner import LiveCheck
 
 TABS = (
     ("job", "Job"),
