@@ -628,11 +628,17 @@ async def _namespace_emptied(status: bytes) -> None:
 
 
 def _in_namespace(pid: int, namespace: int) -> bool:
-    """Whether process `pid` lives, in PID namespace `namespace` (a zombie does not)."""
+    """Whether process `pid` lives, in PID namespace `namespace`. A zombie does not: an
+    init is one only once its namespace is empty, and who reaps it (whoever adopted it)
+    may take its time."""
     try:
-        return os.readlink(f"/proc/{pid}/ns/pid") == f"pid:[{namespace}]"
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat_line = fh.read()
+        link = os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return False
+    state = stat_line[stat_line.rfind(b")") + 2 :][:1]
+    return state not in (b"Z", b"X") and link == f"pid:[{namespace}]"
 
 
 def _command_exit(status: bytes, returncode: int | None, tail: bytes) -> int:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,21 @@ def test_a_detached_process_dies_with_the_sandbox(box: Path) -> None:
     done = sh(box, f"setsid sleep {marker} > /dev/null 2>&1 & echo started")
     assert done.exit_code == 0
     assert processes_with(marker) == []
+
+
+def test_an_unreaped_init_counts_as_gone() -> None:
+    """A sandbox's init, once a zombie, has emptied its namespace: `run` does not wait
+    for whoever adopted it to reap it (which can take seconds)."""
+    proc = subprocess.Popen(["true"])
+    here = int(os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]"))
+    assert sandbox._in_namespace(os.getpid(), here)
+    deadline = time.monotonic() + 10  # only bounds how long a failing test waits
+    while Path(f"/proc/{proc.pid}/stat").read_bytes().rsplit(b") ", 1)[1][:1] != b"Z":
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.005)
+    assert not sandbox._in_namespace(proc.pid, here)
+    proc.wait()
+    assert not sandbox._in_namespace(proc.pid, here)
 
 
 def test_a_cancel_stops_it_and_leaves_nothing(box: Path) -> None:
