@@ -24,6 +24,10 @@ is freed.
 
 A file that is missing, cut short, damaged, of another version or of another `.gen/` is
 no index at all: it only saves work, and nothing that verifies or applies a job reads it.
+
+Why not sqlite3: the same 100,000 rows and their listing, in tables of one column per
+field, took 0.45 s to write and 0.51 s to read back into these records against 0.12 s
+and 0.21 s here, in a file a quarter larger; and a table needs every tuple field encoded.
 """
 
 from __future__ import annotations
