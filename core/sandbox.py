@@ -460,6 +460,61 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
+class Started:
+    """A started `Launch`. Leaving ``async with`` it kills whatever of it still runs, reads
+    bwrap's status reports (`status`, one JSON object a line) and waits until a sandbox's
+    PID namespace is empty: every way of running a `Launch` goes through here, so that
+    none returns while a process the command left behind still runs."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, status_fd: int | None) -> None:
+        self.proc = proc
+        self.status = b""
+        self._status_fd = status_fd
+
+    async def __aenter__(self) -> Started:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self.proc.returncode is None:
+            kill_tree(self.proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                await self.proc.wait()
+        if self._status_fd is not None:
+            self.status = _read_all(self._status_fd)
+            os.close(self._status_fd)
+            self._status_fd = None
+        await _namespace_emptied(self.status)
+
+
+async def start(how: Launch, *, stdin: int, stdout: int, stderr: int) -> Started:
+    """Start `how` in a session of its own (OSError when it cannot be started)."""
+    argv, status_r, status_w = list(how.argv), None, None
+    if how.bwrap_at is not None:
+        # bwrap reports its init's pid and namespaces on this pipe, and the command's exit
+        # code once the command ran.
+        status_r, status_w = os.pipe()
+        argv[how.bwrap_at : how.bwrap_at] = ["--json-status-fd", str(status_w)]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=how.env,
+            cwd=how.cwd,
+            start_new_session=True,
+            pass_fds=(status_w,) if status_w is not None else (),
+        )
+    except OSError:
+        if status_r is not None:
+            os.close(status_r)
+        raise
+    finally:
+        if status_w is not None:
+            os.close(status_w)
+    return Started(proc, status_r)
+
+
 async def run(
     how: Launch,
     timeout: float,
@@ -474,52 +529,26 @@ async def run(
     A sandbox that could not be set up (bwrap refused a mount, say) raises SandboxError
     with bwrap's words, instead of passing for a command that failed.
     """
-    argv, status_r, status_w = list(how.argv), None, None
-    if how.bwrap_at is not None:
-        # bwrap reports the command's exit code on this pipe only once the command ran.
-        status_r, status_w = os.pipe()
-        argv[how.bwrap_at : how.bwrap_at] = ["--json-status-fd", str(status_w)]
     tail = TailBuffer(tail_bytes)
-    started = time.monotonic()
+    began = time.monotonic()
+    sub = asyncio.subprocess
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=how.env,
-            cwd=how.cwd,
-            start_new_session=True,
-            pass_fds=(status_w,) if status_w is not None else (),
-        )
+        run = await start(how, stdin=sub.DEVNULL, stdout=sub.PIPE, stderr=sub.STDOUT)
     except OSError as exc:
-        if status_r is not None:
-            os.close(status_r)
-        raise SandboxError(f"{argv[0]}: cannot start ({exc.strerror})") from None
-    finally:
-        if status_w is not None:
-            os.close(status_w)
-    output = _Output(proc, tail, on_output)
-    status = b""
-    try:
-        timed_out, cancelled = await _wait(proc, timeout, cancel)
-        await output.drain()
-    finally:
-        if proc.returncode is None:
-            kill_tree(proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                await proc.wait()
-        output.stop()
-        if status_r is not None:
-            status = _read_all(status_r)
-            os.close(status_r)
-    await _namespace_emptied(status)
-    duration = time.monotonic() - started
-    exit_code: int | None = proc.returncode
+        raise SandboxError(f"{how.argv[0]}: cannot start ({exc.strerror})") from None
+    async with run:
+        output = _Output(run.proc, tail, on_output)
+        try:
+            timed_out, cancelled = await _wait(run.proc, timeout, cancel)
+            await output.drain()
+        finally:
+            output.stop()
+    duration = time.monotonic() - began
+    exit_code: int | None = run.proc.returncode
     if timed_out or cancelled:
         exit_code = None
-    elif status_r is not None:
-        exit_code = _command_exit(status, proc.returncode, bytes(tail))
+    elif how.bwrap_at is not None:
+        exit_code = _command_exit(run.status, run.proc.returncode, bytes(tail))
     return Finished(exit_code, timed_out, cancelled, duration, bytes(tail), output.total, how.sandboxed)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from checkkit import processes_with, unique_sleep
 from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import toml_str, write_config
@@ -162,20 +163,20 @@ async def test_a_cancel_leaves_no_process_of_the_sandbox(
 
     res = await ship_gen(repo, job.key, on_output=on_output, cancel=cancel)
     assert (res.status, res.reason) == ("aborted", "cancelled by the operator")
-    assert not running_with(marker)
+    assert not processes_with(marker)
     assert not list(Path("/tmp").glob("genjob-local-*/genjob-*")), "its workspace went with it"
 
 
-def running_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+async def test_a_process_the_generator_detached_is_gone_when_the_ship_returns(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    marker = unique_sleep()
+    detach = f"setsid sleep {marker} > /dev/null 2>&1 & echo '# seen' >> src/app.py"
+    write_config(repo, f'[hosts.gen]\ntransport = "local"\ngenerator = {toml_str(detach)}\n')
+    job = mint(repo)
+    res = await ship_gen(repo, job.key)
+    assert res.status == "ok", res.reason
+    assert processes_with(marker) == []
 
 
 def test_read_only_paths_that_would_show_the_home_or_keys_refuse_the_run(

@@ -155,20 +155,24 @@ class LocalTransport:
             how = self._launch(folder)
         except sandbox.SandboxError as exc:
             return RunOutcome(0, b"", None, f"cannot start the local runner: {exc}")
+        sub = asyncio.subprocess
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *how.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=how.env,
-                cwd=how.cwd,
-                start_new_session=True,
-            )
+            run = await sandbox.start(how, stdin=sub.PIPE, stdout=sub.PIPE, stderr=sub.PIPE)
         except FileNotFoundError:
             return RunOutcome(0, b"", None, f"{how.argv[0]} not found")
         except OSError as exc:
             return RunOutcome(0, b"", None, f"cannot start {how.argv[0]}: {exc.strerror}")
+        async with run:
+            return await self._drive(run.proc, job, on_result, on_output, cancel)
+
+    async def _drive(
+        self,
+        proc: asyncio.subprocess.Process,
+        job: Awaitable[Prepared],
+        on_result: OutputCallback,
+        on_output: OutputCallback | None,
+        cancel: asyncio.Event | None,
+    ) -> RunOutcome:
         stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
         if stdin is None or stdout is None or stderr is None:
             raise RuntimeError("a subprocess started with three pipes has three pipes")
