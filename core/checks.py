@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core import sandbox
+from core import procfs, sandbox
 from core.canonical import canonical, loads_strict, read_bytes, sha256_bytes
 from core.config import Check, CheckName, Config, load_config
 from core.durable import atomic_write_at, folder
@@ -278,13 +278,8 @@ def running_since(layout: Layout, key: str, name: str) -> float | None:
 
 def _process_start(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot; None when there is none."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            line = fh.read()
-    except OSError:
-        return None
-    fields = line[line.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
+    fields = procfs.stat_fields(pid)
+    return int(fields[procfs.START_TIME]) if fields and len(fields) > procfs.START_TIME else None
 
 
 @contextlib.contextmanager

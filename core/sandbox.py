@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from core import procfs
 from core.errors import GenjobError
 from core.rules import TailBuffer
 
@@ -446,16 +447,8 @@ def kill_tree(pid: int) -> None:
 def _session_members(sid: int) -> list[int]:
     members = []
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat_line = fh.read()
-        except OSError:
-            continue
-        # The fields after the command name (which may hold spaces and parentheses).
-        fields = stat_line[stat_line.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid:
+        fields = procfs.stat_fields(name) if name.isdigit() else None
+        if fields and len(fields) > procfs.SESSION and int(fields[procfs.SESSION]) == sid:
             members.append(int(name))
     return members
 
@@ -661,13 +654,10 @@ def _in_namespace(pid: int, namespace: int) -> bool:
     init is one only once its namespace is empty, and who reaps it (whoever adopted it)
     may take its time."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat_line = fh.read()
         link = os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return False
-    state = stat_line[stat_line.rfind(b")") + 2 :][:1]
-    return state not in (b"Z", b"X") and link == f"pid:[{namespace}]"
+    return link == f"pid:[{namespace}]" and procfs.alive(pid)
 
 
 def _command_exit(status: bytes, returncode: int | None, tail: bytes) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from corekit import make_repo, mint, receive
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from core import procfs
 from core.checks import CheckRun, run_checks
 from core.layout import Layout
 from core.models import Job
@@ -76,11 +77,9 @@ def processes_with(marker: str) -> list[int]:
             continue
         try:
             cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-            status = Path(f"/proc/{name}/stat").read_bytes()
         except OSError:
             continue
-        state = status[status.rfind(b")") + 2 :].split()[:1]
-        if marker.encode() in cmdline and state != [b"Z"]:
+        if marker.encode() in cmdline and procfs.alive(name):
             found.append(int(name))
     return found
 

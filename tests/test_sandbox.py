@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from checkkit import processes_left, processes_with, unique_sleep
 
-from core import sandbox
+from core import procfs, sandbox
 from core.sandbox import Confinement, Overlay, SandboxError, launch, run
 from core.signing import keygen
 
@@ -150,7 +150,7 @@ def test_an_unreaped_init_counts_as_gone() -> None:
     here = int(os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]"))
     assert sandbox._in_namespace(os.getpid(), here)
     deadline = time.monotonic() + 10  # only bounds how long a failing test waits
-    while Path(f"/proc/{proc.pid}/stat").read_bytes().rsplit(b") ", 1)[1][:1] != b"Z":
+    while procfs.alive(proc.pid):
         assert time.monotonic() < deadline, "the child never exited"
         time.sleep(0.005)
     assert not sandbox._in_namespace(proc.pid, here)
