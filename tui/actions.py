@@ -38,6 +38,7 @@ from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
 
 if TYPE_CHECKING:
+    from core.config import Config
     from core.queue import Claim
 
 # How many keys a bulk confirm lists before "… and N more".
@@ -196,10 +197,8 @@ class Dispatcher(Widget):
         return bool(await self.ask(dialog))
 
     def lease_ttl(self) -> float:
-        from core.config import load_config
-
         try:
-            return load_config(self.repo.config).policy.lease_ttl
+            return _config(self.repo).policy.lease_ttl
         except GenjobError:
             return 120.0
 
@@ -270,6 +269,14 @@ class Dispatcher(Widget):
     @on(Released)
     def _released(self, message: Released) -> None:
         self.held.pop(message.key, None)
+
+
+def _config(layout: Layout) -> Config:
+    """The repository's config.toml; the config model (pydantic) loads on the first call,
+    after the board's first frame."""
+    from core.config import load_config
+
+    return load_config(layout.config)
 
 
 # -- the actions ------------------------------------------------------------------------------
@@ -345,13 +352,12 @@ def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
 
 async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval | None:
     """A single job's preflight (read off the loop); a bulk approve commits by the config."""
-    from core.config import load_config
     from core.inspect_job import job_detail
     from core.preflight import preflight
 
     if bulk:
         try:
-            commit = (await asyncio.to_thread(load_config, d.repo.config)).policy.commit_on_approve
+            commit = (await asyncio.to_thread(_config, d.repo)).policy.commit_on_approve
         except GenjobError:
             commit = False
         return Approval(commit)
@@ -407,9 +413,8 @@ async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
 
 def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
     from core.checks import receipt_standing
-    from core.config import load_config
 
-    config = load_config(repo.config)
+    config = _config(repo)
     return {key: receipt_standing(repo, key, config) for key in keys}
 
 
@@ -422,11 +427,10 @@ def _awaits_a_choice(layout: Layout, key: str) -> bool:
 
 def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
     from core import candidates
-    from core.config import load_config
 
     if approval.choose_only and approval.candidate is not None:
         candidates.choose(d.repo, key, approval.candidate)
-        names = list(load_config(d.repo.config).checks)
+        names = list(_config(d.repo).checks)
         d.app.call_from_thread(d.checks.start, key, names)
         chose = f"chose candidate {approval.candidate} of {key[:12]}"
         return f"{chose}: its checks run now; approve applies it once they pass"
@@ -471,11 +475,10 @@ class ShipPlan:
 
 async def _ask_host(d: Dispatcher, keys: list[str], bulk: bool) -> ShipPlan | None:
     """The host to ship to: the only one, or the one picked (hosts are read off the loop)."""
-    from core.config import load_config
     from tui.dialogs.host_picker import EVERY_HOST, HostPicker
 
     try:
-        hosts = await asyncio.to_thread(lambda: load_config(d.repo.config).hosts)
+        hosts = await asyncio.to_thread(lambda: _config(d.repo).hosts)
     except GenjobError as exc:
         d.post_message(Say(str(exc), "error"))
         return None
@@ -517,10 +520,8 @@ async def _all_marked(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
 
 async def _run_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
     """Run every configured check of each job again (`t`), in the board's check runner."""
-    from core.config import load_config
-
     try:
-        names = list((await asyncio.to_thread(load_config, d.repo.config)).checks)
+        names = list((await asyncio.to_thread(_config, d.repo)).checks)
     except GenjobError as exc:
         d.post_message(Say(str(exc), "error"))
         return

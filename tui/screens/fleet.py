@@ -135,7 +135,7 @@ class FleetScreen(Screen[None]):
         from core.ship import Hosts  # the transports: only when a probe runs
 
         try:
-            pool = Hosts(load_config(self.repo.config))
+            pool = await asyncio.to_thread(lambda: Hosts(load_config(self.repo.config)))
         except GenjobError as exc:
             self._title(str(exc))
             return
