@@ -7,7 +7,9 @@ passed on the `verified` job's receipt and failed on `checks_failed`'s.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -17,11 +19,14 @@ from textual.widgets import Button, Static
 
 from core import sandbox
 from core.layout import Layout
+from core.standing import Standing
+from tui.check_runner import CheckRunner
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.ship import ShipDialog
+from tui.feed import BoardFeed
 from tui.widgets.detail import DetailPane
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
@@ -76,6 +81,32 @@ async def test_a_receipt_that_arrives_has_its_checks_run_by_the_board(demo: Demo
         await d.until(lambda: d.table.checks.get(key) == "✔", "the board to run the new receipt's check")
     doc = record(demo, key)
     assert doc["result"] == "passed" and doc["sandbox"] == "bwrap"
+
+
+async def test_a_receipt_judged_before_the_config_is_read_still_has_its_checks_run(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receipts' standings and the config's `[check_runs]` arrive from two workers, in
+    either order: here the config is held back until the receipt was judged."""
+    key = demo.keys["verified"]
+    add_checks(demo, '\n[checks.quick]\nrun = "echo quick"\ntimeout = 60\n')
+    judged = asyncio.Event()
+    consider, read_checks = CheckRunner.consider, BoardFeed._read_checks
+
+    def considered(runner: CheckRunner, standings: Mapping[str, Standing]) -> None:
+        consider(runner, standings)
+        if key in standings:
+            judged.set()
+
+    async def read_late(feed: BoardFeed) -> None:
+        await judged.wait()
+        await read_checks(feed)
+
+    monkeypatch.setattr(CheckRunner, "consider", considered)
+    monkeypatch.setattr(BoardFeed, "_read_checks", read_late)
+    async with run_board(demo.root, key=key) as d:
+        await d.until(lambda: d.inbox.said("check quick passed in"), "the check to run by itself")
+    assert record(demo, key, "quick")["result"] == "passed"
 
 
 async def test_a_running_check_streams_its_output_and_t_capital_stops_it(demo: Demo) -> None:

@@ -286,6 +286,8 @@ class BoardScreen(Screen[None]):
     @on(BoardFeed.ChecksConfigured)
     def _checks_configured(self, message: BoardFeed.ChecksConfigured) -> None:
         self.checks.configure(message.on_receipt and not self.readonly, message.concurrency)
+        # Receipts judged before the config was read are considered now (once each).
+        self.checks.consider(self.standings)
         self.table.show_check_column(bool(message.names))
         self.unsandboxed = message.unsandboxed
         self._show_status()
