@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from core import secrets_scan
 from core.secrets_scan import _RULES, SecretHit, find_secrets
 
 
@@ -103,3 +106,10 @@ def test_each_kind_with_its_line(text: bytes, kind: str) -> None:
 def test_near_misses_are_not_secrets() -> None:
     text = b"task-runner desk-top AKIA123 password = short ghp_short eyJ.not.a.jwt\n" * 1000
     assert find_secrets(text) == []
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map(b"".join), st.integers(1, 64))
+def test_a_match_across_the_search_windows_is_found_once(data: bytes, window: int) -> None:
+    with mock.patch.object(secrets_scan, "_WINDOW", window):
+        assert find_secrets(data) == reference(data)
