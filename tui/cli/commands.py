@@ -20,7 +20,6 @@ from core.freshness import MAX_TTL
 from core.layout import JOB_FOLDERS, Layout, find_root
 from core.lifecycle import State
 from core.terminal import visible
-from tui.cli.listing import list_jobs
 from tui.cli.output import guarded, print_json, say
 
 if TYPE_CHECKING:
@@ -188,6 +187,8 @@ def mint(
 @click.pass_context
 def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     """List jobs with their derived states."""
+    from tui.cli.listing import list_jobs
+
     list_jobs(layout_of(ctx), states, as_json)
 
 

@@ -17,7 +17,6 @@ from core.layout import Layout
 from core.queue import locate
 from core.terminal import visible
 from core.verify import verify
-from tui.cli.candidates import print_candidates
 from tui.cli.commands import layout_of, print_checks, resolve_key
 from tui.cli.output import say
 
@@ -127,6 +126,7 @@ def _ship_candidates(
     from core.candidates import views
     from core.ship import ShipResult
     from core.ship_candidates import ship_candidates
+    from tui.cli.candidates import print_candidates
 
     def ended(res: ShipResult) -> None:
         verdict = res.status + (f" ({res.reason})" if res.reason else "")
