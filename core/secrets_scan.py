@@ -10,7 +10,8 @@ Aho-Corasick search (`ahocorasick_rs`, which lets go of the GIL while it runs) o
 ASCII-lowercased bytes, so one automaton serves the case-sensitive patterns and the
 case-insensitive ones alike: a candidate in the wrong case is turned down by its pattern.
 On 8 MiB of source code it takes 17 ms where sixteen `bytes.find` passes took 82 ms
-(`hash_openssl` in tests/bench, where this scan was the main cost).
+(`hash_openssl` in tests/bench, where this scan was the main cost). Bytes that are
+nothing but anchors cost a pattern try at each: 8 MiB of `gh` repeated takes 2.3 s.
 """
 
 from __future__ import annotations
