@@ -287,7 +287,10 @@ class BoardScreen(Screen[None]):
     def _checks_configured(self, message: BoardFeed.ChecksConfigured) -> None:
         self.checks.configure(message.on_receipt and not self.readonly, message.concurrency)
         # Receipts judged before the config was read are considered now (once each).
-        self.checks.consider(self.standings)
+        rows = self.view.rows
+        self.checks.consider(
+            {k: s for k, s in self.standings.items() if (row := rows.get(k)) and row.state is State.RECEIVED}
+        )
         self.table.show_check_column(bool(message.names))
         self.unsandboxed = message.unsandboxed
         self._show_status()
