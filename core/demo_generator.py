@@ -15,6 +15,9 @@ import os
 import time
 from pathlib import Path
 
+# What every interface says of a host that runs this generator (`Host.stand_in`).
+STAND_IN = "genjob's stand-in generator, which only appends a comment to each file"
+REAL_ONES = "genjob's README (Generator hosts) shows real ones"
 SLASH_COMMENTS = {".c", ".h", ".cc", ".cpp", ".go", ".java", ".js", ".ts", ".rs", ".swift"}
 
 

@@ -418,14 +418,22 @@ async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) 
         await d.showing(HostPicker)
         hosts = d.screen.query_one(OptionList)
         assert hosts.option_count == 3  # local, tidy and slow-local
+        # The demo's stand-in hosts say what they are, and where real generators are shown.
+        labels = [str(hosts.get_option_at_index(i).prompt) for i in range(hosts.option_count)]
+        assert ["stand-in" in label for label in labels] == [True, False, True], labels
+        note = plain(d.screen.query_one("#stand-in-note", Static))
+        assert note.startswith("local and slow-local run genjob's stand-in generator"), note
+        assert "README (Generator hosts)" in note
         hosts.focus()
         hosts.highlighted = 0
         await d.press("enter")
         await d.showing(ShipDialog)
         dialog = d.screen
         await d.until(lambda: dialog.done, "the ship to end")
-        assert dialog.succeeded, plain(dialog.query_one("#ship-status", Static))
-        assert "receipt ok" in plain(dialog.query_one("#ship-status", Static))
+        status = plain(dialog.query_one("#ship-status", Static))
+        assert dialog.succeeded, status
+        assert "receipt ok" in status
+        assert "Note: local runs genjob's stand-in generator" in status, status
         assert "edited calc/parse.py" in "\n".join(dialog.query_one(Log).lines)
         await d.press("escape")
         await d.until(lambda: d.state_of(key) == "RECEIVED", "the receipt")

@@ -13,6 +13,7 @@ import click
 
 from core.checks import check_statuses
 from core.config import load_config
+from core.demo_generator import STAND_IN
 from core.layout import Layout
 from core.queue import locate
 from core.terminal import visible
@@ -110,7 +111,7 @@ def ship_cmd(
         say(f"note: {visible(res.host)} ran {confine.describe()}")
     if host.stand_in:
         say(
-            f"note: {visible(res.host)} runs genjob's stand-in generator, which only appends a comment; "
+            f"note: {visible(res.host)} runs {STAND_IN}; "
             "`--host tidy` runs ruff, and genjob's README shows real model hosts"
         )
     job = locate(layout, full).job

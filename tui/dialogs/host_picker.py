@@ -13,6 +13,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from core.config import Host
+from core.demo_generator import REAL_ONES, STAND_IN
 from core.terminal import visible
 
 GENERATOR_SHOWN = 36
@@ -38,10 +39,13 @@ class HostPicker(ModalScreen[str | None]):
             if host.address:
                 label.append(f"  {visible(host.address)}", style="dim")
             label.append(f"  x{host.concurrency}", style="cyan")
-            generator = visible(host.generator)
-            if len(generator) > GENERATOR_SHOWN:  # one line per host, even at 80 columns
-                generator = generator[: GENERATOR_SHOWN - 1] + "…"
-            label.append(f"  {generator}", style="dim")
+            if host.stand_in:
+                label.append("  stand-in: appends a comment", style="yellow")
+            else:
+                generator = visible(host.generator)
+                if len(generator) > GENERATOR_SHOWN:  # one line per host, even at 80 columns
+                    generator = generator[: GENERATOR_SHOWN - 1] + "…"
+                label.append(f"  {generator}", style="dim")
             options.append(Option(label, id=name))
         if self.every:
             label = Text("every host", style="bold")
@@ -50,6 +54,11 @@ class HostPicker(ModalScreen[str | None]):
         with Vertical(classes="dialog"):
             yield Static("Ship to which host?", classes="dialog-title")
             yield OptionList(*options, id="hosts")
+            stand_ins = [visible(n) for n, h in self.hosts.items() if h.stand_in]
+            if stand_ins:
+                runs = "runs" if len(stand_ins) == 1 else "run"
+                note = f"{' and '.join(stand_ins)} {runs} {STAND_IN}; {REAL_ONES}"
+                yield Static(Text(note, style="yellow"), id="stand-in-note")
             yield Static(Text("enter ships, escape cancels", style="dim"))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

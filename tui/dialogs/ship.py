@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
+from core.demo_generator import REAL_ONES, STAND_IN
 from core.errors import GenjobError
 from core.layout import Layout
 from core.terminal import visible
@@ -84,7 +85,7 @@ class ShipDialog(ModalScreen[str]):
 
         self._status(Text(f"claiming and shipping to {self.host or 'the default host'}…", style="bold"))
         try:
-            spread = await asyncio.to_thread(self._spread)
+            spread, stand_ins = await asyncio.to_thread(self._plan)
             if len(spread) > 1:
                 await self._ship_candidates(spread)
                 return
@@ -104,19 +105,23 @@ class ShipDialog(ModalScreen[str]):
             self._finish(Text(visible(f"ship failed: {exc}"), style="bold red"), False)
             return
         ok = result.status == "ok" and result.won
-        self._finish(
-            Text(visible(describe(result), keep_newlines=True), style="bold green" if ok else "bold yellow"),
-            ok,
-        )
+        style = "bold green" if ok else "bold yellow"
+        text = Text(visible(describe(result), keep_newlines=True), style=style)
+        if result.host in stand_ins:
+            note = f"{visible(result.host)} runs {STAND_IN}; {REAL_ONES}."
+            text.append(f"\nNote: {note}", style="yellow")
+        self._finish(text, ok)
 
-    def _spread(self) -> list[str]:
-        """The host of each run: one, unless the host or the policy asks for candidates."""
+    def _plan(self) -> tuple[list[str], set[str]]:
+        """The host of each run (one, unless the host or the policy asks for candidates),
+        and which configured hosts run the stand-in generator."""
         from core.config import load_config
         from core.ship import Hosts
         from core.ship_candidates import candidate_hosts
 
         config = load_config(self.repo.config)
-        return candidate_hosts(config, [Hosts(config).pick(self.host)])
+        stand_ins = {name for name, host in config.hosts.items() if host.stand_in}
+        return candidate_hosts(config, [Hosts(config).pick(self.host)]), stand_ins
 
     async def _ship_candidates(self, spread: list[str]) -> None:
         """Best-of-N: a line in the log as each candidate ends; then `a` compares them."""
