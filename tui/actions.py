@@ -112,6 +112,14 @@ class Approval:
 
 
 @dataclass
+class ChecksWanted(Message):
+    """Run these checks of `key` in the board's check runner (asked from a thread)."""
+
+    key: str
+    names: list[str]
+
+
+@dataclass
 class Held(Message):
     """The board holds `claim` (it claimed the job, or heartbeated its lease at `claim.lease.heartbeat`)."""
 
@@ -261,6 +269,10 @@ class Dispatcher(Widget):
                         self.post_message(Released(key))
             except (GenjobError, OSError) as exc:
                 self.post_message(Say(f"{key[:12]}: keeping the claim failed: {exc}", "error"))
+
+    @on(ChecksWanted)
+    def _checks_wanted(self, message: ChecksWanted) -> None:
+        self.checks.start(message.key, message.names)
 
     @on(Held)
     def _held(self, message: Held) -> None:
@@ -431,7 +443,7 @@ def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
     if approval.choose_only and approval.candidate is not None:
         candidates.choose(d.repo, key, approval.candidate)
         names = list(_config(d.repo).checks)
-        d.app.call_from_thread(d.checks.start, key, names)
+        d.post_message(ChecksWanted(key, names))
         chose = f"chose candidate {approval.candidate} of {key[:12]}"
         return f"{chose}: its checks run now; approve applies it once they pass"
     if approval.candidate is not None:

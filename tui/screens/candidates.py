@@ -4,13 +4,15 @@ One row per candidate: where it ran, how it ended, whether it verifies and who s
 it, the size of its change. Below, the highlighted candidate's diff against the tree, or
 against the candidate pinned with `b`. `a` approves the highlighted candidate: its
 preflight (the same one a receipt gets), then the screen returns the approval, and the
-board chooses it and applies it. Everything is read in threads; every cell is a `Text`.
+board chooses it and applies it. Everything is read in threads, which are handed what they
+read and post what they found as messages; every cell is a `Text`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.console import Group
@@ -19,6 +21,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
@@ -82,6 +85,25 @@ class CandidatesScreen(Screen[Approval | None]):
         Binding("pagedown", "scroll(10)", "Page down", show=False),
     ]
 
+    @dataclass
+    class Listed(Message):
+        """The job's candidates, as read."""
+
+        shown: list[CandidateView]
+
+    @dataclass
+    class Unreadable(Message):
+        """The candidates could not be read: why, for the title."""
+
+        text: Text
+
+    @dataclass
+    class DiffRead(Message):
+        """Candidate `number`'s diff (or why it cannot be shown)."""
+
+        number: int
+        body: Group | Text
+
     def __init__(self, layout: Layout, key: str, readonly: bool = False) -> None:
         super().__init__()
         self.repo = layout
@@ -115,14 +137,26 @@ class CandidatesScreen(Screen[Approval | None]):
             return None
         return self.shown[table.cursor_row].number
 
-    @work(thread=True, exclusive=True, group="candidates-read")
     def reload(self) -> None:
+        """Read the candidates again, off the loop."""
+        self._read(self.repo, self.key)
+
+    @work(thread=True, exclusive=True, group="candidates-read")
+    def _read(self, layout: Layout, key: str) -> None:
         try:
-            shown = views(self.repo, self.key)
+            shown = views(layout, key)
         except GenjobError as exc:
-            self.app.call_from_thread(self._title, Text(visible(str(exc)), style="bold red"))
+            self.post_message(self.Unreadable(Text(visible(str(exc)), style="bold red")))
             return
-        self.app.call_from_thread(self._show, shown)
+        self.post_message(self.Listed(shown))
+
+    @on(Unreadable)
+    def _unreadable(self, message: Unreadable) -> None:
+        self._title(message.text)
+
+    @on(Listed)
+    def _listed(self, message: Listed) -> None:
+        self._show(message.shown)
 
     def _title(self, text: Text) -> None:
         self.query_one("#cand-title", Static).update(text)
@@ -150,19 +184,24 @@ class CandidatesScreen(Screen[Approval | None]):
     def _highlighted(self) -> None:
         self._load_diff()
 
-    @work(thread=True, exclusive=True, group="candidates-diff")
     def _load_diff(self) -> None:
+        """Read the highlighted candidate's diff (against the pinned one, if another), off the loop."""
         number = self.highlighted
         if number is None:
             return
+        against = self.pinned if self.pinned and self.pinned != number else None
+        self._read_diff(self.repo, self.key, number, against)
+
+    @work(thread=True, exclusive=True, group="candidates-diff")
+    def _read_diff(self, layout: Layout, key: str, number: int, against: int | None) -> None:
         try:
-            mine = load(self.repo, self.key, number)
-            base = load(self.repo, self.key, self.pinned) if self.pinned and self.pinned != number else None
-            diffs = diff(self.repo, mine, base)
+            mine = load(layout, key, number)
+            base = load(layout, key, against) if against is not None else None
+            diffs = diff(layout, mine, base)
         except GenjobError as exc:
-            self.app.call_from_thread(self._diff, number, Text(visible(str(exc)), style="red"))
+            self.post_message(self.DiffRead(number, Text(visible(str(exc)), style="red")))
             return
-        self.app.call_from_thread(self._diff, number, self._diff_body(number, base and base.number, diffs))
+        self.post_message(self.DiffRead(number, self._diff_body(number, against, diffs)))
 
     @staticmethod
     def _diff_body(number: int, against: int | None, diffs: list[FileDiff]) -> Group:
@@ -170,9 +209,10 @@ class CandidatesScreen(Screen[Approval | None]):
         head = Text(f"candidate {number} against {what}\n", style="bold")
         return Group(head, render.diffs_text(diffs))
 
-    def _diff(self, number: int, body: Group | Text) -> None:
-        if number == self.highlighted:
-            self.query_one("#cand-diff", Static).update(body)
+    @on(DiffRead)
+    def _diff(self, message: DiffRead) -> None:
+        if message.number == self.highlighted:
+            self.query_one("#cand-diff", Static).update(message.body)
 
     def action_pin(self) -> None:
         number = self.highlighted

@@ -1,19 +1,22 @@
 """`h`: the fleet, one row per configured host, live; `p` probes every host.
 
 The rows are `core.fleet.HostView`s, read in a thread every REFRESH seconds (and after a
-probe); every cell is a `Text`, so nothing a host or a config says is read as markup.
+probe) and posted back as a message; every cell is a `Text`, so nothing a host or a
+config says is read as markup.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
@@ -73,6 +76,18 @@ class FleetScreen(Screen[None]):
         Binding("escape,q,h", "close", "Back", id="fleet.close"),
     ]
 
+    @dataclass
+    class Read(Message):
+        """The hosts, as read."""
+
+        views: list[HostView]
+
+    @dataclass
+    class Unreadable(Message):
+        """The config or the fleet's notes could not be read: why."""
+
+        error: str
+
     def __init__(self, layout: Layout, readonly: bool = False) -> None:
         super().__init__()
         self.repo = layout
@@ -104,14 +119,26 @@ class FleetScreen(Screen[None]):
             text.append(f"  {visible(error)}", style="bold red")
         self.query_one("#fleet-title", Static).update(text)
 
-    @work(thread=True, exclusive=True, group="fleet-read")
     def reload(self) -> None:
+        """Read the hosts again, off the loop."""
+        self._read(self.repo)
+
+    @work(thread=True, exclusive=True, group="fleet-read")
+    def _read(self, layout: Layout) -> None:
         try:
-            views = fleet(self.repo, load_config(self.repo.config))
+            views = fleet(layout, load_config(layout.config))
         except GenjobError as exc:
-            self.app.call_from_thread(self._title, str(exc))
+            self.post_message(self.Unreadable(str(exc)))
             return
-        self.app.call_from_thread(self.show, views)
+        self.post_message(self.Read(views))
+
+    @on(Unreadable)
+    def _unreadable(self, message: Unreadable) -> None:
+        self._title(message.error)
+
+    @on(Read)
+    def _read_done(self, message: Read) -> None:
+        self.show(message.views)
 
     def show(self, views: list[HostView]) -> None:
         self.views = views
