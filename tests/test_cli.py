@@ -330,3 +330,24 @@ def test_init_outside_git_warns_that_commit_will_not_work(tmp_path: Path) -> Non
     inside.mkdir()
     git(inside, "init", "-q")
     assert "not a git repository" not in cli("init", str(inside)).stderr
+
+
+def test_ls_names_the_states_as_it_shows_them_and_takes_either_case(repo: Layout) -> None:
+    [queued] = write_jobs(repo, 1)
+    names = "QUEUED|RUNNING|ORPHANED|RECEIVED|FAILED|STALE|APPLIED|REJECTED|INVALID|INCONSISTENT"
+    assert f"--state [{names}]" in cli("ls", "--help").stdout
+    bad = cli("ls", "--state", "bogus", root=repo.root)
+    assert bad.exit_code == 2 and "'bogus' is not one of 'QUEUED', 'RUNNING'," in bad.stderr
+    for given in ("QUEUED", "queued", "Queued"):
+        assert keys_of(repo, given) == [queued]  # through click
+    assert "no jobs in RECEIVED" in cli("ls", "--state", "received", root=repo.root).stdout
+    # A plain `genjob ls` is answered without click, and takes either case the same way.
+    from tui.cli.listing import plain_ls
+
+    assert plain_ls(["ls", "--state", "queued", "--state=Received"]) == (None, ["queued", "Received"], False)
+    for args in (["--state", "queued"], ["--state=Queued"]):
+        proc = subprocess.run(
+            [str(GENJOB), "ls", "--json", *args], cwd=repo.root, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert [row["key"] for row in json.loads(proc.stdout)] == [queued]

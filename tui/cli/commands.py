@@ -175,12 +175,23 @@ def mint(
         say(f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True)
 
 
+class StateChoice(click.Choice):
+    """A job state, typed in either case, named as `ls` shows it (QUEUED, RUNNING, ...) in
+    help, errors and completion; the command gets the state's value."""
+
+    def __init__(self) -> None:
+        super().__init__([s.value for s in State], case_sensitive=False)
+
+    def normalize_choice(self, choice: object, ctx: click.Context | None) -> str:
+        return str(choice).upper()
+
+
 @main.command("ls")
 @click.option(
     "--state",
     "states",
     multiple=True,
-    type=click.Choice([s.value for s in State], case_sensitive=False),
+    type=StateChoice(),
     help="Only jobs in this state. Repeatable.",
 )
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of job objects.")
