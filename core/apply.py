@@ -63,6 +63,7 @@ from core.layout import FOLDER_STATE, Layout
 from core.models import Job, Receipt
 from core.ownership import repository_owners, require_trusted
 from core.queue import Located, locate, read_job_file
+from core.repo import is_git_work_tree
 from core.tree import (
     closing,
     copy_hashing,
@@ -139,6 +140,8 @@ def apply_job(layout: Layout, key: str, commit: bool = False) -> Applied:
             raise WrongState(
                 f"{key}: is {FOLDER_STATE[loc.folder]}; only a job with a receipt can be applied{hint}"
             )
+        if commit:
+            check_commit_ready(layout)
         v = verify(layout, loc.job, config)
         if os.path.lexists(journal_path):
             targets = _trusted_journal(layout, loc, v)
@@ -616,11 +619,45 @@ def _close_journal(layout: Layout, key: str) -> None:
     fsync_dir(layout.journal)
 
 
+# What `apply --commit` says when git cannot say who commits, before anything is written.
+NO_GIT_IDENTITY = (
+    'git does not know who you are, so nothing was applied: run git config --global user.name "Your Name"'
+    ' && git config --global user.email "you@example.com", then apply again'
+)
+
+
+def check_commit_ready(layout: Layout) -> None:
+    """Refuse an apply that is to be committed and could not be, before it writes anything:
+    the tree must be in a git work tree, and git must know who commits (`user.name` and
+    `user.email`, or what git can tell by itself, as `git commit` would judge it)."""
+    if not is_git_work_tree(layout.root):
+        where = layout.root
+        raise GenjobError(f"{where}: not in a git work tree, so nothing was applied (git init makes one)")
+    try:
+        for who in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+            if _git(layout, "var", who, check=False).returncode != 0:
+                raise GenjobError(NO_GIT_IDENTITY)
+    except OSError as exc:
+        raise GenjobError(f"git: cannot run ({exc.strerror}), so nothing was applied") from None
+
+
+def _git(layout: Layout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in the repository, its paths taken literally (OSError: git cannot run)."""
+    proc = subprocess.run(
+        ["git", "--literal-pathspecs", "-C", str(layout.root), *args], capture_output=True, text=True
+    )
+    if check and proc.returncode != 0:
+        why = proc.stderr.strip() or proc.stdout.strip()
+        raise GenjobError(f"git {args[0]}: {why}")
+    return proc
+
+
 def git_commit(layout: Layout, job: Job, paths: list[str]) -> str:
     """Commit exactly the applied paths, with a `Genjob-Key:` trailer; returns the commit id.
 
     Paths go to git as literal pathspecs: an allowed path such as ``:(glob)**`` or
     ``src/*.py`` names that one file, never a pattern over the user's other work.
+    `check_commit_ready` has made sure, before the apply, that git can commit here.
     """
     first = job.instruction.strip().splitlines()[0][:72]
     message = (
@@ -630,15 +667,11 @@ def git_commit(layout: Layout, job: Job, paths: list[str]) -> str:
 
     def git(*args: str) -> str:
         try:
-            proc = subprocess.run(
-                ["git", "--literal-pathspecs", "-C", str(layout.root), *args], capture_output=True, text=True
-            )
+            return _git(layout, *args).stdout.strip()
         except OSError as exc:
             raise GenjobError(f"git: cannot run ({exc.strerror}); the apply itself stands") from None
-        if proc.returncode != 0:
-            why = proc.stderr.strip() or proc.stdout.strip()
-            raise GenjobError(f"git {args[0]}: {why} (the apply itself stands)")
-        return proc.stdout.strip()
+        except GenjobError as exc:
+            raise GenjobError(f"{exc} (the apply itself stands)") from None
 
     git("add", "--", *paths)
     git("commit", "-q", "-m", message, "--", *paths)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.apply import Applied, apply_job
+from core.apply import Applied, apply_job, check_commit_ready
 from core.canonical import canonical, loads_strict, read_bytes
 from core.checks import ChecksRequired, check_statuses
 from core.config import Config, load_config
@@ -340,6 +340,8 @@ def apply_choice(layout: Layout, key: str, number: int | None, commit: bool = Fa
     """`genjob apply KEY [--candidate N]`: choose `number` first when given; refuse, with
     the way on, a job whose candidates wait for a choice."""
     if number is not None:
+        if commit:
+            check_commit_ready(layout)  # or the choice would be made and the commit refused
         choose(layout, key, number)
         try:
             return apply_job(layout, key, commit=commit)

@@ -351,3 +351,42 @@ def test_ls_names_the_states_as_it_shows_them_and_takes_either_case(repo: Layout
         )
         assert proc.returncode == 0, proc.stderr
         assert [row["key"] for row in json.loads(proc.stdout)] == [queued]
+
+
+def test_apply_commit_without_a_git_identity_says_how_in_one_line_and_applies_nothing(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh machine: git knows no user.name or user.email (and may not guess one)."""
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name in ("GIT_CONFIG_GLOBAL", "EMAIL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    # Where git could guess an address from the host name, it is told not to, as it cannot here.
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "user.useConfigOnly")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "true")
+    git(repo.root, "config", "--unset", "user.name")
+    git(repo.root, "config", "--unset", "user.email")
+    job = mint(repo, "Return three.")
+    receive(repo, job.key, {"src/app.py": b"def main():\n    return 3\n"}, signer)
+    before = tree_state(repo.root)
+    head = git(repo.root, "rev-parse", "HEAD")
+
+    res = cli("apply", job.key, "--commit", root=repo.root)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith("genjob: git does not know who you are, so nothing was applied: run ")
+    assert 'git config --global user.name "Your Name"' in res.stderr and "user.email" in res.stderr
+    assert tree_state(repo.root) == before and git(repo.root, "status", "--porcelain", "src") == ""
+    assert git(repo.root, "rev-parse", "HEAD") == head
+    assert keys_of(repo, "RECEIVED") == [job.key]
+
+    git(repo.root, "config", "user.name", "Your Name")
+    git(repo.root, "config", "user.email", "you@example.com")
+    done = cli("apply", job.key, "--commit", root=repo.root)
+    assert done.exit_code == 0, done.stderr
+    assert f"Genjob-Key: {job.key}" in git(repo.root, "log", "-1", "--format=%B")

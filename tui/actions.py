@@ -363,7 +363,8 @@ def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
 
 
 async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval | None:
-    """A single job's preflight (read off the loop); a bulk approve commits by the config."""
+    """A single job's preflight (read off the loop); a bulk approve commits by the config,
+    in a git work tree (as the preflight offers a commit only there)."""
     from core.inspect_job import job_detail
     from core.preflight import preflight
 
@@ -372,6 +373,10 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
             commit = (await asyncio.to_thread(_config, d.repo)).policy.commit_on_approve
         except GenjobError:
             commit = False
+        if commit:
+            from core.repo import is_git_work_tree
+
+            commit = await asyncio.to_thread(is_git_work_tree, d.repo.root)
         return Approval(commit)
     from tui.dialogs.preflight import PreflightDialog
 
