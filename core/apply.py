@@ -48,6 +48,7 @@ from core.durable import (
     folder,
     fsync_dir,
     fsync_fd,
+    rename_at,
 )
 from core.errors import (
     ApplyConflict,
@@ -166,8 +167,9 @@ def _checked_plan(layout: Layout, loc: Located, v: Verification) -> list[Target]
             )
         lines = "; ".join(f"{c.name}: {c.detail}" for c in v.failures) or "incomplete checks"
         raise VerificationFailed(f"{layout.receipt(loc.key)}: does not verify; {lines}")
+    if v.receipt is None:  # cannot follow checks that all passed; refused, not assumed
+        raise VerificationFailed(f"{layout.receipt(loc.key)}: does not verify; the receipt was not read")
     _same_filesystem(layout)
-    assert v.receipt is not None  # v.ok means the receipt parsed
     return plan(loc.job, v.receipt)
 
 
@@ -273,8 +275,9 @@ class _Apply:
             os.close(fd)
         self._fds.clear()
 
-    def parent(self, t: Target, create: bool) -> int | None:
-        """The folder holding `t`, opened once through descriptors; None when missing."""
+    def parent(self, t: Target, create: bool = False) -> int | None:
+        """The folder holding `t`, opened once through descriptors; None when missing
+        (with `create`, missing folders are made first and noted for a rollback)."""
         if t.index not in self.parents:
             try:
                 fd = open_folder(self.root, t.folders, t.path, self.created if create else None)
@@ -283,6 +286,13 @@ class _Apply:
             self.parents[t.index] = self._keep(fd)
         return self.parents[t.index]
 
+    def made_parent(self, t: Target) -> int:
+        """The folder holding `t`, made where missing; gone while it was made is a conflict."""
+        p = self.parent(t, create=True)
+        if p is None:
+            raise _Conflict(f"{t.path}: its folder was moved or replaced during the apply")
+        return p
+
     def tmp(self, t: Target) -> str:
         return f".genjob-{self.job.key[:16]}-{t.index}.tmp"
 
@@ -290,7 +300,7 @@ class _Apply:
 
     def now(self, t: Target) -> str | None:
         """The target's hash now: None when absent, `_OTHER` when not a regular file."""
-        p = self.parent(t, create=False)
+        p = self.parent(t)
         if p is None:
             return None
         return _hash_or_other(p, t.name, t.path)
@@ -364,8 +374,7 @@ class _Apply:
 
     def _stage(self, t: Target) -> None:
         """Copy the output next to its target under the temp name, checking its hash."""
-        p = self.parent(t, create=True)
-        assert p is not None
+        p = self.made_parent(t)
         tmp = self.tmp(t)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=p)
@@ -426,7 +435,7 @@ class _Apply:
                 exchange(p, tmp, p, t.name)  # the user's version goes back
                 self._drop_copy(p, tmp, t)
                 raise _Conflict(f"{t.path}: {_describe(displaced, t)} during the apply; that version is kept")
-            os.rename(tmp, original, src_dir_fd=p, dst_dir_fd=self.originals)
+            rename_at(p, tmp, self.originals, original)
             return
         # No atomic exchange on this filesystem: keep the original by a hard link, check
         # that it is the job's input, and rename the copy over it at once.
@@ -438,7 +447,7 @@ class _Apply:
         if kept != t.before:
             os.unlink(original, dir_fd=self.originals)
             raise _Conflict(f"{t.path}: {_describe(kept, t)} during the apply; that version is kept")
-        os.rename(tmp, t.name, src_dir_fd=p, dst_dir_fd=p)
+        rename_at(p, tmp, p, t.name)
 
     def _drop_copy(self, p: int, name: str, t: Target) -> None:
         """Remove a staged copy, unless it no longer holds the output (then keep it)."""
@@ -446,7 +455,7 @@ class _Apply:
             os.unlink(name, dir_fd=p)
             return
         kept = f"{self.tmp(t)}.kept"
-        os.rename(name, kept, src_dir_fd=p, dst_dir_fd=self.originals)
+        rename_at(p, name, self.originals, kept)
 
     # --- after a crash ---------------------------------------------------------------
 
@@ -454,7 +463,7 @@ class _Apply:
         """Temp copies a killed apply left in the tree: an original caught mid-swap goes to
         the originals, the user's version caught mid-swap goes back, copies go."""
         for t in self.targets:
-            p = self.parent(t, create=False)
+            p = self.parent(t)
             tmp = self.tmp(t)
             if p is None:
                 continue
@@ -465,12 +474,12 @@ class _Apply:
             if held == t.after:
                 os.unlink(tmp, dir_fd=p)
             elif held == t.before and _hash_or_other(self.originals, original, t.path) is None:
-                os.rename(tmp, original, src_dir_fd=p, dst_dir_fd=self.originals)
+                rename_at(p, tmp, self.originals, original)
             elif held not in (t.before, _OTHER) and self.now(t) == t.after:
                 exchange(p, tmp, p, t.name)
                 self._drop_copy(p, tmp, t)
             else:
-                os.rename(tmp, f"{tmp}.kept", src_dir_fd=p, dst_dir_fd=self.originals)
+                rename_at(p, tmp, self.originals, f"{tmp}.kept")
 
     # --- rollback ------------------------------------------------------------------
 
@@ -506,13 +515,12 @@ class _Apply:
         for t in reversed(self.targets):
             if t.before == t.after:
                 continue
+            p = self.parent(t)
             now = self.now(t)
-            if now != t.after:
+            if p is None or now != t.after:  # without its folder, now is None
                 if now != t.before and t.path in written:
                     left.append(f"{t.path} (changed after it was written)")
                 continue
-            p = self.parent(t, create=False)
-            assert p is not None
             if not self._put_back(t, p):
                 left.append(f"{t.path} (changed after it was written)")
         return left
@@ -520,7 +528,7 @@ class _Apply:
     def _put_back(self, t: Target, p: int) -> bool:
         if t.before is None:
             tmp = self.tmp(t)
-            os.rename(t.name, tmp, src_dir_fd=p, dst_dir_fd=p)
+            rename_at(p, t.name, p, tmp)
             if _hash_or_other(p, tmp, t.path) == t.after:
                 os.unlink(tmp, dir_fd=p)
                 return True
@@ -537,7 +545,7 @@ class _Apply:
                 return True
             exchange(self.originals, original, p, t.name)
             return False
-        os.rename(original, t.name, src_dir_fd=self.originals, dst_dir_fd=p)
+        rename_at(self.originals, original, p, t.name)
         return True
 
     def _remove_created(self) -> None:

@@ -159,6 +159,16 @@ class CandidateCommitted:
     closed: bool  # this commit completed the batch: the lease is gone, the job RECEIVED
 
 
+@dataclass(frozen=True)
+class Holder:
+    """The worker committing a candidate: its id and the fencing token of the lease it
+    must still hold, and the key that signs the receipt (None: unsigned)."""
+
+    worker: str
+    token: int
+    signer: Ed25519PrivateKey | None
+
+
 def commit_candidate(
     layout: Layout,
     job: Job,
@@ -166,22 +176,19 @@ def commit_candidate(
     batch: Sequence[int],
     receipt: Receipt,
     run: dict[str, Any],
-    *,
-    token: int,
-    worker: str,
-    staged: Path,
-    signer: Ed25519PrivateKey | None,
+    holder: Holder,
 ) -> CandidateCommitted:
-    """Publish candidate `number` if the worker still holds the lease with `token`.
+    """Publish candidate `number` if `holder` still holds the job's lease.
 
-    `staged` holds the outputs under `out/` (an ok candidate's; absent otherwise); the
-    receipt, its signature and `run` are written beside them first, then the folder is
-    renamed to `.gen/candidates/<key>/<number>/` under the state lock. When that
-    completes `batch`, the lease goes too. A lost lease, or a receipt chosen meanwhile,
-    keeps the folder aside under `.gen/logs/<key>/` instead.
+    Its staging folder (`staging`) holds the outputs under `out/` (an ok candidate's;
+    absent otherwise); the receipt, its signature and `run` are written beside them
+    first, then the folder is renamed to `.gen/candidates/<key>/<number>/` under the
+    state lock. When that completes `batch`, the lease goes too. A lost lease, or a
+    receipt chosen meanwhile, keeps the folder aside under `.gen/logs/<key>/` instead.
     """
     from core.signing import sign  # cryptography: only where a receipt is signed
 
+    signer, staged = holder.signer, staging(layout, job.key, holder.token, number)
     body = canonical(receipt.document())
     staged.mkdir(parents=True, exist_ok=True)
     if receipt.status != "ok":
@@ -192,36 +199,56 @@ def commit_candidate(
     atomic_write(staged / RECEIPT, body)
     key = job.key
     with flocked(layout.lock):
-        if not holds_lease(layout, key, token, worker) or layout.receipt(key).exists():
-            kept = set_aside(layout, key, staged, f"late-candidate-{number}-attempt-{token}", stamped=False)
-            record_attempt(layout, key, "late_candidate", attempt=token, candidate=number, kept=kept.name)
-            record_event(layout, "late_candidate", key, attempt=token, candidate=number)
-            return CandidateCommitted(False, kept, False)
-        layout.candidates_of(key).mkdir(parents=True, exist_ok=True)
-        fsync_dir(layout.candidates)
-        final = layout.candidate(key, number)
-        move(staged, final)
-        record_attempt(
-            layout,
-            key,
-            CANDIDATE_DONE,
-            attempt=token,
-            candidate=number,
-            worker=worker,
-            status=receipt.status,
-            reason=run.get("reason"),
-            signed=signer is not None,
-        )
-        record_event(layout, "candidate", key, candidate=number, status=receipt.status, worker=worker)
+        if not holds_lease(layout, key, holder.token, holder.worker) or layout.receipt(key).exists():
+            return _keep_late(layout, key, number, holder.token, staged)
+        final = _publish(layout, key, number, staged, receipt, run, holder)
         closed = all(layout.candidate(key, n).is_dir() for n in batch)
         if closed:
-            layout.lease(key).unlink(missing_ok=True)
-            layout.cancel_request(key).unlink(missing_ok=True)
-            statuses = {n: load(layout, key, n).status for n in batch}
-            record_attempt(layout, key, "batch_finished", attempt=token, worker=worker, candidates=statuses)
-            ok = sum(1 for s in statuses.values() if s == "ok")
-            record_event(layout, "received", key, candidates=len(batch), ok=ok, worker=worker)
+            _close_batch(layout, key, batch, holder)
     return CandidateCommitted(True, final, closed)
+
+
+def _keep_late(layout: Layout, key: str, number: int, token: int, staged: Path) -> CandidateCommitted:
+    """A candidate whose worker lost the lease, or that came after a choice: kept aside."""
+    kept = set_aside(layout, key, staged, f"late-candidate-{number}-attempt-{token}", stamped=False)
+    record_attempt(layout, key, "late_candidate", attempt=token, candidate=number, kept=kept.name)
+    record_event(layout, "late_candidate", key, attempt=token, candidate=number)
+    return CandidateCommitted(False, kept, False)
+
+
+def _publish(
+    layout: Layout, key: str, number: int, staged: Path, receipt: Receipt, run: dict[str, Any], holder: Holder
+) -> Path:
+    """Rename the staged candidate into `.gen/candidates/<key>/<number>/` and record it."""
+    layout.candidates_of(key).mkdir(parents=True, exist_ok=True)
+    fsync_dir(layout.candidates)
+    final = layout.candidate(key, number)
+    move(staged, final)
+    record_attempt(
+        layout,
+        key,
+        CANDIDATE_DONE,
+        attempt=holder.token,
+        candidate=number,
+        worker=holder.worker,
+        status=receipt.status,
+        reason=run.get("reason"),
+        signed=holder.signer is not None,
+    )
+    record_event(layout, "candidate", key, candidate=number, status=receipt.status, worker=holder.worker)
+    return final
+
+
+def _close_batch(layout: Layout, key: str, batch: Sequence[int], holder: Holder) -> None:
+    """Every candidate of the batch is in: the lease and any cancel request go, the job is RECEIVED."""
+    layout.lease(key).unlink(missing_ok=True)
+    layout.cancel_request(key).unlink(missing_ok=True)
+    statuses = {n: load(layout, key, n).status for n in batch}
+    record_attempt(
+        layout, key, "batch_finished", attempt=holder.token, worker=holder.worker, candidates=statuses
+    )
+    ok = sum(1 for s in statuses.values() if s == "ok")
+    record_event(layout, "received", key, candidates=len(batch), ok=ok, worker=holder.worker)
 
 
 def verify_candidate(layout: Layout, job: Job, config: Config, candidate: Candidate) -> Verification:

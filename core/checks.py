@@ -40,7 +40,7 @@ from core.layout import FOLDER_STATE, Layout
 from core.models import Job, Receipt
 from core.ownership import repository_owners, require_trusted
 from core.queue import locate
-from core.scratch import Mode, scratch_tree
+from core.scratch import Mode, Scratch, scratch_tree
 from core.standing import CheckState, CheckStatus, Standing
 from core.tree import closing, open_folder, open_regular
 from core.verify import Verification, verify
@@ -363,6 +363,29 @@ def _head(root: Path) -> str | None:
     return None
 
 
+def _named(layout: Layout, config: Config, name: str) -> Check:
+    """The check called `name`; BadInput, naming the ones there are, when none is."""
+    if name not in config.checks:
+        known = ", ".join(config.checks) or "none"
+        raise BadInput(f"{layout.config}: no check named {name!r} (configured: {known})")
+    return config.checks[name]
+
+
+def _confinement(
+    layout: Layout, job: Job, name: str, check: Check, made: Scratch, mode: Mode
+) -> sandbox.Confinement:
+    """Where check `name` runs: in its scratch tree (under an overlay, or a copy), with
+    its extra read-only paths, and the job's key and its own name in its environment."""
+    return sandbox.Confinement(
+        folder=sandbox.Overlay(made.tree, made.mount_point) if mode == "overlay" else made.tree,
+        at=layout.root if check.sandbox == "bwrap" else None,
+        read_only=read_only_paths(layout, check),
+        env={"GENJOB_KEY": job.key, "GENJOB_CHECK": name},
+        kind=check.sandbox,
+        home=made.home,
+    )
+
+
 async def run_check(
     layout: Layout,
     job: Job,
@@ -377,26 +400,14 @@ async def run_check(
     The scratch tree is made and removed in a thread, so an event loop (the board's)
     stays responsive on a large repository.
     """
-    if name not in config.checks:
-        known = ", ".join(config.checks) or "none"
-        raise BadInput(f"{layout.config}: no check named {name!r} (configured: {known})")
-    check = config.checks[name]
+    check = _named(layout, config, name)
     mode = await asyncio.to_thread(scratch_mode, layout, check, name)
-    extras = read_only_paths(layout, check)
     ran = check.run.replace("{paths}", " ".join(shlex.quote(p) for p in sorted(receipt.outputs)))
     with _running(layout, job.key, name, check.timeout):
         tree = scratch_tree(layout, job, receipt, mode, config.limits.max_file_bytes)
         made = await asyncio.to_thread(tree.__enter__)
         try:
-            spec = sandbox.Confinement(
-                folder=sandbox.Overlay(made.tree, made.mount_point) if mode == "overlay" else made.tree,
-                at=layout.root if check.sandbox == "bwrap" else None,
-                read_only=extras,
-                env={"GENJOB_KEY": job.key, "GENJOB_CHECK": name},
-                kind=check.sandbox,
-                home=made.home,
-            )
-            how = sandbox.launch(spec, ["/bin/sh", "-c", ran])
+            how = sandbox.launch(_confinement(layout, job, name, check, made, mode), ["/bin/sh", "-c", ran])
             started = time.time()
             finished = await sandbox.run(how, check.timeout, on_output, cancel, config.limits.max_tail_bytes)
         finally:

@@ -8,19 +8,32 @@ written it (`core.ownership`). The operator's `config.toml` in the user config f
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    PositiveInt,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import core_schema
 
 from core.canonical import read_bytes
 from core.errors import BadInput
 from core.freshness import MAX_TTL
 from core.layout import user_config_dir
 from core.ownership import operator_owners, repository_owners, require_trusted
+from core.rules import DEFAULT_LIMITS, Limits
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -143,12 +156,24 @@ class Policy(BaseModel):
     candidates: Annotated[int, Field(ge=1, le=16)] = 1
 
 
-class Limits(BaseModel):
-    model_config = _STRICT
-    max_file_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
-    max_total_bytes: Annotated[int, Field(gt=0)] = 512 * 1024 * 1024
-    max_files: Annotated[int, Field(gt=0)] = 1000
-    max_tail_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
+# The `[limits]` table: the names and defaults of `core.rules.Limits` (their one home, shipped
+# to generator hosts), each a positive integer, no other key.
+_LimitsTable = create_model(  # type: ignore[call-overload]
+    "Limits",
+    __config__=_STRICT,
+    **{f.name: (PositiveInt, f.default) for f in dataclasses.fields(Limits)},
+)
+
+
+class _FromLimitsTable:
+    """Validates a `core.rules.Limits` as the `[limits]` table, so that a fault names its key."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(
+            lambda table: Limits(**dict(table)), handler.generate_schema(_LimitsTable)
+        )
 
 
 # A host's name is a TOML key and also names its file under `.gen/fleet/`.
@@ -239,7 +264,7 @@ class CheckRuns(BaseModel):
 class Config(BaseModel):
     model_config = _STRICT
     policy: Policy = Policy()
-    limits: Limits = Limits()
+    limits: Annotated[Limits, _FromLimitsTable()] = DEFAULT_LIMITS
     hosts: dict[str, Host] = {}
     checks: dict[CheckName, Check] = {}
     check_runs: CheckRuns = CheckRuns()

@@ -10,6 +10,9 @@ Every operation works inside one folder opened once with ``O_DIRECTORY | O_NOFOL
 for a symlink is refused at the moment of the write instead of being written through.
 An environment fault (a full disk, a read-only mount, no permission, a quota) is raised
 as `DurabilityError` naming the file and the fault; nothing is left half-written.
+
+Every rename under `.gen/` goes through here. `rename_at` and `rename` are the bare
+ones, for steps that check what they moved and sync the folder themselves.
 """
 
 from __future__ import annotations
@@ -200,6 +203,24 @@ def move_at(src_fd: int, src: str, dst_fd: int, dst: str, where: Path, sync_sour
     fsync_fd(dst_fd, where.parent)
     if sync_source:
         fsync_fd(src_fd, where.parent)
+
+
+def rename_at(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+    """Rename `src` in the folder `src_fd` to `dst` in the folder `dst_fd`: one ``renameat``.
+
+    Unlike `move_at`, an existing `dst` is replaced and nothing is fsynced: for a step that
+    checks what it moved and syncs the folder itself once the step is done (apply's moves
+    between the tree and `.gen/journal/<key>/`, under the state lock). A fault is raised
+    as the OSError it is.
+    """
+    os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+
+
+def rename(src: Path, dst: Path) -> None:
+    """`rename_at` by path: `dst` is replaced, nothing is fsynced. For undoing a rename
+    whose loss in a crash is safe (a refused claim put back in the queue: a job left in
+    `running/` without a lease soon reads as ORPHANED, and can be requeued)."""
+    os.rename(src, dst)
 
 
 def append_line(path: Path, line: bytes, durable: bool = False) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.canonical import canonical, loads_strict, read_bytes
-from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
+from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
 from core.events import attempts, claims, record_attempt, record_event
 from core.freshness import LeaseState
@@ -207,7 +207,7 @@ class Claimer:
         except BadInput:
             # Not ours to run (or its attempts file cannot be read): put it back, so it
             # shows in the queue with its fault.
-            os.rename(dst, src)
+            rename(dst, src)
             raise
         lease = new_lease(self.worker, token, self.ttl, self.pid)
         write_lease(self.layout, key, lease)

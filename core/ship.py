@@ -30,7 +30,7 @@ from core.layout import Layout
 from core.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.receipts import Committed, commit_receipt, make_receipt
-from core.rules import Limits, TailBuffer
+from core.rules import TailBuffer
 from core.signing import load_private_key, private_key_path
 from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 from core.transport.local import LocalSandbox
@@ -290,7 +290,7 @@ async def attempt(
                 files=functools.partial(read_inputs, shipment.layout, claim),
                 generator=host.generator,
                 timeout=host.timeout,
-                limits=Limits(**shipment.pool.config.limits.model_dump()),
+                limits=shipment.pool.config.limits,
             )
             transport = shipment.pool.transport(shipment.host)
             outcome, run.info = await run_job(transport, spec, dest, output, stop)

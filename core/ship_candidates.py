@@ -16,7 +16,15 @@ import time
 from collections.abc import Callable, Sequence
 
 from core.bundle import ResultInfo
-from core.candidates import OUT, CandidateCommitted, check_count, commit_candidate, reserve, staging
+from core.candidates import (
+    OUT,
+    CandidateCommitted,
+    Holder,
+    check_count,
+    commit_candidate,
+    reserve,
+    staging,
+)
 from core.config import Config, load_config
 from core.errors import BadInput
 from core.events import actor, record_attempt
@@ -60,31 +68,40 @@ def candidate_hosts(config: Config, names: Sequence[str], how_many: int | None =
     return [names[i % len(names)] for i in range(how_many)]
 
 
+@dataclasses.dataclass(frozen=True)
+class CandidateRequest:
+    """What `ship_candidates` runs: the job (`key`, or the claim already made on it), the
+    hosts named for it and how many candidates (None: the configured number)."""
+
+    key: str | None
+    host_names: Sequence[str]
+    how_many: int | None = None
+    claimed: Claim | None = None
+
+
 async def ship_candidates(
     layout: Layout,
-    key: str | None,
-    host_names: Sequence[str],
-    how_many: int | None = None,
+    request: CandidateRequest,
     cancel: asyncio.Event | None = None,
     *,
     worker_id: str | None = None,
     hosts: Hosts | None = None,
-    claimed: Claim | None = None,
     on_candidate: OnCandidate | None = None,
 ) -> list[ShipResult]:
-    """Claim `key` (or take `claimed`) and run it as candidates over `host_names`; see
-    `candidate_hosts` for how many and where. Raises before the claim for what an
-    operator must fix first; after it, every candidate ends in a receipt."""
+    """Claim the requested job (or take its claim) and run it as candidates over the
+    hosts named; see `candidate_hosts` for how many and where. Raises before the claim
+    for what an operator must fix first; after it, every candidate ends in a receipt."""
     config = hosts.config if hosts else load_config(layout.config)
     pool = hosts or Hosts(config)
-    names = [pool.pick(n) for n in host_names] or [pool.pick(None)]
-    spread = candidate_hosts(config, names, how_many)
+    names = [pool.pick(n) for n in request.host_names] or [pool.pick(None)]
+    spread = candidate_hosts(config, names, request.how_many)
     key_pair = signing_key(config)
     worker = worker_id or actor()
     try:
-        claim = claimed
+        claim = request.claimed
         if claim is None:
-            claim = await asyncio.to_thread(Claimer(layout, worker, config.policy.lease_ttl).claim, key)
+            claimer = Claimer(layout, worker, config.policy.lease_ttl)
+            claim = await asyncio.to_thread(claimer.claim, request.key)
         shipment = Shipment(layout, claim, spread[0], pool, key_pair, worker)
         return await run_candidates(shipment, spread, cancel, on_candidate=on_candidate)
     finally:
@@ -200,17 +217,7 @@ def _commit(
     outputs = dict(info.outputs) if info is not None and status == "ok" else {}
     receipt = make_receipt(claim.job, status, outputs, shipment.worker)
     run = {**summary, "at": time.time()}
-    committed = commit_candidate(
-        layout,
-        claim.job,
-        number,
-        batch,
-        receipt,
-        run,
-        token=claim.lease.token,
-        worker=shipment.worker,
-        staged=staging(layout, claim.key, claim.lease.token, number),
-        signer=shipment.signer,
-    )
+    holder = Holder(shipment.worker, claim.lease.token, shipment.signer)
+    committed = commit_candidate(layout, claim.job, number, batch, receipt, run, holder)
     note_host(shipment, status, reason)
     return committed

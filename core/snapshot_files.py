@@ -231,7 +231,10 @@ def read_facts(
     gen: str, key: str, files: Mapping[str, Mapping[str, FileId]], racy_ns: int
 ) -> tuple[FileFacts, bool]:
     """What the files of `key` say (as `files`, folder -> key -> identity, lists them),
-    and whether all of them had settled."""
+    and whether all of them had settled.
+
+    One function on purpose: it runs for every key of a cold read, where calls cost (`scan` bench).
+    """
     name = f"{key}.json"
     folders = _FOLDERS[
         key in files["applied"], key in files["rejected"], key in files["running"], key in files["queue"]

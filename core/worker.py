@@ -57,79 +57,114 @@ async def run_worker(
     names = [pool.pick(n) for n in host_names] if host_names else sorted(config.hosts)
     if not names:
         raise GenjobError(f"{layout.config}: no hosts configured")
-    key_pair = signing_key(config)
-    worker = worker_id or actor()
-    claimer = Claimer(layout, worker, config.policy.lease_ttl)
-    stop = stop or asyncio.Event()
-    halt = asyncio.Event()  # set once the loop ends: every job still in flight aborts
-    busy: dict[str, set[asyncio.Task[list[ShipResult]]]] = {n: set() for n in names}
-    results: list[ShipResult] = []
-    report(f"worker {worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
+    loop = _WorkerLoop(layout, config, pool, names, worker_id or actor(), report)
+    report(f"worker {loop.worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
+    try:
+        await loop.run(stop or asyncio.Event(), once, poll)
+    finally:
+        await loop.finish()
+    return loop.results
 
-    def ended(res: ShipResult) -> None:
+
+class _WorkerLoop:
+    """One `run_worker`: its hosts, the jobs in flight on each, and the results so far."""
+
+    def __init__(
+        self, layout: Layout, config: Config, pool: Hosts, names: list[str], worker: str, report: Report
+    ) -> None:
+        self.layout = layout
+        self.config = config
+        self.pool = pool
+        self.names = names
+        self.worker = worker
+        self.report = report
+        self.key_pair = signing_key(config)
+        self.claimer = Claimer(layout, worker, config.policy.lease_ttl)
+        self.halt = asyncio.Event()  # set once the loop ends: every job still in flight aborts
+        self.busy: dict[str, set[asyncio.Task[list[ShipResult]]]] = {n: set() for n in names}
+        self.results: list[ShipResult] = []
+
+    async def run(self, stop: asyncio.Event, once: bool, poll: float) -> None:
+        """Fill every host's free slots, then wait for a job to end, a stop, or the next poll."""
+        while not stop.is_set():
+            empty, failed = await self._fill(stop, once)
+            running = self._running()
+            if once and (empty or failed) and not running:
+                break
+            stopping = asyncio.ensure_future(stop.wait())
+            wait = CLAIM_RETRY if failed else None if self._full() else poll
+            await asyncio.wait([stopping, *running], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            self._collect()
+
+    async def _fill(self, stop: asyncio.Event, once: bool) -> tuple[bool, bool]:
+        """Claim a job for each free slot of each host; returns whether the queue was found
+        empty and whether a claim failed."""
+        empty = failed = False
+        for name in self.names:
+            slots = self.config.hosts[name].concurrency
+            while len(self.busy[name]) < slots and not (stop.is_set() or failed):
+                try:
+                    claim = await asyncio.to_thread(self.claimer.claim)
+                except NothingToClaim:
+                    empty = True
+                    break
+                except (GenjobError, OSError) as exc:
+                    # A full disk or a folder that cannot be written is the operator's
+                    # to fix: say so, and try again later (with --once, stop claiming).
+                    self.report(f"claim failed: {exc}" + ("" if once else f"; retrying in {CLAIM_RETRY:g}s"))
+                    failed = True
+                    break
+                self.report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
+                self.busy[name].add(asyncio.create_task(self._ship(name, claim)))
+        return empty, failed
+
+    async def _ship(self, name: str, claim: Claim) -> list[ShipResult]:
+        """Run one claimed job on host `name`: once, or as the candidates its settings ask for."""
+        shipment = Shipment(self.layout, claim, name, self.pool, self.key_pair, self.worker)
+        spread = worker_spread(self.config, name, self.names)
+        stopped = "interrupted: the worker was stopped"
+        if len(spread) > 1:
+            return await run_candidates(
+                shipment, spread, self.halt, cancel_reason=stopped, on_candidate=self._ended
+            )
+        res = await run_claimed(shipment, None, self.halt, cancel_reason=stopped)
+        self._ended(res)
+        return [res]
+
+    def _ended(self, res: ShipResult) -> None:
         verdict = res.status + (f": {res.reason}" if res.reason else "")
         if not res.won:
             verdict += " (lease lost; receipt kept aside)"
         which = "" if res.candidate is None else f" candidate {res.candidate}"
-        report(f"{res.key} {res.host} attempt {res.attempt}{which}: {verdict}")
+        self.report(f"{res.key} {res.host} attempt {res.attempt}{which}: {verdict}")
 
-    async def one(name: str, claim: Claim) -> list[ShipResult]:
-        shipment = Shipment(layout, claim, name, pool, key_pair, worker)
-        spread = worker_spread(config, name, names)
-        stopped = "interrupted: the worker was stopped"
-        if len(spread) > 1:
-            return await run_candidates(shipment, spread, halt, cancel_reason=stopped, on_candidate=ended)
-        res = await run_claimed(shipment, None, halt, cancel_reason=stopped)
-        ended(res)
-        return [res]
+    def _running(self) -> set[asyncio.Task[list[ShipResult]]]:
+        return set().union(*self.busy.values())
 
-    def full() -> bool:
-        return all(len(busy[n]) >= config.hosts[n].concurrency for n in names)
+    def _full(self) -> bool:
+        return all(len(self.busy[n]) >= self.config.hosts[n].concurrency for n in self.names)
 
-    def collect() -> None:
+    def _collect(self) -> None:
         """Move finished jobs out of `busy`, keeping each one's result."""
-        for name in names:
-            for task in [t for t in busy[name] if t.done()]:
-                busy[name].discard(task)
+        for name in self.names:
+            for task in [t for t in self.busy[name] if t.done()]:
+                self.busy[name].discard(task)
                 if task.cancelled():
-                    report(f"{name}: a job task was cancelled before its receipt was committed")
+                    self.report(f"{name}: a job task was cancelled before its receipt was committed")
                 elif task.exception() is not None:
-                    report(f"{name}: {task.exception()}")
+                    self.report(f"{name}: {task.exception()}")
                 else:
-                    results.extend(task.result())
+                    self.results.extend(task.result())
 
-    try:
-        while not stop.is_set():
-            empty = failed = False
-            for name in names:
-                while len(busy[name]) < config.hosts[name].concurrency and not (stop.is_set() or failed):
-                    try:
-                        claim = await asyncio.to_thread(claimer.claim)
-                    except NothingToClaim:
-                        empty = True
-                        break
-                    except (GenjobError, OSError) as exc:
-                        # A full disk or a folder that cannot be written is the operator's
-                        # to fix: say so, and try again later (with --once, stop claiming).
-                        report(f"claim failed: {exc}" + ("" if once else f"; retrying in {CLAIM_RETRY:g}s"))
-                        failed = True
-                        break
-                    report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
-                    busy[name].add(asyncio.create_task(one(name, claim)))
-            running = set().union(*busy.values())
-            if once and (empty or failed) and not running:
-                break
-            stopping = asyncio.ensure_future(stop.wait())
-            wait = CLAIM_RETRY if failed else None if full() else poll
-            await asyncio.wait([stopping, *running], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            collect()
-    finally:
-        halt.set()
-        running = set().union(*busy.values())
+    async def finish(self) -> None:
+        """Stop every job still in flight (each ends in an `aborted` receipt), keep their
+        results and close the hosts' transports."""
+        self.halt.set()
+        running = self._running()
         try:
             if running:
-                report(f"stopping: {len(running)} job(s) in flight end as aborted")
+                self.report(f"stopping: {len(running)} job(s) in flight end as aborted")
                 try:
                     await asyncio.wait(running)
                 except asyncio.CancelledError:
@@ -139,10 +174,9 @@ async def run_worker(
                     await asyncio.wait(running)
                     raise
         finally:
-            collect()
+            self._collect()
             with contextlib.suppress(Exception):
-                await pool.close()
-    return results
+                await self.pool.close()
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from core.errors import BadInput, NotFound, VerificationFailed, WrongState
 from core.layout import Layout
 from core.queue import locate, requeue
 from core.recover import recover
-from core.ship_candidates import candidate_hosts, ship_candidates
+from core.ship_candidates import CandidateRequest, candidate_hosts, ship_candidates
 from core.signing import sign
 from core.worker import run_worker
 
@@ -87,7 +87,7 @@ async def test_three_candidates_over_two_hosts_one_failing_choose_the_second(
     two_hosts(repo, tmp_path)
     job = mint(repo, "Say where you ran.")
     original = (repo.root / "src/app.py").read_bytes()
-    results = await ship_candidates(repo, job.key, ["a", "b"], 3, worker_id="tester")
+    results = await ship_candidates(repo, CandidateRequest(job.key, ["a", "b"], 3), worker_id="tester")
     assert [(r.candidate, r.host, r.status, r.won) for r in results] == [
         (1, "a", "ok", True),
         (2, "b", "ok", True),
@@ -134,7 +134,7 @@ async def test_apply_without_a_choice_names_the_way_on(
 ) -> None:
     two_hosts(repo, tmp_path)
     job = mint(repo)
-    await ship_candidates(repo, job.key, ["b"], 2, worker_id="tester")
+    await ship_candidates(repo, CandidateRequest(job.key, ["b"], 2), worker_id="tester")
     with pytest.raises(WrongState, match=r"has 2 candidate\(s\) and none is chosen"):
         apply_choice(repo, job.key, None)
     refused = cli("apply", job.key, root=repo.root)
@@ -161,7 +161,7 @@ async def test_required_checks_run_on_the_chosen_candidate_before_it_is_applied(
     repo.config.write_text(text + f'\n[checks.tests]\nrun = {json.dumps(wants_b)}\nsandbox = "none"\n')
     job = mint(repo)
     original = (repo.root / "src/app.py").read_bytes()
-    await ship_candidates(repo, job.key, ["b"], 2, worker_id="tester")
+    await ship_candidates(repo, CandidateRequest(job.key, ["b"], 2), worker_id="tester")
     stopped = cli("apply", job.key, "--candidate", "2", root=repo.root)
     assert stopped.exit_code != 0
     assert "chose candidate 2 as the job's receipt" in stopped.stderr
@@ -179,7 +179,7 @@ async def test_a_candidate_is_checked_like_a_receipt_before_it_is_chosen(
 ) -> None:
     two_hosts(repo, tmp_path)
     job = mint(repo)
-    await ship_candidates(repo, job.key, ["b"], 3, worker_id="tester")
+    await ship_candidates(repo, CandidateRequest(job.key, ["b"], 3), worker_id="tester")
     drifted, forged, unsigned = (load(repo, job.key, n) for n in (1, 2, 3))
     (drifted.files.out / "src/app.py").write_bytes(b"edited after signing\n")
     stranger = Ed25519PrivateKey.generate()
@@ -234,7 +234,9 @@ async def test_a_cancel_stops_every_candidate(
         host_block("b", CommandHost(None), gen, concurrency=2),
     )
     job = mint(repo)
-    running = asyncio.ensure_future(ship_candidates(repo, job.key, ["a", "b"], 3, worker_id="tester"))
+    running = asyncio.ensure_future(
+        ship_candidates(repo, CandidateRequest(job.key, ["a", "b"], 3), worker_id="tester")
+    )
     started = await asyncio.to_thread(recorded, reports, 3)
     assert cli("cancel", job.key, root=repo.root).exit_code == 0
     results = await running
@@ -288,7 +290,7 @@ async def test_sigkilled_worker_mid_batch_keeps_what_it_committed_and_the_rest_r
 
     requeue(repo, job.key)
     assert job_state(repo, job.key) == "QUEUED"
-    [again] = await ship_candidates(repo, job.key, ["fast"], 1, worker_id="tester")
+    [again] = await ship_candidates(repo, CandidateRequest(job.key, ["fast"], 1), worker_id="tester")
     assert (again.candidate, again.attempt, again.status) == (4, 2, "ok")
     assert job_state(repo, job.key) == "RECEIVED"
     apply_choice(repo, job.key, 3)

@@ -18,6 +18,7 @@ from test_crash import temp_files
 
 from core.candidates import (
     OUT,
+    Holder,
     apply_choice,
     chosen,
     commit_candidate,
@@ -59,10 +60,7 @@ def commit(
         batch,
         receipt,
         {"host": "gen", "attempt": claim.lease.token},
-        token=claim.lease.token,
-        worker=WORKER,
-        staged=staging(layout, claim.key, claim.lease.token, number),
-        signer=signer,
+        Holder(WORKER, claim.lease.token, signer),
     )
 
 

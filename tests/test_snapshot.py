@@ -488,7 +488,7 @@ def test_keys_from_paths(repo: Layout) -> None:
 def test_candidates_are_counted_and_a_closed_batch_is_received(
     repo: Layout, signer: Ed25519PrivateKey
 ) -> None:
-    from core.candidates import commit_candidate, staging
+    from core.candidates import Holder, commit_candidate, staging
     from core.queue import Claimer
     from core.receipts import make_receipt
 
@@ -505,9 +505,7 @@ def test_candidates_are_counted_and_a_closed_batch_is_received(
             (folder / "out/src/app.py").write_bytes(b"x\n")
             outputs = {"src/app.py": sha(b"x\n")}
         receipt = make_receipt(held.job, status, outputs, "w1")
-        commit_candidate(
-            repo, held.job, number, [1, 2], receipt, {}, token=1, worker="w1", staged=folder, signer=signer
-        )
+        commit_candidate(repo, held.job, number, [1, 2], receipt, {}, Holder("w1", 1, signer))
 
     commit(1, "rejected")
     row = scanner.refresh([job.key])[job.key]
@@ -523,8 +521,7 @@ def test_candidates_are_counted_and_a_closed_batch_is_received(
     failed = mint(repo, "best of one", ["src/util.py"])
     held = Claimer(repo, "w1").claim(failed.key)
     receipt = make_receipt(held.job, "aborted", {}, "w1")
-    folder = staging(repo, failed.key, 1, 1)
-    commit_candidate(repo, held.job, 1, [1], receipt, {}, token=1, worker="w1", staged=folder, signer=signer)
+    commit_candidate(repo, held.job, 1, [1], receipt, {}, Holder("w1", 1, signer))
     assert states(repo)[failed.key] is State.FAILED, "no candidate came back ok"
 
 

@@ -280,6 +280,17 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
         return _reopen(layout, config_home, tied)
     if root.exists() and any(root.iterdir()):
         raise GenjobError(f"{root}: not empty and not a genjob demo; give a new folder")
+    layout, demo, signer = _set_up(root, config_home)
+    _queue_jobs(layout, demo)
+    _receive_jobs(layout, demo, signer)
+    _check_and_apply(layout, demo, signer)
+    _end_jobs(layout, demo, config_home, tied)
+    (config_home / MARKER).write_text(demo.keys["running"] + "\n")
+    return demo
+
+
+def _set_up(root: Path, config_home: Path) -> tuple[Layout, Demo, Ed25519PrivateKey]:
+    """The project, a git repository with genjob in it, its hosts and checks, and a trusted worker key."""
     root.mkdir(parents=True, exist_ok=True)
     _write_project(root)
     layout, _ = init_repo(root)
@@ -290,10 +301,16 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
         trust(layout.trusted_keys, keygen())
         signer = load_private_key()
     demo = Demo(root, config_home)
-    say = demo.summary.append
     if unsandboxed:
-        say(f'checks run UNSANDBOXED (sandbox = "none"): bwrap cannot run here ({unsandboxed})')
+        demo.summary.append(
+            f'checks run UNSANDBOXED (sandbox = "none"): bwrap cannot run here ({unsandboxed})'
+        )
+    return layout, demo, signer
 
+
+def _queue_jobs(layout: Layout, demo: Demo) -> None:
+    """Five queued jobs, one with a hostile instruction and one that creates a file."""
+    say = demo.summary.append
     for role, text, paths in (
         ("queued", "Add type hints to every function in calc/ops.py", ["calc/ops.py"]),
         ("queued2", "Raise ZeroDivisionError with a clear message", ["calc/ops.py"]),
@@ -306,6 +323,11 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
     demo.keys["new_file"] = changelog.key
     say("queued: 1 job that creates a new file")
 
+
+def _receive_jobs(layout: Layout, demo: Demo, signer: Ed25519PrivateKey) -> None:
+    """Jobs with receipts: two to check, and one each that fails verification, is stale,
+    or failed on its host."""
+    say = demo.summary.append
     verified = _mint(layout, "Add a module docstring to calc/__init__.py", ["calc/__init__.py"])
     demo.keys["verified"] = verified.key
     _receive(layout, verified, signer)
@@ -329,11 +351,11 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
     stale = _mint(layout, "Print the result, not the tokens, in calc/cli.py", ["calc/cli.py"])
     demo.keys["stale"] = stale.key
     _receive(layout, stale, signer)
-    cli = root / "calc/cli.py"
+    cli = layout.root / "calc/cli.py"
     cli.write_text(
         cli.read_text().replace("def main(argv=None):", "def main(argv: list[str] | None = None):")
     )
-    _git(root, "commit", "-q", "-am", "cli: type the argument")
+    _git(layout.root, "commit", "-q", "-am", "cli: type the argument")
     say(f"stale (calc/cli.py changed after mint): {stale.key}")
 
     failed = _mint(layout, "Rewrite the parser as a Pratt parser", ["calc/parse.py", "calc/cli.py"])
@@ -341,16 +363,25 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
     _receive(layout, failed, signer, status="aborted", reason="cancelled by the operator")
     say(f"failed (aborted receipt): {failed.key}")
 
+
+def _check_and_apply(layout: Layout, demo: Demo, signer: Ed25519PrivateKey) -> None:
+    """Run the checks on the two received jobs and on a third, which is then applied."""
+    say = demo.summary.append
     applied = _mint(layout, "Add a test for subtraction of negatives", [], ["tests/test_negatives.py"])
     demo.keys["applied"] = applied.key
     _receive(layout, applied, signer)
-    passed = _check(layout, [verified.key, broken.key, applied.key])
+    verified, broken = demo.keys["verified"], demo.keys["checks_failed"]
+    passed = _check(layout, [verified, broken, applied.key])
     verdict = {True: "pass", False: "FAIL (policy refuses to apply it)"}
-    say(f"received, verified, its tests {verdict[passed[verified.key]]}: {verified.key}")
-    say(f"received, verified, its tests {verdict[passed[broken.key]]}: {broken.key}")
+    say(f"received, verified, its tests {verdict[passed[verified]]}: {verified}")
+    say(f"received, verified, its tests {verdict[passed[broken]]}: {broken}")
     apply_job(layout, applied.key)
     say(f"applied (its tests passed first): {applied.key}")
 
+
+def _end_jobs(layout: Layout, demo: Demo, config_home: Path, tied: bool) -> None:
+    """A rejected job, an orphaned one, an invalid job file, and a job running now."""
+    say = demo.summary.append
     rejected = _mint(layout, "Delete the tests, they are slow", ["tests/test_ops.py", "tests/test_parse.py"])
     demo.keys["rejected"] = rejected.key
     reject(layout, rejected.key, "tests are never deleted to save time")
@@ -372,9 +403,6 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
     demo.keys["running"] = running.key
     demo.holder = _start_holder(layout, running.key, config_home, tied)
     say(f"running (lease kept fresh by pid {demo.holder.pid}): {running.key}")
-
-    (config_home / MARKER).write_text(running.key + "\n")
-    return demo
 
 
 def _reopen(layout: Layout, config_home: Path, tied: bool) -> Demo:

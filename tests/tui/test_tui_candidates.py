@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 
 from core.candidates import chosen, load
 from core.layout import Layout
-from core.ship_candidates import ship_candidates
+from core.ship_candidates import CandidateRequest, ship_candidates
 from tui.dialogs.preflight import PreflightDialog
 from tui.screens.candidates import CandidatesScreen
 
@@ -30,7 +30,9 @@ async def three_candidates(repo: Layout, tmp: Path) -> str:
         host_block("broken", None, "exit 5"),
     )
     job = mint(repo, "Say where you ran.")
-    results = await ship_candidates(repo, job.key, ["a", "b", "broken"], 3, worker_id="tester")
+    results = await ship_candidates(
+        repo, CandidateRequest(job.key, ["a", "b", "broken"], 3), worker_id="tester"
+    )
     assert [r.status for r in results] == ["ok", "ok", "rejected"]
     return job.key
 

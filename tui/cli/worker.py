@@ -126,7 +126,7 @@ def _ship_candidates(
     """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
     from core.candidates import views
     from core.ship import ShipResult
-    from core.ship_candidates import ship_candidates
+    from core.ship_candidates import CandidateRequest, ship_candidates
     from tui.cli.candidates import print_candidates
 
     def ended(res: ShipResult) -> None:
@@ -136,7 +136,7 @@ def _ship_candidates(
 
     results = run_until_signal(
         lambda stop: ship_candidates(
-            layout, key, names, how_many, stop, worker_id=worker_id, on_candidate=ended
+            layout, CandidateRequest(key, names, how_many), stop, worker_id=worker_id, on_candidate=ended
         )
     )
     if not all(r.won for r in results):

@@ -125,7 +125,7 @@ class ShipDialog(ModalScreen[str]):
 
     async def _ship_candidates(self, spread: list[str]) -> None:
         """Best-of-N: a line in the log as each candidate ends; then `a` compares them."""
-        from core.ship_candidates import ship_candidates
+        from core.ship_candidates import CandidateRequest, ship_candidates
 
         self._status(Text(f"running {len(spread)} candidates on {spread[0]}…", style="bold"))
 
@@ -137,12 +137,9 @@ class ShipDialog(ModalScreen[str]):
 
         results = await ship_candidates(
             self.repo,
-            self.key,
-            spread,
-            len(spread),
+            CandidateRequest(self.key, spread, len(spread), claimed=self.claimed),
             self.cancel,
             worker_id=self.worker_id,
-            claimed=self.claimed,
             on_candidate=ended,
         )
         ok = sum(1 for r in results if r.status == "ok" and r.won)
