@@ -30,12 +30,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from core.apply import Applied, apply_job
 from core.canonical import canonical, loads_strict, read_bytes
 from core.checks import ChecksRequired, check_statuses
 from core.config import Config, load_config
+from core.contract import ReceiptStatus
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
 from core.events import attempts, record_attempt, record_event
@@ -77,7 +78,8 @@ class Candidate:
         return ReceiptFiles(self.path / RECEIPT, self.path / SIGNATURE, self.path / OUT)
 
     @property
-    def status(self) -> str:
+    def status(self) -> ReceiptStatus | Literal["invalid"]:
+        """The receipt's status; "invalid" when the receipt does not load."""
         return self.receipt.status if self.receipt is not None else "invalid"
 
     @property
@@ -184,7 +186,7 @@ def commit_candidate(
 
     body = canonical(receipt.document())
     staged.mkdir(parents=True, exist_ok=True)
-    if receipt.status != "ok":
+    if receipt.status is not ReceiptStatus.OK:
         shutil.rmtree(staged / OUT, ignore_errors=True)
     if signer is not None:
         atomic_write(staged / SIGNATURE, sign(signer, body))
@@ -219,7 +221,7 @@ def commit_candidate(
             layout.cancel_request(key).unlink(missing_ok=True)
             statuses = {n: load(layout, key, n).status for n in batch}
             record_attempt(layout, key, "batch_finished", attempt=token, worker=worker, candidates=statuses)
-            ok = sum(1 for s in statuses.values() if s == "ok")
+            ok = sum(1 for s in statuses.values() if s is ReceiptStatus.OK)
             record_event(layout, "received", key, candidates=len(batch), ok=ok, worker=worker)
     return CandidateCommitted(True, final, closed)
 
@@ -362,7 +364,7 @@ class CandidateView:
     number: int
     host: str | None
     attempt: int | None
-    status: str
+    status: ReceiptStatus | Literal["invalid"]
     reason: str | None
     ok: bool
     failures: tuple[str, ...]
@@ -385,7 +387,7 @@ def views(layout: Layout, key: str, config: Config | None = None) -> list[Candid
     out = []
     for c in load_all(layout, key):
         v = verify_candidate(layout, job, config, c)
-        diffs = diff(layout, c) if c.receipt is not None and c.status == "ok" else []
+        diffs = diff(layout, c) if c.receipt is not None and c.status is ReceiptStatus.OK else []
         out.append(
             CandidateView(
                 number=c.number,
