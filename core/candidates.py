@@ -42,7 +42,7 @@ from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongStat
 from core.events import attempts, record_attempt, record_event
 from core.evidence import set_aside
 from core.fleet import CANDIDATE_DONE
-from core.inspect_job import FileDiff, JobDetail, file_diff
+from core.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
 from core.layout import FOLDER_STATE, Layout
 from core.lease import read_lease
 from core.models import Job, Receipt, receipt_from_bytes
@@ -399,7 +399,7 @@ def views(layout: Layout, key: str, config: Config | None = None) -> list[Candid
                 failures=tuple(f"{x.name}: {x.detail}" for x in v.failures),
                 signer=v.signer,
                 signed=c.signed,
-                files=sum(1 for d in diffs if d.status != "unchanged"),
+                files=sum(1 for d in diffs if d.status is not DiffStatus.UNCHANGED),
                 added=sum(d.added for d in diffs),
                 removed=sum(d.removed for d in diffs),
                 chosen=picked == c.number,
