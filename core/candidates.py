@@ -30,18 +30,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from core.apply import Applied, apply_job, check_commit_ready
 from core.canonical import canonical, loads_strict, read_bytes
 from core.checks import ChecksRequired, check_statuses
 from core.config import Config, load_config
+from core.contract import ReceiptStatus
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
 from core.events import attempts, record_attempt, record_event
 from core.evidence import set_aside
 from core.fleet import CANDIDATE_DONE
-from core.inspect_job import FileDiff, JobDetail, file_diff
+from core.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
 from core.layout import FOLDER_STATE, Layout
 from core.lease import read_lease
 from core.models import Job, Receipt, receipt_from_bytes
@@ -77,7 +78,8 @@ class Candidate:
         return ReceiptFiles(self.path / RECEIPT, self.path / SIGNATURE, self.path / OUT)
 
     @property
-    def status(self) -> str:
+    def status(self) -> ReceiptStatus | Literal["invalid"]:
+        """The receipt's status; "invalid" when the receipt does not load."""
         return self.receipt.status if self.receipt is not None else "invalid"
 
     @property
@@ -191,7 +193,7 @@ def commit_candidate(
     signer, staged = holder.signer, staging(layout, job.key, holder.token, number)
     body = canonical(receipt.document())
     staged.mkdir(parents=True, exist_ok=True)
-    if receipt.status != "ok":
+    if receipt.status is not ReceiptStatus.OK:
         shutil.rmtree(staged / OUT, ignore_errors=True)
     if signer is not None:
         atomic_write(staged / SIGNATURE, sign(signer, body))
@@ -247,7 +249,7 @@ def _close_batch(layout: Layout, key: str, batch: Sequence[int], holder: Holder)
     record_attempt(
         layout, key, "batch_finished", attempt=holder.token, worker=holder.worker, candidates=statuses
     )
-    ok = sum(1 for s in statuses.values() if s == "ok")
+    ok = sum(1 for s in statuses.values() if s is ReceiptStatus.OK)
     record_event(layout, "received", key, candidates=len(batch), ok=ok, worker=holder.worker)
 
 
@@ -391,7 +393,7 @@ class CandidateView:
     number: int
     host: str | None
     attempt: int | None
-    status: str
+    status: ReceiptStatus | Literal["invalid"]
     reason: str | None
     ok: bool
     failures: tuple[str, ...]
@@ -414,7 +416,7 @@ def views(layout: Layout, key: str, config: Config | None = None) -> list[Candid
     out = []
     for c in load_all(layout, key):
         v = verify_candidate(layout, job, config, c)
-        diffs = diff(layout, c) if c.receipt is not None and c.status == "ok" else []
+        diffs = diff(layout, c) if c.receipt is not None and c.status is ReceiptStatus.OK else []
         out.append(
             CandidateView(
                 number=c.number,
@@ -426,7 +428,7 @@ def views(layout: Layout, key: str, config: Config | None = None) -> list[Candid
                 failures=tuple(f"{x.name}: {x.detail}" for x in v.failures),
                 signer=v.signer,
                 signed=c.signed,
-                files=sum(1 for d in diffs if d.status != "unchanged"),
+                files=sum(1 for d in diffs if d.status is not DiffStatus.UNCHANGED),
                 added=sum(d.added for d in diffs),
                 removed=sum(d.removed for d in diffs),
                 chosen=picked == c.number,

@@ -25,6 +25,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -37,7 +38,7 @@ from core.durable import atomic_write_at, folder
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
 from core.events import actor, bounded, record_event
 from core.layout import FOLDER_STATE, Layout
-from core.models import Job, Receipt
+from core.models import Job, Receipt, TextEnum
 from core.ownership import repository_owners, require_trusted
 from core.queue import locate
 from core.scratch import Mode, Scratch, scratch_tree
@@ -58,6 +59,14 @@ class ChecksRequired(GenjobError):
     """Policy requires checks that have not passed on these exact outputs."""
 
 
+class CheckResult(StrEnum):
+    """How one run of a check ended, as its record says (a str: the record holds the word)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMED_OUT = "timed out"
+
+
 class CheckRecord(BaseModel):
     """What one run of a check found, and the bytes it found it on."""
 
@@ -72,7 +81,7 @@ class CheckRecord(BaseModel):
     scratch: Literal["overlay", "copy"]
     outputs: dict[str, Sha256]
     base: dict[str, Sha256 | None]
-    result: Literal["passed", "failed", "timed out"]
+    result: Annotated[CheckResult, *TextEnum]
     exit_code: int | None
     started_at: float
     duration: float
@@ -102,7 +111,7 @@ class CheckRun:
 
     @property
     def passed(self) -> bool:
-        return self.record is not None and self.record.result == "passed"
+        return self.record is not None and self.record.result is CheckResult.PASSED
 
 
 def receipt_standing(layout: Layout, key: str, config: Config) -> Standing:
@@ -201,7 +210,7 @@ def _status(
         return CheckStatus(
             name, CheckState.STALE, required, f"{why}; run it again: {hint}", sandboxed, record
         )
-    state = CheckState.PASSED if record.result == "passed" else CheckState.FAILED
+    state = CheckState.PASSED if record.result is CheckResult.PASSED else CheckState.FAILED
     return CheckStatus(name, state, required, describe(record), record.sandboxed, record)
 
 
@@ -228,11 +237,11 @@ def stale_because(record: CheckRecord, job: Job, check: Check, v: Verification |
 def describe(record: CheckRecord) -> str:
     """One line on how a run ended: how long, how, and with what last words."""
     how = "sandboxed (bwrap)" if record.sandboxed else "UNSANDBOXED"
-    if record.result == "passed":
+    if record.result is CheckResult.PASSED:
         return f"passed in {record.duration:.1f}s, {how}"
     lines = [line for line in record.tail.splitlines() if line.strip()]
     last = f": {lines[-1].strip()[:160]}" if lines else ""
-    if record.result == "timed out":
+    if record.result is CheckResult.TIMED_OUT:
         return f"timed out after {record.timeout:g}s, {how}{last}"
     return f"failed (exit {record.exit_code}) in {record.duration:.1f}s, {how}{last}"
 
@@ -424,7 +433,11 @@ async def run_check(
             scratch=mode,
             outputs=dict(made.outputs),
             base=dict(made.base),
-            result="timed out" if finished.timed_out else "passed" if finished.passed else "failed",
+            result=CheckResult.TIMED_OUT
+            if finished.timed_out
+            else CheckResult.PASSED
+            if finished.passed
+            else CheckResult.FAILED,
             exit_code=finished.exit_code,
             started_at=started,
             duration=round(finished.duration, 3),

@@ -8,6 +8,7 @@ so the two cannot drift apart, and neither depends on the other.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
 V1 = "genjob.v1"
 V2 = "genjob.v2"
@@ -38,7 +39,20 @@ V2_FIELDS = V2_REQUIRED | {"replay_of"}
 
 # A receipt has exactly the seed's six fields.
 RECEIPT_FIELDS = frozenset(("schema", "job_digest", "idempotency_key", "status", "outputs", "worker_id"))
-RECEIPT_STATUSES = ("ok", "rejected", "aborted")
+
+
+class ReceiptStatus(StrEnum):
+    """How a run ended, as its receipt says: `ok` (the only one that carries outputs),
+    `rejected` (the generator failed or broke the contract) or `aborted` (it was stopped).
+    A str, so a receipt's JSON holds the bare word."""
+
+    OK = "ok"
+    REJECTED = "rejected"
+    ABORTED = "aborted"
+
+
+# The same words as plain text, for the listing engine's quick check (`core.docscan`).
+RECEIPT_STATUSES = tuple(s.value for s in ReceiptStatus)
 
 LEASE_FIELDS = frozenset(("worker", "host", "pid", "token", "claimed_at", "heartbeat", "ttl"))
 

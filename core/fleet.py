@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from core.bundle import ResultInfo
 from core.canonical import canonical, loads_strict, read_bytes
 from core.config import Config, Host
+from core.contract import ReceiptStatus
 from core.durable import atomic_write, flocked
 from core.errors import BadInput, GenjobError
 from core.events import attempts, bounded
@@ -49,7 +50,7 @@ class Note:
     at: float
     key: str | None
     attempt: int | None
-    status: str
+    status: str  # a run's receipt status, or "probe"
     reason: str | None
 
 
@@ -137,13 +138,13 @@ def note_run(
     host: str,
     key: str,
     attempt: int,
-    status: str,
+    status: ReceiptStatus,
     reason: str | None,
     at: float | None = None,
 ) -> None:
     """Record how a run on `host` ended: the last success, or the last error."""
     note = {"at": time.time() if at is None else at, "key": key, "attempt": attempt, "status": status}
-    if status == "ok":
+    if status is ReceiptStatus.OK:
         _update(layout, host, {"last_ok": note})
     else:
         _update(layout, host, {"last_error": {**note, "reason": reason}})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,21 @@ from core.verify import Verification, verify
 MAX_DIFF_BYTES = 2 * 1024 * 1024
 
 
+class DiffStatus(StrEnum):
+    """What applying an output would do to its path, as far as a diff can say."""
+
+    MODIFIED = "modified"
+    NEW = "new"
+    UNCHANGED = "unchanged"
+    BINARY = "binary"  # it changes, and one side is not text
+    TOO_LARGE = "too large"  # a side is over MAX_DIFF_BYTES, or the tree's does not read
+    MISSING = "missing"  # the output is not there to read
+
+
 @dataclass(frozen=True)
 class FileDiff:
     path: str
-    status: str  # "modified", "new", "unchanged", "binary", "too large", "missing"
+    status: DiffStatus
     added: int
     removed: int
     text: str  # a unified diff, empty when there is none to show
@@ -85,9 +97,9 @@ def file_diff(root: Path, out_dir: Path, rel: str, expected: str | None = None) 
     try:
         new = read_bytes(new_path, MAX_DIFF_BYTES)
     except TooLarge:
-        return FileDiff(rel, "too large", 0, 0, "")
+        return FileDiff(rel, DiffStatus.TOO_LARGE, 0, 0, "")
     except BadInput:
-        return FileDiff(rel, "missing", 0, 0, "")
+        return FileDiff(rel, DiffStatus.MISSING, 0, 0, "")
     signed = None if expected is None else sha256_bytes(new) == expected
     return _diff(rel, old_path, new, signed)
 
@@ -96,17 +108,18 @@ def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff
     try:
         old = read_bytes(old_path, MAX_DIFF_BYTES) if old_path.exists() else b""
     except BadInput:
-        return FileDiff(rel, "too large", 0, 0, "", signed)
+        return FileDiff(rel, DiffStatus.TOO_LARGE, 0, 0, "", signed)
     if old == new:
-        return FileDiff(rel, "unchanged", 0, 0, "", signed)
+        return FileDiff(rel, DiffStatus.UNCHANGED, 0, 0, "", signed)
     a, b = _text(old), _text(new)
     if a is None or b is None:
-        return FileDiff(rel, "binary", 0, 0, "", signed)
+        return FileDiff(rel, DiffStatus.BINARY, 0, 0, "", signed)
     lines = list(difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}"))
     added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
     text = "".join(ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines)
-    return FileDiff(rel, "new" if not old_path.exists() else "modified", added, removed, text, signed)
+    status = DiffStatus.NEW if not old_path.exists() else DiffStatus.MODIFIED
+    return FileDiff(rel, status, added, removed, text, signed)
 
 
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:

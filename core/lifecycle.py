@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from core.contract import ReceiptStatus
 from core.freshness import LeaseState
 
 
@@ -52,7 +53,8 @@ class Facts:
 
     folders: the state folders holding `<key>.json` (queue, running, applied, rejected).
     lease: for a running job, its lease's state as `core.freshness` judges it.
-    receipt: None, "ok", "rejected", "aborted", or "invalid" (present but unreadable).
+    receipt: None, a `ReceiptStatus` word (plain text, as the listing reads it), or
+      "invalid" (present but unreadable).
     base_fresh: for an ok receipt, whether the tree still matches the job's inputs.
     invalid: the parse error of the job file, if it has one.
     candidates: best-of-N (`core.candidates`): None when the job has none, else "ok" when
@@ -86,7 +88,7 @@ def derive_state(f: Facts) -> State:
             return State.RUNNING if f.lease is not None and f.lease.live else State.ORPHANED
         if f.receipt == "invalid":
             return State.INVALID
-        if f.receipt != "ok":
+        if f.receipt != ReceiptStatus.OK:
             return State.FAILED
         return State.STALE if f.base_fresh is False else State.RECEIVED
     # A receipt with no job anywhere.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from core.canonical import canonical, loads_strict, sha256_bytes
 from core.contract import HEX64_RE as HEX64_RE
@@ -29,6 +29,7 @@ from core.contract import RECEIPT_STATUSES as RECEIPT_STATUSES
 from core.contract import SCHEMAS as SCHEMAS
 from core.contract import V1 as V1
 from core.contract import V2 as V2
+from core.contract import ReceiptStatus as ReceiptStatus
 from core.errors import BadInput
 from core.paths import check_relpath
 
@@ -36,6 +37,17 @@ Sha256 = Annotated[str, Field(pattern=f"^{HEX64_RE.pattern}$")]
 Key = Annotated[str, Field(pattern=f"^{KEY_RE.pattern}$")]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
+
+
+def _text_only(value: object) -> object:
+    """What a word-valued enum field is validated from: its JSON text. Strict validation
+    would take only the enum's members, lax also bytes; anything but text becomes None,
+    which fails with the enum's own message ("Input should be 'ok', ...")."""
+    return value if isinstance(value, str) else None
+
+
+# A field holding one of a StrEnum's words: read from its text, dumped as the bare word.
+TextEnum = (Field(strict=False), BeforeValidator(_text_only))
 
 
 def _check_paths(paths: list[str]) -> list[str]:
@@ -200,7 +212,7 @@ class Receipt(BaseModel):
     schema_: Literal["genjob.v1", "genjob.v2"] = Field(alias="schema")
     job_digest: Sha256
     idempotency_key: Key
-    status: Literal["ok", "rejected", "aborted"]
+    status: Annotated[ReceiptStatus, *TextEnum]
     outputs: dict[str, Sha256]
     worker_id: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 

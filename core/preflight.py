@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from core.config import load_config
 from core.errors import GenjobError
-from core.inspect_job import JobDetail
+from core.inspect_job import DiffStatus, JobDetail
 from core.layout import Layout
 from core.queue import locate
 from core.repo import is_git_work_tree
@@ -23,7 +23,7 @@ from core.verify import verify
 @dataclass(frozen=True)
 class PathChange:
     path: str
-    status: str
+    status: DiffStatus
     added: int
     removed: int
     signed: bool = True  # False: the bytes changed after the worker signed them

@@ -18,12 +18,12 @@ from core.durable import atomic_write, create_exclusive, flocked, move
 from core.events import record_attempt, record_event
 from core.evidence import keep, set_aside
 from core.layout import Layout
-from core.models import Job, Receipt, receipt_from_bytes
+from core.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
 from core.queue import holds_lease
 from core.signing import sign
 
 
-def make_receipt(job: Job, status: str, outputs: dict[str, str], worker_id: str) -> Receipt:
+def make_receipt(job: Job, status: ReceiptStatus, outputs: dict[str, str], worker_id: str) -> Receipt:
     return Receipt.model_validate(
         {
             "schema": job.schema_name,

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.bundle import BundleError, ResultInfo
 from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
+from core.contract import ReceiptStatus
 from core.errors import BadInput, GenjobError
 from core.events import actor, bounded, record_attempt, record_event
 from core.evidence import keep
@@ -36,6 +37,8 @@ from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTranspo
 from core.transport.local import LocalSandbox
 
 OutputCallback = Callable[[bytes], None]
+# How a run ended: its receipt's status, and why when it is not `ok`.
+Ending = tuple[ReceiptStatus, str | None]
 # How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
 CANCEL_POLL = 0.25
 
@@ -45,7 +48,7 @@ class ShipResult:
     key: str
     host: str
     attempt: int
-    status: str  # "ok", "rejected" or "aborted"
+    status: ReceiptStatus
     reason: str | None
     won: bool  # False when the lease was lost and the receipt was kept aside
     receipt: Path
@@ -136,26 +139,26 @@ def read_inputs(layout: Layout, claim: Claim) -> dict[str, bytes]:
     return files
 
 
-def verdict(run: Run) -> tuple[str, str | None]:
+def verdict(run: Run) -> Ending:
     """The receipt status and its reason, most decisive cause first."""
     info = run.info
     if run.stopped:
-        return "aborted", run.stopped[0]
+        return ReceiptStatus.ABORTED, run.stopped[0]
     if run.refused:
-        return "rejected", run.refused
+        return ReceiptStatus.REJECTED, run.refused
     if run.error is not None or info is None:
-        return "aborted", run.error or "no result from the generator host"
+        return ReceiptStatus.ABORTED, run.error or "no result from the generator host"
     if info.timed_out:
-        return "aborted", "the generator ran past its timeout and was killed"
+        return ReceiptStatus.ABORTED, "the generator ran past its timeout and was killed"
     if info.cancelled:
-        return "aborted", "the generator was cancelled"
+        return ReceiptStatus.ABORTED, "the generator was cancelled"
     if info.error:
-        return "aborted", info.error
+        return ReceiptStatus.ABORTED, info.error
     if info.violations:
-        return "rejected", "; ".join(info.violations)
+        return ReceiptStatus.REJECTED, "; ".join(info.violations)
     if info.exit_code != 0:
-        return "rejected", f"the generator exited with status {info.exit_code}"
-    return "ok", None
+        return ReceiptStatus.REJECTED, f"the generator exited with status {info.exit_code}"
+    return ReceiptStatus.OK, None
 
 
 async def ship(
@@ -256,7 +259,7 @@ async def run_claimed(
     if interrupted is not None:
         raise interrupted
     status, reason = ending
-    outputs = dict(run.info.outputs) if run.info is not None and status == "ok" else {}
+    outputs = dict(run.info.outputs) if run.info is not None and status is ReceiptStatus.OK else {}
     return ShipResult(
         claim.key, shipment.host, claim.lease.token, status, reason, committed.won, committed.path, outputs
     )
@@ -353,12 +356,10 @@ def abort_claim(layout: Layout, claim: Claim, reason: str, worker: str) -> Commi
     except GenjobError:
         key_pair = None
     never_shipped = Shipment(layout, claim, "-", Hosts(Config()), key_pair, worker)
-    return _commit(never_shipped, ("aborted", reason), None, b"")
+    return _commit(never_shipped, (ReceiptStatus.ABORTED, reason), None, b"")
 
 
-def _commit(
-    shipment: Shipment, ending: tuple[str, str | None], info: ResultInfo | None, output: bytes
-) -> Committed:
+def _commit(shipment: Shipment, ending: Ending, info: ResultInfo | None, output: bytes) -> Committed:
     """Keep the evidence, then publish the receipt (outputs only for `ok`).
 
     Evidence that cannot be kept (a log folder that is a link, a full disk) is reported
@@ -367,12 +368,12 @@ def _commit(
     layout, claim = shipment.layout, shipment.claim
     status, reason = ending
     keep_evidence(shipment, f"attempt-{claim.lease.token}", output, run_summary(shipment, ending, info))
-    outputs = dict(info.outputs) if info is not None and status == "ok" else {}
+    outputs = dict(info.outputs) if info is not None and status is ReceiptStatus.OK else {}
     staged = shipment.staging
-    if status != "ok":
+    if status is not ReceiptStatus.OK:
         shutil.rmtree(staged, ignore_errors=True)
     receipt = make_receipt(claim.job, status, outputs, shipment.worker)
-    kept_outputs = staged if status == "ok" and staged.exists() else None
+    kept_outputs = staged if status is ReceiptStatus.OK and staged.exists() else None
     committed = commit_receipt(
         layout, claim.job, receipt, claim.lease.token, shipment.worker, kept_outputs, shipment.signer, reason
     )
@@ -380,9 +381,7 @@ def _commit(
     return committed
 
 
-def run_summary(
-    shipment: Shipment, ending: tuple[str, str | None], info: ResultInfo | None
-) -> dict[str, object]:
+def run_summary(shipment: Shipment, ending: Ending, info: ResultInfo | None) -> dict[str, object]:
     """What the evidence folder keeps about one run, beside its output."""
     status, reason = ending
     return {
@@ -418,7 +417,7 @@ def _announce(shipment: Shipment, candidate: int | None) -> None:
     record_attempt(shipment.layout, claim.key, SHIPPING, attempt=claim.lease.token, **where)
 
 
-def note_host(shipment: Shipment, status: str, reason: str | None) -> None:
+def note_host(shipment: Shipment, status: ReceiptStatus, reason: str | None) -> None:
     """Note the run's end for the fleet view; a note that cannot be written costs nothing else.
     A claim that never ran on a configured host (`abort_claim`) leaves no note."""
     if shipment.host not in shipment.pool.config.hosts:

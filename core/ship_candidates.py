@@ -26,6 +26,7 @@ from core.candidates import (
     staging,
 )
 from core.config import Config, load_config
+from core.contract import ReceiptStatus
 from core.errors import BadInput
 from core.events import actor, record_attempt
 from core.layout import Layout
@@ -33,6 +34,7 @@ from core.queue import Claim, Claimer
 from core.receipts import make_receipt
 from core.rules import TailBuffer
 from core.ship import (
+    Ending,
     Hosts,
     Run,
     Shipment,
@@ -187,7 +189,7 @@ async def _candidate(
     if interrupted is not None:
         raise interrupted
     status, reason = ending
-    outputs = dict(run.info.outputs) if run.info is not None and status == "ok" else {}
+    outputs = dict(run.info.outputs) if run.info is not None and status is ReceiptStatus.OK else {}
     return ShipResult(
         claim.key,
         shipment.host,
@@ -205,7 +207,7 @@ def _commit(
     shipment: Shipment,
     number: int,
     batch: Sequence[int],
-    ending: tuple[str, str | None],
+    ending: Ending,
     info: ResultInfo | None,
     output: bytes,
 ) -> CandidateCommitted:
@@ -214,7 +216,7 @@ def _commit(
     status, reason = ending
     summary = {**run_summary(shipment, ending, info), "candidate": number}
     keep_evidence(shipment, f"attempt-{claim.lease.token}-candidate-{number}", output, summary)
-    outputs = dict(info.outputs) if info is not None and status == "ok" else {}
+    outputs = dict(info.outputs) if info is not None and status is ReceiptStatus.OK else {}
     receipt = make_receipt(claim.job, status, outputs, shipment.worker)
     run = {**summary, "at": time.time()}
     holder = Holder(shipment.worker, claim.lease.token, shipment.signer)

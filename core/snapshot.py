@@ -33,7 +33,7 @@ from typing import cast
 
 from core import freshness
 from core.canonical import sha256_file
-from core.contract import KEY_RE
+from core.contract import KEY_RE, ReceiptStatus
 from core.errors import BadInput, GenjobError
 from core.freshness import LeaseState, Verdict
 from core.layout import Layout, user_config_dir
@@ -384,7 +384,7 @@ class Scanner:
         problems = list(facts.receipt_problems)
         fixed = True
         base_fresh = None
-        if receipt == "ok" and facts.has_job and "running" in folders:
+        if receipt == ReceiptStatus.OK and facts.has_job and "running" in folders:
             stale = [p for p, want in job.inputs if self._tree_hash(p) != want]
             base_fresh = not stale
             problems += [f"{p}: changed since the job was minted" for p in stale]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat
-from core.contract import KEY_RE, MAX_LEASE_BYTES, V1, V2
+from core.contract import KEY_RE, MAX_LEASE_BYTES, V1, V2, ReceiptStatus
 from core.docscan import quick_job, quick_lease, quick_receipt
 from core.errors import BadInput
 from core.layout import JOB_FOLDERS
@@ -159,7 +159,8 @@ def parse_receipt(data: bytes, path: str) -> ReceiptFacts | str:
             rec = receipt_from_obj(obj, path)
         except BadInput as exc:
             return str(exc)
-        quick = ReceiptFacts(rec.status, rec.worker_id, rec.idempotency_key, rec.job_digest)
+        # The index keeps plain text (marshal stores no enum members).
+        quick = ReceiptFacts(rec.status.value, rec.worker_id, rec.idempotency_key, rec.job_digest)
     return ReceiptFacts(share(quick.status), share(quick.worker_id), quick.idempotency_key, quick.job_digest)
 
 
@@ -308,5 +309,5 @@ def read_candidates(path: str, racy_ns: int) -> tuple[int, int, bool]:
     for n in numbered:
         data, _ = read(f"{path}/{n}/receipt.json", racy_ns)
         got = parse_receipt(data, path) if type(data) is bytes else None
-        ok += isinstance(got, ReceiptFacts) and got.status == "ok"
+        ok += isinstance(got, ReceiptFacts) and got.status == ReceiptStatus.OK
     return len(numbered), ok, st.st_mtime_ns < racy_ns

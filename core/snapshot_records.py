@@ -68,7 +68,7 @@ NO_SUMMARY = JobSummary("", "", "", (), (), 0.0)
 class ReceiptFacts(NamedTuple):
     """What a listing keeps of a valid receipt."""
 
-    status: str
+    status: str  # a `core.contract.ReceiptStatus` word, as plain text
     worker_id: str
     idempotency_key: str
     job_digest: str
@@ -93,7 +93,7 @@ class FileFacts(NamedTuple):
     job: JobSummary
     rejection: str  # the reason in a rejected record, else ""
     invalid: str | None  # the first fault of the key's name or a job document
-    receipt: str | None  # the receipt's status, "invalid", or None when there is none
+    receipt: str | None  # the receipt's status (plain text), "invalid", or None when there is none
     receipt_problems: tuple[str, ...]
     worker: str  # named by the receipt, else by the last claim in the attempts file
     attempts: int  # claims in the attempts file

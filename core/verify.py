@@ -32,7 +32,7 @@ from core.canonical import read_bytes, sha256_file
 from core.config import Config
 from core.errors import BadInput
 from core.layout import Layout
-from core.models import Job, Receipt, receipt_from_bytes
+from core.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
 from core.paths import check_relpath, lstat_inside
 from core.standing import FAILED, PASSED, SKIPPED
 
@@ -186,7 +186,7 @@ def _check_receipt(
         if rec.job_digest == digest
         else f"receipt names digest {rec.job_digest[:16]}…, the job is {digest[:16]}…",
     )
-    v.add("status", rec.status == "ok", f"status is {rec.status!r}")
+    v.add("status", rec.status is ReceiptStatus.OK, f"status is {rec.status.value!r}")
     _check_outputs(v, files.out, job, rec, config)
     _check_signature(v, layout, files.signature, rec, config)
 

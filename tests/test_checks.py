@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core import sandbox
 from core.apply import apply_job
 from core.checks import (
+    CheckResult,
     ChecksRequired,
     check_statuses,
     read_record,
@@ -103,6 +104,7 @@ def test_the_record_names_what_it_checked(repo: Layout, signer: Ed25519PrivateKe
     assert doc["outputs"] == {"calc.py": sha(CALC_BETTER), "it's new.py": sha(b"X = 1\n")}
     assert doc["base"] == {"calc.py": sha(CALC), "it's new.py": None}
     assert doc["exit_code"] == 3 and doc["result"] == "failed"
+    assert record.result is CheckResult.FAILED
     assert doc["sandbox"] == "bwrap" and doc["scratch"] == "overlay"
     assert doc["tail"] == "checking calc.py it's new.py\n"
     assert doc["duration"] >= 0 and doc["timeout"] == 600

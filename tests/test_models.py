@@ -21,6 +21,7 @@ from core.models import (
     JobV1,
     JobV2,
     Receipt,
+    ReceiptStatus,
     job_bytes,
     job_from_bytes,
     job_from_obj,
@@ -360,6 +361,20 @@ def test_receipt_has_exactly_the_seeds_six_fields() -> None:
     }
     assert rec.canonical_bytes() == json.dumps(receipt_doc(), sort_keys=True, separators=(",", ":")).encode()
     assert receipt_from_bytes(json.dumps(receipt_doc()).encode(), "r.json") == rec
+
+
+@pytest.mark.parametrize("status", list(ReceiptStatus))
+def test_receipt_status_reads_as_the_enum_and_writes_the_bare_word(status: ReceiptStatus) -> None:
+    rec = receipt_from_obj(receipt_doc(status=status.value), "r.json")
+    assert rec.status is status
+    assert json.loads(rec.canonical_bytes())["status"] == status.value
+    assert f'"status":"{status.value}"'.encode() in rec.canonical_bytes()
+
+
+@pytest.mark.parametrize("status", [b"ok", None, 1, "OK"])
+def test_receipt_status_must_be_one_of_the_words(status: object) -> None:
+    with pytest.raises(BadInput, match="status: Input should be 'ok', 'rejected' or 'aborted'"):
+        receipt_from_obj(receipt_doc(status=status), "r.json")
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ from core import sandbox
 from core.apply import apply_job
 from core.canonical import sha256_bytes
 from core.checks import CheckRun, run_checks
+from core.contract import ReceiptStatus
 from core.demo_generator import comment_block
 from core.durable import atomic_write
 from core.errors import GenjobError
@@ -188,7 +189,7 @@ def _receive(
     layout: Layout,
     job: Job,
     key: Ed25519PrivateKey | None,
-    status: str = "ok",
+    status: ReceiptStatus = ReceiptStatus.OK,
     reason: str | None = None,
     outputs: dict[str, bytes] | None = None,
 ) -> dict[str, bytes]:
@@ -196,7 +197,7 @@ def _receive(
     for them."""
     c = claim(layout, WORKER, job.key, ttl=300.0)
     if outputs is None:
-        outputs = _generated(layout, job) if status == "ok" else {}
+        outputs = _generated(layout, job) if status is ReceiptStatus.OK else {}
     staged = layout.out / f".staging-{secrets.token_hex(6)}"
     staged.mkdir()
     for rel, data in outputs.items():
@@ -360,7 +361,7 @@ def _receive_jobs(layout: Layout, demo: Demo, signer: Ed25519PrivateKey) -> None
 
     failed = _mint(layout, "Rewrite the parser as a Pratt parser", ["calc/parse.py", "calc/cli.py"])
     demo.keys["failed"] = failed.key
-    _receive(layout, failed, signer, status="aborted", reason="cancelled by the operator")
+    _receive(layout, failed, signer, status=ReceiptStatus.ABORTED, reason="cancelled by the operator")
     say(f"failed (aborted receipt): {failed.key}")
 
 

@@ -7,6 +7,7 @@ import sys
 import click
 
 from core.candidates import CandidateView, diff, load, views
+from core.contract import ReceiptStatus
 from core.terminal import visible
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import print_json, say
@@ -24,7 +25,7 @@ def print_candidates(key: str, shown: list[CandidateView]) -> None:
     say(f"  {'#':>3}  {'HOST':12} {'STATUS':9} {'VERIFY':6} {'SIGNATURE':22} {'CHANGE':16} REASON")
     for c in shown:
         mark = "*" if c.chosen else " "
-        change = f"{c.files} file(s) +{c.added} -{c.removed}" if c.status == "ok" else "-"
+        change = f"{c.files} file(s) +{c.added} -{c.removed}" if c.status == ReceiptStatus.OK else "-"
         say(
             f"{mark} {c.number:>3}  {_clip(visible(c.host or '?'), 12):12} {c.status:9} "
             f"{'ok' if c.ok else 'FAIL':6} {_signature(c):22} {change:16} "

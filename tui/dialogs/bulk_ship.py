@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from core.contract import ReceiptStatus
 from core.errors import GenjobError
 from core.layout import Layout
 from core.terminal import visible
@@ -63,7 +64,7 @@ class BulkShipDialog(ModalScreen[str]):
         self.cancel = asyncio.Event()
         self.done = False
         self.lines: dict[str, tuple[str, Style]] = {k: ("waiting", QUIET) for k in keys}
-        self.counts = {"ok": 0, "rejected": 0, "aborted": 0, "refused": 0, "skipped": 0}
+        self.counts: dict[str, int] = {**dict.fromkeys(ReceiptStatus, 0), "refused": 0, "skipped": 0}
 
     def compose(self) -> ComposeResult:
         where = ", ".join(self.hosts) if self.hosts else "every host"
@@ -112,7 +113,10 @@ class BulkShipDialog(ModalScreen[str]):
             status = event.result.status
             self.counts[status] = self.counts.get(status, 0) + 1
             why = f": {event.text}" if event.text else ""
-            self.lines[event.key] = (f"{status} on {event.host}{why}", OK if status == "ok" else BAD)
+            self.lines[event.key] = (
+                f"{status} on {event.host}{why}",
+                OK if status == ReceiptStatus.OK else BAD,
+            )
         else:
             self.counts[event.phase] = self.counts.get(event.phase, 0) + 1
             self.lines[event.key] = (
@@ -138,9 +142,10 @@ class BulkShipDialog(ModalScreen[str]):
     def _summary(self) -> Text:
         parts = [f"{n} {name}" for name, n in self.counts.items() if n]
         text = Text(
-            ", ".join(parts) or "nothing shipped", style=OK if self.counts["ok"] == len(self.keys) else BUSY
+            ", ".join(parts) or "nothing shipped",
+            style=OK if self.counts[ReceiptStatus.OK] == len(self.keys) else BUSY,
         )
-        if self.counts["ok"]:
+        if self.counts[ReceiptStatus.OK]:
             text.append(
                 "\nNext: approve each received job with a (mark them and a approves them all).", QUIET
             )

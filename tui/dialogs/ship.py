@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
+from core.contract import ReceiptStatus
 from core.demo_generator import REAL_ONES, STAND_IN
 from core.errors import GenjobError
 from core.layout import Layout
@@ -104,7 +105,7 @@ class ShipDialog(ModalScreen[str]):
         except Exception as exc:
             self._finish(Text(visible(f"ship failed: {exc}"), style="bold red"), False)
             return
-        ok = result.status == "ok" and result.won
+        ok = result.status == ReceiptStatus.OK and result.won
         style = "bold green" if ok else "bold yellow"
         text = Text(visible(describe(result), keep_newlines=True), style=style)
         if result.host in stand_ins:
@@ -142,7 +143,7 @@ class ShipDialog(ModalScreen[str]):
             worker_id=self.worker_id,
             on_candidate=ended,
         )
-        ok = sum(1 for r in results if r.status == "ok" and r.won)
+        ok = sum(1 for r in results if r.status == ReceiptStatus.OK and r.won)
         line = f"{len(results)} candidates of {self.key[:12]}: {ok} came back ok."
         if ok:
             line += "\nNext: a shows them side by side; approve one there."
@@ -199,6 +200,6 @@ def describe(result: ShipResult) -> str:
         line += f" ({result.reason})"
     if not result.won:
         return line + "; the lease was lost, so the receipt was kept aside as evidence"
-    if result.status == "ok":
+    if result.status == ReceiptStatus.OK:
         return line + f", {len(result.outputs)} output file(s).\nNext: a opens the approve preflight."
     return line + ".\nNext: replay the job (R on the board) once the cause is fixed."

@@ -26,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from core.candidates import CandidateView, candidate_detail, diff, load, views
+from core.contract import ReceiptStatus
 from core.errors import GenjobError
 from core.inspect_job import FileDiff, job_detail
 from core.layout import Layout
@@ -41,14 +42,14 @@ COLUMNS = ("#", "host", "status", "verifies", "signature", "change", "why not")
 def candidate_cells(c: CandidateView, pinned: int | None) -> tuple[Text, ...]:
     """One candidate's row, every value made visible."""
     number = Text(f"{c.number}{'*' if c.chosen else ''}{' =' if c.number == pinned else ''}", style="bold")
-    status = Text(c.status, style="green" if c.status == "ok" else "red")
+    status = Text(c.status, style="green" if c.status == ReceiptStatus.OK else "red")
     verifies = Text("yes" if c.ok else "no", style="bold green" if c.ok else "bold red")
     if c.signer:
         signature = Text(visible(c.signer), style="green", overflow="ellipsis", no_wrap=True)
     else:
         signature = Text("unsigned" if not c.signed else "not trusted", style="red")
     change = Text("-", style="dim")
-    if c.status == "ok":
+    if c.status == ReceiptStatus.OK:
         change = Text(f"{c.files} file(s) ")
         change.append(f"+{c.added}", style="green")
         change.append(f" -{c.removed}", style="red")
