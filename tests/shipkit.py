@@ -217,6 +217,14 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def wait_dead(pids: list[int], limit: float = 30.0) -> list[int]:
+    """Wait up to `limit` seconds for every one of `pids` to end; those still alive then."""
+    deadline = time.monotonic() + limit
+    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return living
+
+
 def wait_for(predicate, what: str, limit: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + limit
     while not predicate():

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from corekit import cli, mint, receive, sha, tree_state, v2_job, write_receipt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.canonical import MAX_JSON_BYTES
@@ -163,6 +165,54 @@ def big_instruction(text: str) -> str:
     return text.replace('"A job."', json.dumps("x" * MAX_JSON_BYTES))
 
 
+def trust_case(key_file: Callable[[], bytes], *fault: str) -> Case:
+    """`genjob trust FILE` on a file (beside the repository) that is not a worker's public key."""
+
+    def make(layout: Layout, signer: Ed25519PrivateKey) -> tuple[list[str], list[str]]:
+        path = layout.root.parent / "given.key"
+        path.write_bytes(key_file())
+        return ["trust", str(path)], [f"genjob: {path}: ", *fault]
+
+    return make
+
+
+def private_openssh() -> bytes:
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+
+
+def private_pkcs8() -> bytes:
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def public_openssh(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+
+
+# Every command that takes a job key, with what else it needs.
+KEY_COMMANDS: dict[str, list[str]] = {
+    "show": [],
+    "verify": [],
+    "apply": [],
+    "reject": ["--reason", "no"],
+    "replay": [],
+    "requeue": [],
+    "cancel": [],
+    "discard": [],
+    "claim": ["--worker", "w1"],
+}
+
+
+def unknown_key_case(command: str, key: str) -> Case:
+    def make(layout: Layout, signer: Ed25519PrivateKey) -> tuple[list[str], list[str]]:
+        return [command, key, *KEY_COMMANDS[command]], [f"genjob: {key}: ", "`genjob ls`"]
+
+    return make
+
+
 CASES: dict[str, Case] = {
     "malformed-json": doc_case(lambda t: t[:-3], "malformed JSON"),
     "not-utf8": doc_case(lambda t: t.replace("A job.", "A job.\udcff"), "not UTF-8"),
@@ -253,6 +303,20 @@ CASES: dict[str, Case] = {
     "config-host-name-with-a-slash": config_case(
         '[hosts."a/b"]\ntransport = "local"\ngenerator = "g"\n', "'a/b': a host name is up to 64"
     ),
+    "trust-a-private-key": trust_case(
+        private_openssh, "a private key; pin the public half instead (its .pub file)"
+    ),
+    "trust-a-pkcs8-private-key": trust_case(private_pkcs8, "a private key; pin the public half instead"),
+    "trust-a-file-that-is-no-key": trust_case(lambda: b"hello world\n", "not an OpenSSH public key"),
+    "trust-an-empty-file": trust_case(lambda: b"", "not an OpenSSH public key"),
+    "trust-an-rsa-key": trust_case(
+        lambda: public_openssh(rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        "not an Ed25519 public key (genjob workers sign with Ed25519)",
+    ),
+    "trust-an-ecdsa-key": trust_case(
+        lambda: public_openssh(ec.generate_private_key(ec.SECP256R1())), "not an Ed25519 public key"
+    ),
+    **{f"unknown-prefix-{c}": unknown_key_case(c, "abcdef12") for c in KEY_COMMANDS},
 }
 
 
@@ -268,6 +332,21 @@ def test_a_bad_input_gets_one_message_exit_2_and_changes_nothing(
     assert res.stderr.startswith("genjob: ") and res.stderr.count("\n") == 1, res.stderr
     for fragment in fragments:
         assert fragment in res.stderr, (fragment, res.stderr)
+    assert tree_state(in_repo.root) == before
+
+
+def test_a_whole_key_that_names_no_job_points_to_ls_like_a_prefix(in_repo: Layout) -> None:
+    """A full key is the longest prefix: naming no job, it gets the same next step."""
+    key = "abcdef12" * 4
+    before = tree_state(in_repo.root)
+    without_next_step = {}
+    for command, extra in KEY_COMMANDS.items():
+        res = cli(command, key, *extra)
+        assert res.exit_code == 2 and res.stdout == ""
+        assert res.stderr.startswith(f"genjob: {key}: ") and res.stderr.count("\n") == 1, res.stderr
+        if "`genjob ls`" not in res.stderr:
+            without_next_step[command] = res.stderr.strip()
+    assert without_next_step == {}
     assert tree_state(in_repo.root) == before
 
 

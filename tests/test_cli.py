@@ -10,10 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from corekit import cli, git, make_repo, mint, receive, tree_state, write_jobs
+from corekit import cli, dead_pid, git, make_repo, mint, receive, tree_state, write_jobs, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.layout import Layout
+from core.lifecycle import STATE_ORDER
 from core.queue import claim, locate
 from core.signing import public_key_path
 
@@ -177,6 +178,110 @@ def test_an_ambiguous_prefix_is_refused(repo: Layout) -> None:
     shared = Counter(k[0] for k in keys).most_common(1)[0][0]
     res = cli("show", shared, root=repo.root)
     assert res.exit_code == 2 and "ambiguous" in res.stderr
+
+
+def every_state(layout: Layout, signer: Ed25519PrivateKey) -> dict[str, str]:
+    """One job in each state a user can see, by the state's name."""
+    from core.apply import apply_job
+    from core.queue import reject
+
+    queued, running, orphaned = write_jobs(layout, 3)
+    claim(layout, "w1", running)
+    claim(layout, "w1", orphaned, pid=dead_pid())
+    received = mint(layout, "received", ["src/app.py"]).key
+    receive(layout, received, {"src/app.py": b"x\n"}, signer)
+    failed = mint(layout, "failed", ["README.md"]).key
+    receive(layout, failed, {}, signer, status="rejected")
+    stale = mint(layout, "stale", ["src/util.py"]).key
+    receive(layout, stale, {"src/util.py": b"y\n"}, signer)
+    applied = mint(layout, "applied", ["docs/guide.md"]).key
+    receive(layout, applied, {"docs/guide.md": b"z\n"}, signer)
+    apply_job(layout, applied)
+    (layout.root / "src/util.py").write_text("edited by hand\n")  # after the apply: only `stale` goes stale
+    rejected = mint(layout, "rejected", ["src/app.py", "README.md"]).key
+    reject(layout, rejected, "no")
+    invalid = "0" * 32
+    (layout.queue / f"{invalid}.json").write_bytes(b"{")
+    [inconsistent] = write_jobs(layout, 1, prefix="twice")
+    (layout.running / f"{inconsistent}.json").write_bytes(
+        (layout.queue / f"{inconsistent}.json").read_bytes()
+    )
+    return {
+        "QUEUED": queued,
+        "RUNNING": running,
+        "ORPHANED": orphaned,
+        "RECEIVED": received,
+        "FAILED": failed,
+        "STALE": stale,
+        "APPLIED": applied,
+        "REJECTED": rejected,
+        "INVALID": invalid,
+        "INCONSISTENT": inconsistent,
+    }
+
+
+def test_ls_state_lists_each_job_of_that_state_once(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    from core.lifecycle import State
+
+    jobs = every_state(repo, signer)
+    assert sorted(jobs) == sorted(s.value for s in State)
+    for name, key in jobs.items():
+        for given in (name, name.lower()):
+            assert keys_of(repo, given) == [key], (given, keys_of(repo))
+            text = cli("ls", "--state", given, root=repo.root).stdout.splitlines()
+            header, *rows, summary = text
+            assert header.split()[:2] == ["KEY", "STATE"]
+            assert [row.split()[:2] for row in rows] == [[key, name]]
+            assert f"{name}=1" in summary.split()
+    listing = cli("ls", root=repo.root).stdout.splitlines()
+    assert sorted(line.split()[0] for line in listing[1:-1]) == sorted(jobs.values())
+    assert listing[-1].split() == [f"{s.value}=1" for s in STATE_ORDER]
+
+
+INVALID_SHOW_CASES = ["not-json", "too-deep-with-a-bad-lease", "a-fifo", "unknown-field", "bad-receipt"]
+
+
+def make_invalid(layout: Layout, case: str) -> tuple[str, str]:
+    """A job that reads as INVALID, and its fault as the listing gives it."""
+    if case == "not-json":
+        key = "0" * 32
+        (layout.queue / f"{key}.json").write_bytes(b"\x00\xff not json")
+    elif case == "too-deep-with-a-bad-lease":
+        key = "1" * 32
+        (layout.running / f"{key}.json").write_bytes(b"[" * 10_000)
+        (layout.running / f"{key}.lease").write_bytes(b"{")
+    elif case == "a-fifo":
+        key = "3" * 32
+        os.mkfifo(layout.rejected / f"{key}.json")
+    elif case == "unknown-field":
+        key = mint(layout, "An extra field.").key
+        path = layout.queue / f"{key}.json"
+        path.write_text(path.read_text().replace("{", '{"priority": 1,', 1))
+    else:
+        key = mint(layout, "A bad receipt.").key
+        claim(layout, "w1", key)
+        write_receipt(layout, key, {"schema": "genjob.v0"})
+    [row] = json.loads(cli("ls", "--json", "--state", "INVALID", root=layout.root).stdout)
+    assert row["key"] == key
+    [fault] = row["problems"]
+    return key, fault
+
+
+@pytest.mark.parametrize("case", INVALID_SHOW_CASES)
+def test_show_on_an_invalid_job_says_its_fault_once_and_no_empty_fields(repo: Layout, case: str) -> None:
+    key, fault = make_invalid(repo, case)
+    res = cli("show", key, root=repo.root)
+    assert res.exit_code == 0 and res.stderr == ""
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:3] == ["job", key, "INVALID"]
+    assert res.stdout.count(fault) == 1, res.stdout
+    assert f"! {fault}" in lines
+    assert f"  it cannot be run or applied; set it aside with: genjob discard {key}" in lines
+    for i, line in enumerate(lines):
+        assert line.strip() and line == line.rstrip(), f"an empty or padded line {i}: {line!r}"
+        assert "None" not in line and "()" not in line and "''" not in line, line
+        if line.endswith(":"):  # a heading: something must follow it, indented
+            assert i + 1 < len(lines) and lines[i + 1].startswith("  "), f"empty field {line!r}"
 
 
 def test_claim_and_exit_1_when_the_queue_is_empty(repo: Layout) -> None:

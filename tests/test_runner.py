@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from shipkit import alive
+from shipkit import wait_dead
 
 from core.bundle import make_bundle, make_header
 from core.rules import Limits, check_relpath, read_tar
@@ -117,13 +117,6 @@ def script(tmp: Path, code: str) -> str:
     path = tmp / f"gen_{abs(hash(code))}.py"
     path.write_text(code)
     return f"{PY} {shlex.quote(str(path))}"
-
-
-def wait_dead(pids: list[int]) -> list[int]:
-    deadline = time.monotonic() + 30
-    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return living
 
 
 def test_demo_generator_round_trip(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from shipkit import KINDS, alive, bwrap_argv, openssh_argv
+from shipkit import KINDS, alive, bwrap_argv, openssh_argv, sleeper, wait_dead
 from ssh_servers import SSHServer, known_hosts_line, write_key
 
 from core.errors import BadInput
@@ -116,13 +116,6 @@ async def job(
     return await run_job(transport, spec, tmp / dest, on_output, cancel)
 
 
-async def wait_dead(pids: list[int]) -> list[int]:
-    deadline = time.monotonic() + 30
-    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    return living
-
-
 async def wait_for_file(path: Path) -> str:
     deadline = time.monotonic() + 30
     while not (path.exists() and path.read_text().endswith("\n")):
@@ -131,20 +124,9 @@ async def wait_for_file(path: Path) -> str:
     return path.read_text()
 
 
-def sleeper(tmp: Path) -> tuple[str, Path]:
-    """A generator shell that starts a child, records both pids and its workspace, then
-    waits; being a shell, it gets that far in milliseconds, well inside any timeout."""
-    report = tmp / "sleeper.txt"
-    gen = (
-        f"{PY} -c 'import time; time.sleep(600)' & "
-        f'echo "$$ $! $(pwd)" > {shlex.quote(str(report))}; echo started; wait'
-    )
-    return gen, report
-
-
 async def check_stopped(report: Path) -> None:
     pid, child, workdir = (await wait_for_file(report)).split()
-    assert await wait_dead([int(pid), int(child)]) == []
+    assert await asyncio.to_thread(wait_dead, [int(pid), int(child)]) == []
     deadline = time.monotonic() + 30
     while Path(workdir).exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -441,7 +423,7 @@ async def test_a_job_that_cannot_be_prepared_stops_the_started_runner(
     go.set()
     with pytest.raises(BadInput, match=r"a\.py: changed since the job was minted"):
         await task
-    assert await wait_dead(list(runners() - before)) == []
+    assert await asyncio.to_thread(wait_dead, list(runners() - before)) == []
     assert not marker.exists() and not (tmp_path / "out").exists()
     outcome, info = await job(transport, tmp_path, "true", ["a.py"], {"a.py": b"x"}, dest="next")
     assert outcome.error is None and info is not None and info.ok, "the transport still works"
@@ -462,7 +444,7 @@ async def test_a_cancel_while_the_job_is_prepared(transport: Transport, tmp_path
     outcome, info = await task
     release.set()
     assert outcome.error == "cancelled" and info is None
-    assert await wait_dead(list(runners() - before)) == []
+    assert await asyncio.to_thread(wait_dead, list(runners() - before)) == []
 
 
 async def test_inputs_over_the_limits_are_refused_before_anything_is_sent(

@@ -8,6 +8,7 @@ passed on the `verified` job's receipt and failed on `checks_failed`'s.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from boardkit import Driver, plain, run_board
 from checkkit import processes_left, processes_with, unique_sleep
+from textual.message import Message
 from textual.widgets import Button, Static
 
 from core import sandbox
@@ -224,3 +226,77 @@ def test_the_demo_checks_ran_sandboxed(demo: Demo) -> None:
         doc = record(demo, demo.keys[role])
         assert doc["result"] == result and doc["sandbox"] == "bwrap", role
     assert Path(demo.root / ".gen/config.toml").read_text().count('require_checks = ["tests"]') == 1
+
+
+def started_checks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, int, int]]:
+    """Each check the board starts, as it starts: (key, name, how many checks had started
+    and not ended then, this one included, and how many were under way or waiting)."""
+    seen: list[tuple[str, str, int, int]] = []
+    post = CheckRunner.post_message
+
+    def observed(runner: CheckRunner, message: Message) -> bool:
+        if isinstance(message, CheckRunner.Started):
+            running = sum(1 for live in runner.live.values() if live.started_at is not None)
+            seen.append((message.key, message.name, running, len(runner.live)))
+        return post(runner, message)
+
+    monkeypatch.setattr(CheckRunner, "post_message", observed)
+    return seen
+
+
+async def test_with_on_receipt_off_an_arriving_receipt_gets_no_check_and_t_still_runs_them(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_checks(
+        demo, '\n[checks.quick]\nrun = "echo quick"\ntimeout = 60\n\n[check_runs]\non_receipt = false\n'
+    )
+    started = started_checks(monkeypatch)
+    key, verified = demo.keys["queued3"], demo.keys["verified"]
+    async with run_board(demo.root, key=key) as d:
+        await d.until(lambda: BoardFeed.ChecksConfigured in d.inbox.kinds, "the config's [check_runs]")
+        assert d.board.checks.on_receipt is False
+        await d.until(lambda: d.table.checks.get(verified) == "✔·", "a receipt whose quick check never ran")
+        await d.press("s")
+        picker = await d.showing(HostPicker)
+        picker.query_one("OptionList").highlighted = 0  # type: ignore[attr-defined]
+        await d.press("enter")
+        dialog = await d.showing(ShipDialog)
+        await d.until(lambda: dialog.done, "the ship to end")
+        await d.press("escape")
+        # The new receipt is judged (its marks shown) in the same step that would start its checks.
+        await d.until(lambda: d.table.checks.get(key) == "··", "the new receipt's marks: nothing run")
+        assert d.state_of(key) == "RECEIVED"
+        assert not d.board.checks.live and started == []
+        await d.select(key)
+        await d.press("t")
+        await d.until(
+            lambda: d.inbox.said("check quick passed in") and d.inbox.said("check tests passed in"),
+            "the checks run by hand",
+        )
+    assert sorted((k, name) for k, name, _, _ in started) == [(key, "quick"), (key, "tests")]
+    assert record(demo, key, "quick")["result"] == "passed"
+    assert not layout_of(demo).check_record(verified, "quick").exists()
+
+
+async def test_with_concurrency_1_one_check_runs_at_a_time(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_checks(demo, '\n[checks.slow]\nrun = "sleep 1"\ntimeout = 60\n\n[check_runs]\nconcurrency = 1\n')
+    started = started_checks(monkeypatch)
+    async with run_board(demo.root) as d:
+        runner = d.board.checks
+        await d.until(lambda: len(started) >= 2, "two receipts' slow checks to start, one after the other")
+        await d.until(lambda: not runner.live, "every check the board started by itself to end")
+        ended = [note for note in d.inbox.notes if note.startswith("check slow ")]
+    assert runner.concurrency == 1
+    keys = {key for key, name, _, _ in started if name == "slow"}
+    assert len(keys) >= 2 and len(ended) == len(keys)
+    # When the first started, the others were already asked for and waiting for the slot.
+    assert started[0][3] >= 2
+    assert [running for _, _, running, _ in started] == [1] * len(started)
+    docs = [record(demo, key, "slow") for key in keys]
+    spans = sorted(
+        (float(doc["started_at"]), float(doc["started_at"]) + float(doc["duration"])) for doc in docs
+    )
+    for (_, first_end), (second_start, _) in itertools.pairwise(spans):
+        assert second_start >= first_end
