@@ -92,18 +92,21 @@ def read_tail(path: Path, limit: int = MAX_READ_BYTES) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadInput(f"{path}: not a regular file; a log must be one")
-        start = max(0, st.st_size - limit)
+        # One byte more than the limit, from just before it: a newline there means the
+        # first line in reach is whole.
+        cut = st.st_size > limit
+        start = st.st_size - limit - 1 if cut else 0
         os.lseek(fd, start, os.SEEK_SET)
         chunks = []
-        left = limit
+        left = st.st_size - start
         while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
             chunks.append(chunk)
             left -= len(chunk)
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    if start > 0:
-        _, _, data = data.partition(b"\n")  # the first line was cut: drop it
+    if cut:
+        _, _, data = data.partition(b"\n")  # up to the first line in reach, which may be cut
     return data
 
 

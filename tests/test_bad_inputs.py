@@ -383,3 +383,20 @@ def test_a_bad_input_in_a_real_process(in_repo: Layout, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("genjob: a/../../b: outside the repository")
     assert tree_state(in_repo.root) == before
+
+
+def test_a_stray_file_listed_as_a_job_names_itself_and_what_to_do(in_repo: Layout) -> None:
+    """`ls` shows a file genjob did not write (not named by a key) as INVALID; a command
+    given its name says which file it is and how to be rid of it, and touches nothing."""
+    stray = in_repo.applied / "garbage.json"
+    stray.write_bytes(b"{}")
+    before = tree_state(in_repo.root)
+    for command, extra in KEY_COMMANDS.items():
+        res = cli(command, "garbage", *extra)
+        assert res.exit_code == 2 and res.stdout == ""
+        assert (
+            res.stderr == f"genjob: {stray}: not named by a job key, so genjob did not write it; "
+            "move it out of .gen/ to keep it, or delete it\n"
+        ), (command, res.stderr)
+    assert "not a job key; `genjob ls` lists the jobs" in cli("show", "nothing-here").stderr
+    assert tree_state(in_repo.root) == before

@@ -235,3 +235,20 @@ def test_attempts_refuses_a_link_in_place_of_the_file(gen: Layout, tmp_path: Pat
     gen.attempts_file(KEY).symlink_to(forged)
     with pytest.raises(BadInput):
         attempts(gen, KEY)
+
+
+LINES = st.lists(st.text(alphabet="ab ", max_size=12).map(str.encode), max_size=8)
+
+
+@given(lines=LINES, limit=st.integers(1, 80))
+def test_read_tail_is_the_whole_lines_within_the_limit(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], limit: int
+) -> None:
+    log = tmp_path_factory.mktemp("tail") / "log"
+    log.write_bytes(b"".join(line + b"\n" for line in lines))
+    want = b""
+    for line in reversed(lines):  # whole lines from the end, while they fit in the limit
+        if len(want) + len(line) + 1 > limit:
+            break
+        want = line + b"\n" + want
+    assert read_tail(log, limit=limit) == want

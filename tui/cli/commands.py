@@ -88,9 +88,19 @@ def resolve_key(layout: Layout, given: str) -> str:
     from core.contract import KEY_RE
 
     if KEY_RE.fullmatch(given):
+        named = [layout.job_file(folder, given) for folder in JOB_FOLDERS] + [layout.receipt(given)]
+        if not any(os.path.lexists(path) for path in named):
+            raise NotFound(f"{given}: no job has this key; `genjob ls` lists the jobs")
         return given
     if not given or not all(c in "0123456789abcdef" for c in given):
-        raise GenjobError(f"{given!r}: not a job key")
+        plain_name = "/" not in given and not given.startswith(".")
+        for path in [layout.job_file(f, given) for f in JOB_FOLDERS] if plain_name else []:
+            if os.path.lexists(path):
+                raise GenjobError(
+                    f"{path}: not named by a job key, so genjob did not write it; "
+                    "move it out of .gen/ to keep it, or delete it"
+                )
+        raise GenjobError(f"{given!r}: not a job key; `genjob ls` lists the jobs")
     found = set()
     for folder in JOB_FOLDERS:
         with os.scandir(layout.gen / folder) as it:
@@ -242,7 +252,7 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
     if d.candidates:
         picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
         say(f"candidates  {d.candidates}, {picked}")
-    if d.verification:
+    if d.verification and r.state is not State.INVALID:  # its fault is said above, once
         from core.checks import check_statuses
         from core.config import load_config
 
