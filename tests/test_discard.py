@@ -79,4 +79,4 @@ def test_cli_discard_names_what_it_kept(repo: Layout) -> None:
     assert f"set aside .gen/queue/{BAD_KEY}.json as .gen/logs/{BAD_KEY}/discarded-queue-" in res.output
     assert "it did not parse:" in res.output
     again = cli("discard", BAD_KEY, root=repo.root)
-    assert again.exit_code == 2 and "no such job" in again.output
+    assert again.exit_code == 2 and "no job has this key; `genjob ls` lists the jobs" in again.output
