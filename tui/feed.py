@@ -58,6 +58,8 @@ TIME_SENSITIVE = (State.RUNNING, State.RECEIVED, State.STALE, State.ORPHANED)
 INLINE_REFRESH = 48
 # Rows read per step of a full scan: small, so that the first ones show at once.
 SCAN_BATCH = 512
+# The longest the config waits for the board's first rows to be painted (`rows_shown`).
+FIRST_PAINT_WAIT = 2.0
 # Receipts verified per message while a scan finds many.
 VERDICT_BATCH = 64
 
@@ -157,6 +159,11 @@ class BoardFeed(Widget):
         self._judged: dict[str, JobRow] = {}  # the received rows whose verdict was asked for
         self._scanning = True
         self._watching = "starting"
+        # Set once the board has painted the first rows: until then nothing that imports the
+        # config model or verifies receipts runs, since those imports (pydantic) hold the GIL
+        # for about a tenth of a second and would hold back that first paint.
+        self._rows_shown = asyncio.Event()
+        self._judge_later: list[str] = []
 
     def _status(self, scanning: bool | None = None, watching: str | None = None) -> None:
         self._scanning = self._scanning if scanning is None else scanning
@@ -166,6 +173,15 @@ class BoardFeed(Widget):
     def on_mount(self) -> None:
         self._process()
         self._watch()
+
+    def rows_shown(self) -> None:
+        """The board has painted rows: the verdicts and the config may be read now."""
+        if self._rows_shown.is_set():
+            return
+        self._rows_shown.set()
+        if self._judge_later:
+            self._verdicts(self._judge_later)
+            self._judge_later = []
 
     def refresh_keys(self, keys: Iterable[str]) -> None:
         """Re-derive `keys` now (after the board's own change) without waiting for the event."""
@@ -242,8 +258,10 @@ class BoardFeed(Widget):
         batches = scanner.scan_batches(SCAN_BATCH)
         gathered: dict[str, JobRow] = {}
         shown_at = 0.0
+        any_rows = False
         try:
             while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+                any_rows = any_rows or bool(batch)
                 gathered.update(batch)
                 if time.monotonic() - shown_at > 0.3:
                     self._emit(gathered)
@@ -255,6 +273,9 @@ class BoardFeed(Widget):
                 self._emit(dict.fromkeys(gone))
             trusted = await asyncio.to_thread(self._count_trusted)
             self.post_message(self.PolicyRead(scanner.signature_required, scanner.config_error, trusted))
+            if any_rows and not self._rows_shown.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
             await self._read_checks()
             await asyncio.to_thread(scanner.save_cache)
             await asyncio.to_thread(release_free_memory)
@@ -302,7 +323,9 @@ class BoardFeed(Widget):
                     judge.append(key)
             else:
                 self._judged.pop(key, None)
-        if judge:
+        if judge and not self._rows_shown.is_set():
+            self._judge_later.extend(judge)
+        elif judge:
             self._verdicts(judge)
 
     def judge(self, keys: Iterable[str]) -> None:

@@ -252,6 +252,7 @@ class BoardScreen(Screen[None]):
     @on(BoardFeed.RowsChanged)
     def _rows_changed(self, message: BoardFeed.RowsChanged) -> None:
         changed = message.changed
+        self.call_after_refresh(self.feed.rows_shown)
         table = self.table
         selected = table.cursor_key
         reload = (
