@@ -7,10 +7,16 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, settings
 
 from core.layout import Layout
 
 pytest_plugins = ["ssh_servers"]
+
+# Property tests judge what the code does, never how fast a shared machine ran it:
+# no per-example deadline and no health check that times data generation.
+settings.register_profile("genjob", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("genjob")
 
 
 @pytest.fixture(autouse=True)
