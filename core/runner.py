@@ -1,7 +1,7 @@
 """Run one generator job in a private, disposable workspace.
 
 Stdlib only: the client ships this file's source to the generator host and runs it with
-``python3 -c BOOTSTRAP``; nothing is installed there. The client keeps stdin open for the
+``python3 -I -S -c BOOTSTRAP``; nothing is installed there. The client keeps stdin open for the
 whole job, so EOF on stdin means the client is gone and the job is cancelled.
 
 stdin:  ``<len(source)>\\n`` + source (read by BOOTSTRAP), one JSON header line

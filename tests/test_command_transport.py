@@ -36,10 +36,11 @@ def test_ssh_gets_one_shell_line_and_every_other_program_an_argv(argv: list[str]
 
 def test_the_runner_start_as_arguments_or_as_one_quoted_line() -> None:
     as_args = runner_argv(["docker", "exec", "-i", "gen1"], "/opt/py/bin/python3", "argv")
-    assert as_args == ["docker", "exec", "-i", "gen1", "/opt/py/bin/python3", "-c", runner.BOOTSTRAP]
+    start = ["-I", "-S", "-c", runner.BOOTSTRAP]
+    assert as_args == ["docker", "exec", "-i", "gen1", "/opt/py/bin/python3", *start]
     as_line = runner_argv(["ssh", "-T", "gen@host"], "python3", "shell")
     assert as_line[:3] == ["ssh", "-T", "gen@host"] and len(as_line) == 4
-    assert shlex.split(as_line[3]) == ["python3", "-c", runner.BOOTSTRAP]
+    assert shlex.split(as_line[3]) == ["python3", *start]
 
 
 def test_an_explicit_mode_wins_over_the_guess() -> None:

@@ -140,9 +140,20 @@ def runner_source() -> bytes:
     return _FUTURE + b"\n".join(_CORE_IMPORT.sub(b"", src).replace(_FUTURE, b"") for src in sources)
 
 
+# How every transport starts the host's interpreter: isolated (-I: no PYTHON* variables, no
+# user site) and without `site` (-S). The runner needs only the standard library, so the
+# host's site-packages and .pth files neither change it nor cost it (3-4 ms a job here).
+RUNNER_FLAGS = ("-I", "-S")
+
+
+def runner_start(python: str) -> list[str]:
+    """The argv that starts the runner with `python`; it reads itself from stdin."""
+    return [python, *RUNNER_FLAGS, "-c", runner.BOOTSTRAP]
+
+
 def remote_command(python: str) -> str:
     """The fixed, short command line that starts the runner on any POSIX shell."""
-    return f"{shlex.quote(python)} -c {shlex.quote(runner.BOOTSTRAP)}"
+    return shlex.join(runner_start(python))
 
 
 def runner_preamble() -> bytes:

@@ -5,7 +5,7 @@ does the same for ``kubectl exec -i``, ``docker exec -i``, ``srun``, ``bwrap`` o
 OpenSSH's own ``ssh`` client with the operator's config (ControlMaster, ProxyJump, agent).
 The host's ``command`` is an argv template; the runner's start is appended to it:
 
-- as three arguments, ``python3 -c BOOTSTRAP``, for engines that exec an argv as given;
+- as five arguments, ``python3 -I -S -c BOOTSTRAP``, for engines that exec an argv as given;
 - as one shell-quoted argument when the far side reads it through a shell, as ``ssh``
   does (it joins its arguments into a line for the login shell). A template whose
   program is ``ssh`` is taken to be one, as git guesses its ssh variant from the name;
@@ -37,6 +37,7 @@ from core.transport.base import (
     Session,
     drive,
     remote_command,
+    runner_start,
 )
 
 CommandMode = Literal["argv", "shell"]
@@ -61,7 +62,7 @@ def runner_argv(argv: Sequence[str], python: str, mode: CommandMode) -> list[str
     """The full command line: the template, then the runner's start as `mode` wants it."""
     if mode == "shell":
         return [*argv, remote_command(python)]
-    return [*argv, python, "-c", runner.BOOTSTRAP]
+    return [*argv, *runner_start(python)]
 
 
 def last_words(tail: bytes) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from core import runner, sandbox
+from core import sandbox
 from core.transport.base import (
     STOP_WAIT,
     OutputCallback,
@@ -31,6 +31,7 @@ from core.transport.base import (
     RunOutcome,
     Session,
     drive,
+    runner_start,
 )
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class LocalSandbox:
 
 
 class LocalTransport:
-    """Runs each job in a local ``python -c BOOTSTRAP`` subprocess in its own session,
+    """Runs each job in a local ``python -I -S -c BOOTSTRAP`` subprocess in its own session,
     confined as `confine` says (default: unsandboxed, for a caller that chose so).
 
     ``slack`` is added to the header's timeout to bound the whole run, upload included.
@@ -115,7 +116,7 @@ class LocalTransport:
 
     def _launch(self, folder: Path) -> sandbox.Launch:
         """The command line of one run whose writable folder is `folder`."""
-        command = [self.python, "-c", runner.BOOTSTRAP]
+        command = runner_start(self.python)
         kind = self.confine.kind_now()
         if kind == "none":
             return sandbox.Launch(

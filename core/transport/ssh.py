@@ -54,7 +54,7 @@ def _split_address(address: str) -> tuple[str | None, str]:
 
 
 class SSHTransport:
-    """Runs each job as ``python3 -c BOOTSTRAP`` in an SSH session on ``address``.
+    """Runs each job as ``python3 -I -S -c BOOTSTRAP`` in an SSH session on ``address``.
 
     ``address`` is ``user@host`` (or ``host``, for the local user name). ``slack`` is
     added to the header's timeout to bound a whole run, upload included.
