@@ -19,6 +19,11 @@ Choosing candidate n writes the v1 receipt: its outputs to `.gen/out/<digest>/`,
 signature, then `receipts/<key>.json` last. That file is the commit point: before it
 nothing is chosen, after it the job is an ordinary received job, and `apply` finishes.
 The candidates stay where they are, as evidence.
+
+Checks run on a candidate as on a receipt (`core.checks`, `candidate=n`), their records
+in `.gen/checks/<key>/candidate-<n>/`, bound to that candidate's outputs. Choosing a
+candidate carries each of its records still fresh for its bytes to the job's record
+place, where they speak for the chosen receipt, whose bytes they are.
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from core.apply import Applied, apply_job, check_commit_ready
 from core.canonical import canonical, loads_strict, read_bytes
-from core.checks import ChecksRequired, check_statuses
+from core.checks import (
+    ChecksRequired,
+    check_statuses,
+    read_record,
+    stale_because,
+    write_record,
+)
 from core.config import Config, load_config
 from core.contract import ReceiptStatus
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
@@ -47,6 +58,7 @@ from core.layout import FOLDER_STATE, Layout
 from core.lease import read_lease
 from core.models import Job, Receipt, receipt_from_bytes
 from core.queue import check_key, holds_lease, locate
+from core.standing import CheckStatus
 from core.verify import ReceiptFiles, Verification, verify
 
 if TYPE_CHECKING:
@@ -286,6 +298,7 @@ class Choice:
     key: str
     number: int
     already: bool
+    carried: tuple[str, ...] = ()  # the checks whose fresh records came with the candidate
 
 
 def choose(layout: Layout, key: str, number: int, config: Config | None = None) -> Choice:
@@ -320,7 +333,31 @@ def choose(layout: Layout, key: str, number: int, config: Config | None = None) 
             raise error(f"{key}: candidate {number} does not verify ({failed})")
         _promote(layout, loc.job, candidate)
         record_event(layout, "chosen", key, candidate=number, status=candidate.status)
-    return Choice(key, number, False)
+        carried = _carry_checks(layout, loc.job, config, number, v)
+    return Choice(key, number, False, carried)
+
+
+def _carry_checks(layout: Layout, job: Job, config: Config, number: int, v: Verification) -> tuple[str, ...]:
+    """Copy candidate `number`'s check records that are fresh for its bytes (judged by
+    `stale_because` against `v`, its verification just now) to the job's record place:
+    the chosen receipt is those bytes. A job record already fresh for them is kept; a
+    record that does not load is left behind (the check is then not run, as before)."""
+    carried = []
+    for name, check in config.checks.items():
+        try:
+            record = read_record(layout, job.key, name, number)
+            if record is None or stale_because(record, job, check, v) is not None:
+                continue
+            mine = read_record(layout, job.key, name)
+        except BadInput:
+            continue
+        if mine is not None and stale_because(mine, job, check, v) is None:
+            continue
+        write_record(layout, record)
+        carried.append(name)
+    if carried:
+        record_event(layout, "checks_carried", job.key, candidate=number, checks=carried)
+    return tuple(carried)
 
 
 def _require_batch_over(layout: Layout, key: str) -> None:
@@ -403,9 +440,10 @@ class CandidateView:
     added: int
     removed: int
     chosen: bool
+    checks: tuple[CheckStatus, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__, failures=list(self.failures))
+        return dict(self.__dict__, failures=list(self.failures), checks=[c.to_dict() for c in self.checks])
 
 
 def views(layout: Layout, key: str, config: Config | None = None) -> list[CandidateView]:
@@ -432,9 +470,23 @@ def views(layout: Layout, key: str, config: Config | None = None) -> list[Candid
                 added=sum(d.added for d in diffs),
                 removed=sum(d.removed for d in diffs),
                 chosen=picked == c.number,
+                checks=tuple(check_statuses(layout, job, config, v, c.number)),
             )
         )
     return out
+
+
+def candidate_statuses(
+    layout: Layout, key: str, config: Config | None = None
+) -> dict[int, list[CheckStatus]]:
+    """Each candidate's configured checks, as `check_statuses` judges them against that
+    candidate's receipt verified now; a record of one candidate never speaks for another."""
+    config = config or load_config(layout.config)
+    job = locate(layout, key).job
+    return {
+        c.number: check_statuses(layout, job, config, verify_candidate(layout, job, config, c), c.number)
+        for c in load_all(layout, key)
+    }
 
 
 def diff(layout: Layout, candidate: Candidate, against: Candidate | None = None) -> list[FileDiff]:
@@ -456,5 +508,5 @@ def candidate_detail(layout: Layout, detail: JobDetail, number: int) -> JobDetai
         raise NotFound(f"{detail.row.key}: no job document to check candidate {number} against")
     config = load_config(layout.config)
     v = verify_candidate(layout, detail.located.job, config, candidate)
-    checks = check_statuses(layout, detail.located.job, config, v)
+    checks = check_statuses(layout, detail.located.job, config, v, number)
     return dataclasses.replace(detail, verification=v, diffs=diff(layout, candidate), checks=checks)

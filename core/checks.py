@@ -5,7 +5,9 @@ the repository as it is now with the receipt's verified outputs written in, unde
 sandbox (`core.sandbox`). Its result is kept as a record bound to what it checked,
 ``.gen/checks/<key>/<name>.json``: the command, the receipt's output hashes, the base
 input hashes, the exit status, the duration, whether it was sandboxed, and the tail of
-its output as evidence. A record counts only for those exact bytes: when the receipt's
+its output as evidence. A candidate's checks (best-of-N) are run and kept the same way,
+in ``.gen/checks/<key>/candidate-<n>/``, bound to that candidate's outputs. A record
+counts only for those exact bytes: when the receipt's
 outputs, the job's base in the tree, or the check's command or sandbox differ from what
 it names, it is stale. `require_checks` is the policy apply holds receipts to.
 
@@ -128,24 +130,26 @@ def receipt_standing(layout: Layout, key: str, config: Config) -> Standing:
     return Standing(v.ok, checks, outputs)
 
 
-def run_hint(key: str, names: Sequence[str]) -> str:
-    return f"genjob check {key}" + "".join(f" --name {n}" for n in names)
+def run_hint(key: str, names: Sequence[str], candidate: int | None = None) -> str:
+    which = f" --candidate {candidate}" if candidate is not None else ""
+    return f"genjob check {key}{which}" + "".join(f" --name {n}" for n in names)
 
 
 # --- records ---------------------------------------------------------------------------
 
 
-def read_record(layout: Layout, key: str, name: str) -> CheckRecord | None:
-    """The record of check `name` on `key`; None when there is none.
+def read_record(layout: Layout, key: str, name: str, candidate: int | None = None) -> CheckRecord | None:
+    """The record of check `name` on `key`'s receipt (or its candidate `candidate`'s);
+    None when there is none.
 
     A record is a claim that policy acts on, so like an apply journal it counts only if
     no one but the repository's owner could have written it; a record that does not
     parse, is reached through a link or fails that test raises BadInput.
     """
-    path = layout.check_record(key, name)
+    path = layout.check_record(key, name, candidate)
     try:
         with folder(layout.gen) as gen:
-            fd = open_folder(gen, ["checks", key], str(layout.check_dir(key)))
+            fd = open_folder(gen, layout.check_parts(key, candidate), str(path.parent))
     except FileNotFoundError:
         return None
     with closing(fd):
@@ -169,12 +173,14 @@ def read_record(layout: Layout, key: str, name: str) -> CheckRecord | None:
     return record
 
 
-def write_record(layout: Layout, record: CheckRecord) -> Path:
-    """Write a record atomically and durably, through real folders only."""
+def write_record(layout: Layout, record: CheckRecord, candidate: int | None = None) -> Path:
+    """Write a record (of the job's receipt, or of its candidate `candidate`) atomically
+    and durably, through real folders only."""
+    where = layout.check_dir(record.key, candidate)
     with folder(layout.gen) as gen:
-        fd = open_folder(gen, ["checks", record.key], str(layout.check_dir(record.key)), [])
+        fd = open_folder(gen, layout.check_parts(record.key, candidate), str(where), [])
     with closing(fd):
-        path = layout.check_record(record.key, record.name)
+        path = layout.check_record(record.key, record.name, candidate)
         atomic_write_at(fd, path.name, canonical(record.document()), path)
     return path
 
@@ -182,21 +188,30 @@ def write_record(layout: Layout, record: CheckRecord) -> Path:
 # --- what each check's state is ----------------------------------------------------------
 
 
-def check_statuses(layout: Layout, job: Job, config: Config, v: Verification | None) -> list[CheckStatus]:
+def check_statuses(
+    layout: Layout, job: Job, config: Config, v: Verification | None, candidate: int | None = None
+) -> list[CheckStatus]:
     """Every configured check of `job`, in the config's order: passed, failed, not run,
-    stale or running, judged against the receipt and tree that `v` verified just now."""
-    return [_status(layout, job, name, check, config, v) for name, check in config.checks.items()]
+    stale or running, judged against the receipt and tree that `v` verified just now.
+    With `candidate`, that candidate's records are judged (`v` verified its receipt)."""
+    return [_status(layout, job, name, check, config, v, candidate) for name, check in config.checks.items()]
 
 
 def _status(
-    layout: Layout, job: Job, name: str, check: Check, config: Config, v: Verification | None
+    layout: Layout,
+    job: Job,
+    name: str,
+    check: Check,
+    config: Config,
+    v: Verification | None,
+    candidate: int | None,
 ) -> CheckStatus:
     required = name in config.policy.require_checks
     sandboxed = check.sandbox != "none"
-    hint = run_hint(job.key, [name])
-    running = running_since(layout, job.key, name)
+    hint = run_hint(job.key, [name], candidate)
+    running = running_since(layout, job.key, name, candidate)
     try:
-        record = read_record(layout, job.key, name)
+        record = read_record(layout, job.key, name, candidate)
     except BadInput as exc:
         return CheckStatus(name, CheckState.NOT_RUN, required, f"{exc}; run it again: {hint}", sandboxed)
     if running is not None:
@@ -264,9 +279,10 @@ def require_checks(layout: Layout, job: Job, config: Config, v: Verification) ->
 # --- running ------------------------------------------------------------------------------
 
 
-def running_since(layout: Layout, key: str, name: str) -> float | None:
-    """When the run of check `name` on `key` under way started; None when none is."""
-    path = layout.check_dir(key) / f"{name}.run"
+def running_since(layout: Layout, key: str, name: str, candidate: int | None = None) -> float | None:
+    """When the run of check `name` on `key` (or its candidate) under way started; None
+    when none is."""
+    path = layout.check_dir(key, candidate) / f"{name}.run"
     try:
         info = loads_strict(read_bytes(path, 64 << 10), str(path))
     except BadInput:
@@ -292,11 +308,12 @@ def _process_start(pid: int) -> int | None:
 
 
 @contextlib.contextmanager
-def _running(layout: Layout, key: str, name: str, timeout: float) -> Iterator[None]:
+def _running(layout: Layout, key: str, name: str, timeout: float, candidate: int | None) -> Iterator[None]:
     """Hold `<name>.lock` and publish `<name>.run` for the block; WrongState when another
-    run of the same check is under way."""
+    run of the same check (on the same receipt or candidate) is under way."""
+    where = layout.check_dir(key, candidate)
     with folder(layout.gen) as gen:
-        fd = open_folder(gen, ["checks", key], str(layout.check_dir(key)), [])
+        fd = open_folder(gen, layout.check_parts(key, candidate), str(where), [])
     with closing(fd):
         lock = os.open(
             f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd
@@ -305,7 +322,8 @@ def _running(layout: Layout, key: str, name: str, timeout: float) -> Iterator[No
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise WrongState(f"{key}: check {name} is running already") from None
+                of = f" of candidate {candidate}" if candidate is not None else ""
+                raise WrongState(f"{key}: check {name}{of} is running already") from None
             info = {
                 "pid": os.getpid(),
                 "pid_start": _process_start(os.getpid()),
@@ -314,8 +332,7 @@ def _running(layout: Layout, key: str, name: str, timeout: float) -> Iterator[No
                 "timeout": timeout,
                 "by": actor(),
             }
-            where = layout.check_dir(key) / f"{name}.run"
-            atomic_write_at(fd, f"{name}.run", canonical(info), where, durable=False)
+            atomic_write_at(fd, f"{name}.run", canonical(info), where / f"{name}.run", durable=False)
             try:
                 yield
             finally:
@@ -341,6 +358,33 @@ def checkable(layout: Layout, key: str, config: Config) -> tuple[Job, Receipt, V
     if v.receipt is None:
         raise VerificationFailed(f"{layout.receipt(key)}: no receipt to check")
     return loc.job, v.receipt, v
+
+
+def checkable_candidate(
+    layout: Layout, key: str, number: int, config: Config
+) -> tuple[Job, Receipt, Verification, Path]:
+    """The job `key`, its candidate `number`'s receipt verified now (signature included),
+    and the folder of that candidate's outputs; refused when checks cannot run on it."""
+    from core.candidates import load, verify_candidate  # core.candidates imports this module
+
+    loc = locate(layout, key)
+    if loc.folder != "running":
+        state = FOLDER_STATE[loc.folder]
+        raise WrongState(f"{key}: is {state}; a candidate's checks run while the job waits for a choice")
+    candidate = load(layout, key, number)
+    v = verify_candidate(layout, loc.job, config, candidate)
+    where = f"{key}: candidate {number}"
+    if not v.ok:
+        if v.only_base_failed():
+            raise Stale(
+                f"{where}: the tree changed since the job was minted ({v.check('base').detail}); checks "
+                f"would not speak for what apply would write. Replay it: genjob replay {key}"
+            )
+        lines = "; ".join(f"{c.name}: {c.detail}" for c in v.failures)
+        raise VerificationFailed(f"{where}: does not verify, so it is not checked; {lines}")
+    if v.receipt is None:
+        raise VerificationFailed(f"{where}: no receipt to check")
+    return loc.job, v.receipt, v, candidate.files.out
 
 
 def scratch_mode(layout: Layout, check: Check, name: str) -> Mode:
@@ -403,17 +447,21 @@ async def run_check(
     config: Config,
     on_output: Callable[[bytes], None] | None = None,
     cancel: asyncio.Event | None = None,
+    candidate: int | None = None,
+    out: Path | None = None,
 ) -> CheckRun:
     """Run check `name` on `job`'s verified `receipt` and keep its record (not when stopped).
 
+    With `candidate`, the receipt is that candidate's, its outputs are read from `out`
+    (its `out/` folder) and the record goes to the candidate's own place.
     The scratch tree is made and removed in a thread, so an event loop (the board's)
     stays responsive on a large repository.
     """
     check = _named(layout, config, name)
     mode = await asyncio.to_thread(scratch_mode, layout, check, name)
     ran = check.run.replace("{paths}", " ".join(shlex.quote(p) for p in sorted(receipt.outputs)))
-    with _running(layout, job.key, name, check.timeout):
-        tree = scratch_tree(layout, job, receipt, mode, config.limits.max_file_bytes)
+    with _running(layout, job.key, name, check.timeout, candidate):
+        tree = scratch_tree(layout, job, receipt, mode, config.limits.max_file_bytes, out)
         made = await asyncio.to_thread(tree.__enter__)
         try:
             how = sandbox.launch(_confinement(layout, job, name, check, made, mode), ["/bin/sh", "-c", ran])
@@ -447,17 +495,19 @@ async def run_check(
             head=await asyncio.to_thread(_head, layout.root),
             by=bounded(actor()),
         )
-        await asyncio.to_thread(_keep, layout, record)
+        await asyncio.to_thread(_keep, layout, record, candidate)
     return CheckRun(name, finished, record, how.describe, mode)
 
 
-def _keep(layout: Layout, record: CheckRecord) -> None:
-    write_record(layout, record)
+def _keep(layout: Layout, record: CheckRecord, candidate: int | None) -> None:
+    write_record(layout, record, candidate)
+    of = {"candidate": candidate} if candidate is not None else {}
     record_event(
         layout,
         "checked",
         record.key,
         check=record.name,
+        **of,
         result=record.result,
         exit_code=record.exit_code,
         sandbox=record.sandbox,
@@ -485,20 +535,26 @@ async def run_checks(
     on_output: Callable[[str, bytes], None] | None = None,
     cancel: asyncio.Event | None = None,
     on_done: Callable[[CheckRun], None] | None = None,
+    candidate: int | None = None,
 ) -> list[CheckRun]:
-    """Run the named checks (default: all) on job `key`'s receipt, one after another;
-    `on_start`, `on_output` and `on_done` hear of each as it goes."""
+    """Run the named checks (default: all) on job `key`'s receipt (or its candidate
+    `candidate`'s), one after another; `on_start`, `on_output` and `on_done` hear of
+    each as it goes."""
     config = load_config(layout.config)
     wanted = selected(config, names, layout.config)
-    job, receipt, _ = await asyncio.to_thread(checkable, layout, key, config)
+    out = None
+    if candidate is None:
+        job, receipt, _ = await asyncio.to_thread(checkable, layout, key, config)
+    else:
+        job, receipt, _, out = await asyncio.to_thread(checkable_candidate, layout, key, candidate, config)
     runs = []
     for name in wanted:
         if cancel is not None and cancel.is_set():
             break
         if on_start is not None:
             on_start(name)
-        out = (lambda chunk, n=name: on_output(n, chunk)) if on_output is not None else None
-        run = await run_check(layout, job, receipt, name, config, out, cancel)
+        heard = (lambda chunk, n=name: on_output(n, chunk)) if on_output is not None else None
+        run = await run_check(layout, job, receipt, name, config, heard, cancel, candidate, out)
         runs.append(run)
         if on_done is not None:
             on_done(run)

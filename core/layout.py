@@ -152,11 +152,16 @@ class Layout:
     def journal_file(self, key: str) -> Path:
         return self.journal / f"{key}.json"
 
-    def check_dir(self, key: str) -> Path:
-        return self.checks / key
+    def check_parts(self, key: str, candidate: int | None = None) -> list[str]:
+        """Where the check records of `key` live, below `.gen/`: `checks/<key>/` for the
+        job's receipt, `checks/<key>/candidate-<n>/` for its candidate n's."""
+        return ["checks", key] + ([f"candidate-{candidate}"] if candidate is not None else [])
 
-    def check_record(self, key: str, name: str) -> Path:
-        return self.checks / key / f"{name}.json"
+    def check_dir(self, key: str, candidate: int | None = None) -> Path:
+        return self.gen.joinpath(*self.check_parts(key, candidate))
+
+    def check_record(self, key: str, name: str, candidate: int | None = None) -> Path:
+        return self.check_dir(key, candidate) / f"{name}.json"
 
     @cached_property
     def candidates(self) -> Path:

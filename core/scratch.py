@@ -275,8 +275,12 @@ def _copy_fd(src: int, dst: int, size: int) -> None:
 
 
 @contextlib.contextmanager
-def scratch_tree(layout: Layout, job: Job, receipt: Receipt, mode: Mode, limit: int) -> Iterator[Scratch]:
+def scratch_tree(
+    layout: Layout, job: Job, receipt: Receipt, mode: Mode, limit: int, out: Path | None = None
+) -> Iterator[Scratch]:
     """Make the scratch tree for `job`'s verified `receipt`; remove it when the block ends.
+    The outputs are read from `out`, a folder below `.gen/` (default: the job's
+    `out/<digest>/`; a candidate's `candidates/<key>/<n>/out/`).
 
     Raises `Stale` when an input is not at its minted hash, and `VerificationFailed`
     when an output is not at the receipt's hash (both: nothing is left behind).
@@ -285,11 +289,11 @@ def scratch_tree(layout: Layout, job: Job, receipt: Receipt, mode: Mode, limit: 
         scratch = Scratch(run_dir, run_dir / "tree", mode)
         for sub in (scratch.tree, scratch.mount_point, scratch.home):
             os.mkdir(sub, 0o700 if sub != scratch.tree else 0o755)
-        _populate(layout, job, receipt, scratch, limit)
+        _populate(layout, job, receipt, scratch, limit, out or layout.out_dir(job.digest))
         yield scratch
 
 
-def _populate(layout: Layout, job: Job, receipt: Receipt, scratch: Scratch, limit: int) -> None:
+def _populate(layout: Layout, job: Job, receipt: Receipt, scratch: Scratch, limit: int, out: Path) -> None:
     listed = tracked_files(layout.root)
     with folder(layout.root) as root_fd, folder(scratch.tree) as tree_fd:
         entries = listed if listed is not None else all_files(root_fd)
@@ -300,7 +304,7 @@ def _populate(layout: Layout, job: Job, receipt: Receipt, scratch: Scratch, limi
                 if rel not in allowed:
                     build.place(rel)
             _inputs(build, job, receipt, scratch, limit)
-            _outputs(layout, build, job, receipt, scratch, limit)
+            _outputs(layout, build, receipt, scratch, limit, out)
         finally:
             build.close()
 
@@ -327,11 +331,10 @@ def _inputs(build: _Builder, job: Job, receipt: Receipt, scratch: Scratch, limit
 
 
 def _outputs(
-    layout: Layout, build: _Builder, job: Job, receipt: Receipt, scratch: Scratch, limit: int
+    layout: Layout, build: _Builder, receipt: Receipt, scratch: Scratch, limit: int, out_dir: Path
 ) -> None:
-    out_dir = layout.out_dir(job.digest)
     with folder(layout.gen) as gen:
-        out_fd = open_folder(gen, ["out", job.digest], str(out_dir))
+        out_fd = open_folder(gen, list(out_dir.relative_to(layout.gen).parts), str(out_dir))
     with closing(out_fd):
         for rel, want in sorted(receipt.outputs.items()):
             got = build.output_copy(out_fd, rel, limit, out_dir)

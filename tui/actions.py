@@ -446,10 +446,12 @@ def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
     from core import candidates
 
     if approval.choose_only and approval.candidate is not None:
-        candidates.choose(d.repo, key, approval.candidate)
-        names = list(_config(d.repo).checks)
-        d.post_message(ChecksWanted(key, names))
+        choice = candidates.choose(d.repo, key, approval.candidate)
+        names = [n for n in _config(d.repo).checks if n not in choice.carried]
         chose = f"chose candidate {approval.candidate} of {key[:12]}"
+        if not names:
+            return f"{chose}: its checks ran on these bytes already; approve applies it"
+        d.post_message(ChecksWanted(key, names))
         return f"{chose}: its checks run now; approve applies it once they pass"
     if approval.candidate is not None:
         res = candidates.apply_choice(d.repo, key, approval.candidate, commit=approval.commit)

@@ -8,6 +8,7 @@ import click
 
 from core.candidates import CandidateView, diff, load, views
 from core.contract import ReceiptStatus
+from core.standing import CheckState
 from core.terminal import visible
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import print_json, say
@@ -31,8 +32,26 @@ def print_candidates(key: str, shown: list[CandidateView]) -> None:
             f"{'ok' if c.ok else 'FAIL':6} {_signature(c):22} {change:16} "
             f"{visible(c.reason or (c.failures[0] if c.failures else ''))}"
         )
+        if c.checks:
+            say(f"        checks: {check_summary(key, c)}")
     if picked is None and ok:
         say(f"  apply one with: genjob apply {key} --candidate N")
+
+
+_WORDS = {
+    CheckState.PASSED: "ok",
+    CheckState.FAILED: "FAIL",
+    CheckState.NOT_RUN: "not run",
+    CheckState.STALE: "stale",
+    CheckState.RUNNING: "running",
+}
+
+
+def check_summary(key: str, c: CandidateView) -> str:
+    """The candidate's checks in one line (`tests ok  lint FAIL`), or how to run them."""
+    if all(s.state is CheckState.NOT_RUN for s in c.checks):
+        return f"not run: genjob check {key} --candidate {c.number}"
+    return "  ".join(f"{visible(s.name)} {_WORDS[s.state]}" for s in c.checks)
 
 
 def _signature(c: CandidateView) -> str:

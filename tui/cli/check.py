@@ -19,18 +19,26 @@ from tui.cli.output import print_json, say
 @click.option(
     "--name", "names", multiple=True, help="Run only this check (repeatable; default: every check)."
 )
+@click.option(
+    "--candidate", type=int, default=None, help="Run them on best-of-N candidate N instead of the receipt."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON instead of their output.")
 @click.pass_context
-def check_cmd(ctx: click.Context, key: str, names: tuple[str, ...], as_json: bool) -> None:
+def check_cmd(
+    ctx: click.Context, key: str, names: tuple[str, ...], candidate: int | None, as_json: bool
+) -> None:
     """Run the checks of config.toml on KEY's receipt, in a sandboxed scratch tree.
 
     Each check's output streams as it runs; its record (bound to these exact outputs and
-    base) goes to .gen/checks/KEY/. Exit 0 only when every check run passed.
+    base) goes to .gen/checks/KEY/ (a candidate's: .gen/checks/KEY/candidate-N/). Exit 0
+    only when every check run passed.
     """
     layout = layout_of(ctx)
     key = resolve_key(layout, key)
     stream = _Stream(quiet=as_json)
-    runs = asyncio.run(run_checks(layout, key, names, stream.start, stream.output, on_done=stream.done))
+    runs = asyncio.run(
+        run_checks(layout, key, names, stream.start, stream.output, on_done=stream.done, candidate=candidate)
+    )
     if as_json:
         print_json([_run_dict(r) for r in runs])
     sys.exit(0 if runs and all(r.passed for r in runs) else 1)
