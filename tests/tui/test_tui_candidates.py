@@ -57,7 +57,8 @@ async def test_a_on_a_job_with_candidates_compares_them_and_approves_the_one_pic
             ["3", "broken", "rejected", "no"],
         ]
         assert cells(table, 0)[5] == "1 file(s) +1 -2"
-        assert "the generator exited with status 5" in cells(table, 2)[6]
+        assert cells(table, 0)[6] == "-", "no checks configured"
+        assert "the generator exited with status 5" in cells(table, 2)[7]
         body = screen.query_one("#cand-diff", Static)
         await d.until(lambda: "+ from a" in plain(body), "candidate 1's diff against the tree")
         assert "candidate 1 against the tree" in plain(body) and "- def main():" in plain(body)
@@ -134,3 +135,26 @@ async def test_a_candidate_whose_required_checks_have_not_run_is_chosen_and_then
         await d.press("y")
         await d.until(lambda: d.state_of(key) == "APPLIED", "the job applied")
     assert (repo.root / "src/app.py").read_bytes() == b"from b\n"
+
+
+async def test_t_runs_the_highlighted_candidates_checks_and_the_marks_show_each_result(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """Before a choice: each candidate's checks are its own (passed on one, failed on another)."""
+    key = await three_candidates(repo, tmp_path)
+    checks = '\n[checks.says_b]\nrun = "grep -q \'from b\' src/app.py"\nsandbox = "none"\n'
+    repo.config.write_text(repo.config.read_text() + checks + "\n[check_runs]\non_receipt = false\n")
+    async with run_board(repo.root, key=key) as d:
+        await d.press("a")
+        screen = await d.showing(CandidatesScreen)
+        table = screen.query_one(DataTable)
+        await d.until(lambda: table.row_count == 3, "a row per candidate")
+        assert [cells(table, i)[6] for i in range(3)] == ["·", "·", "·"], "configured, not run"
+        await d.press("t")
+        await d.until(lambda: cells(table, 0)[6] == "✘", "candidate 1's check failed")
+        await d.press("down", "t")
+        await d.until(lambda: cells(table, 1)[6] == "✔", "candidate 2's check passed")
+        assert cells(table, 0)[6] == "✘" and cells(table, 2)[6] == "·"
+        assert d.inbox.said("candidate 2: 1 check(s) passed")
+        assert not repo.check_record(key, "says_b").exists(), "a candidate's record is its own"
+        assert d.state_of(key) == "RECEIVED"

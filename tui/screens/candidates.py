@@ -1,11 +1,13 @@
 """A job's best-of-N candidates side by side, and the diff of the highlighted one.
 
 One row per candidate: where it ran, how it ended, whether it verifies and who signed
-it, the size of its change. Below, the highlighted candidate's diff against the tree, or
-against the candidate pinned with `b`. `a` approves the highlighted candidate: its
-preflight (the same one a receipt gets), then the screen returns the approval, and the
-board chooses it and applies it. Everything is read in threads, which are handed what they
-read and post what they found as messages; every cell is a `Text`.
+it, the size of its change, and its checks (one mark per configured check; `t` runs the
+highlighted candidate's checks, each kept as that candidate's record). Below, the
+highlighted candidate's diff against the tree, or against the candidate pinned with `b`.
+`a` approves the highlighted candidate: its preflight (the same one a receipt gets), then
+the screen returns the approval, and the board chooses it and applies it. Everything is
+read in threads, which are handed what they read and post what they found as messages;
+every cell is a `Text`.
 """
 
 from __future__ import annotations
@@ -31,15 +33,27 @@ from core.errors import GenjobError
 from core.inspect_job import FileDiff, job_detail
 from core.layout import Layout
 from core.preflight import Preflight, preflight
+from core.standing import CheckState
 from core.terminal import visible
 from tui import render
 from tui.actions import Approval
 from tui.widgets.key_bar import Hint, KeyBar
 
-COLUMNS = ("#", "host", "status", "verifies", "signature", "change", "why not")
+COLUMNS = ("#", "host", "status", "verifies", "signature", "change", "checks", "why not")
 
 
-def candidate_cells(c: CandidateView, pinned: int | None) -> tuple[Text, ...]:
+def checks_cell(c: CandidateView, running: bool) -> Text:
+    """One mark per configured check, in the config's order; "-" when none is configured."""
+    if not c.checks:
+        return Text("-", style="dim")
+    cell = Text()
+    for status in c.checks:
+        mark, style = render.CHECK_MARKS[CheckState.RUNNING if running else status.state]
+        cell.append(mark, style)
+    return cell
+
+
+def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False) -> tuple[Text, ...]:
     """One candidate's row, every value made visible."""
     number = Text(f"{c.number}{'*' if c.chosen else ''}{' =' if c.number == pinned else ''}", style="bold")
     status = Text(c.status, style="green" if c.status == ReceiptStatus.OK else "red")
@@ -61,6 +75,7 @@ def candidate_cells(c: CandidateView, pinned: int | None) -> tuple[Text, ...]:
         verifies,
         signature,
         change,
+        checks_cell(c, running),
         Text(visible(why), style="dim", overflow="ellipsis", no_wrap=True),
     )
 
@@ -81,6 +96,7 @@ class CandidatesScreen(Screen[Approval | None]):
             tooltip="Diff the others against this candidate (again: the tree)",
             id="cand.pin",
         ),
+        Binding("t", "check", "Run checks", tooltip="Run this candidate's checks", id="cand.check"),
         Binding("escape,q", "close", "Back", id="cand.close"),
         Binding("pageup", "scroll(-10)", "Page up", show=False),
         Binding("pagedown", "scroll(10)", "Page down", show=False),
@@ -112,6 +128,8 @@ class CandidatesScreen(Screen[Approval | None]):
         self.readonly = readonly
         self.shown: list[CandidateView] = []
         self.pinned: int | None = None
+        self.checking: int | None = None  # the candidate whose checks run now
+        self._stop_checks = asyncio.Event()
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"{self.key}  reading its candidates…", style="dim"), id="cand-title")
@@ -124,9 +142,13 @@ class CandidatesScreen(Screen[Approval | None]):
         table = self.query_one(DataTable)
         table.add_columns(*COLUMNS)
         table.focus()
-        approve = [] if self.readonly else [Hint("a", "Approve this one", "approve")]
+        changes = (
+            []
+            if self.readonly
+            else [Hint("a", "Approve this one", "approve"), Hint("t", "Run its checks", "check")]
+        )
         self.query_one(KeyBar).show(
-            [*approve, Hint("b", "Compare against this one", "pin"), Hint("↑↓", "Candidate", "")],
+            [*changes, Hint("b", "Compare against this one", "pin"), Hint("↑↓", "Candidate", "")],
             [Hint("esc", "Back to the board", "close")],
         )
         self.reload()
@@ -168,7 +190,7 @@ class CandidatesScreen(Screen[Approval | None]):
         row = table.cursor_row
         table.clear()
         for c in shown:
-            table.add_row(*candidate_cells(c, self.pinned), key=str(c.number))
+            table.add_row(*candidate_cells(c, self.pinned, c.number == self.checking), key=str(c.number))
         verify = sum(1 for c in shown if c.ok)
         title = Text(f" {self.key} ", style="bold reverse")
         title.append(f"  {len(shown)} candidate(s), {verify} verify", style="bold")
@@ -247,5 +269,40 @@ class CandidatesScreen(Screen[Approval | None]):
         if isinstance(answer, Approval):
             self.dismiss(Approval(answer.commit, candidate=number))
 
+    @work(exclusive=True, group="candidates-check")
+    async def action_check(self) -> None:
+        """Run the configured checks on the highlighted candidate, one after another; each
+        ends in that candidate's own record, and the marks are read again."""
+        if self.readonly:
+            self.notify("read-only board: running checks is off", severity="warning")
+            return
+        number = self.highlighted
+        if number is None or self.checking is not None:
+            return
+        from core.checks import run_checks
+
+        self.checking = number
+        self._show(self.shown)
+        try:
+            runs = await run_checks(self.repo, self.key, cancel=self._stop_checks, candidate=number)
+        except GenjobError as exc:
+            self.notify(visible(str(exc)), severity="error")
+        else:
+            failed = [r.name for r in runs if not r.passed]
+            if not runs:
+                self.notify(
+                    "no checks are configured ([checks.NAME] in .gen/config.toml)", severity="warning"
+                )
+            elif failed:
+                self.notify(
+                    f"candidate {number}: {', '.join(map(visible, failed))} failed", severity="warning"
+                )
+            else:
+                self.notify(f"candidate {number}: {len(runs)} check(s) passed")
+        finally:
+            self.checking = None
+            self.reload()
+
     def action_close(self) -> None:
+        self._stop_checks.set()  # a check of a candidate stops with the screen that ran it
         self.dismiss(None)
