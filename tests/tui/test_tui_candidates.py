@@ -57,7 +57,7 @@ async def test_a_on_a_job_with_candidates_compares_them_and_approves_the_one_pic
             ["3", "broken", "rejected", "no"],
         ]
         assert cells(table, 0)[5] == "1 file(s) +1 -2"
-        assert cells(table, 0)[6] == "-", "no checks configured"
+        assert cells(table, 0)[4] == "-", "no checks configured"
         assert "the generator exited with status 5" in cells(table, 2)[7]
         body = screen.query_one("#cand-diff", Static)
         await d.until(lambda: "+ from a" in plain(body), "candidate 1's diff against the tree")
@@ -149,12 +149,12 @@ async def test_t_runs_the_highlighted_candidates_checks_and_the_marks_show_each_
         screen = await d.showing(CandidatesScreen)
         table = screen.query_one(DataTable)
         await d.until(lambda: table.row_count == 3, "a row per candidate")
-        assert [cells(table, i)[6] for i in range(3)] == ["·", "·", "·"], "configured, not run"
+        assert [cells(table, i)[4] for i in range(3)] == ["·", "·", "·"], "configured, not run"
         await d.press("t")
-        await d.until(lambda: cells(table, 0)[6] == "✘", "candidate 1's check failed")
+        await d.until(lambda: cells(table, 0)[4] == "✘", "candidate 1's check failed")
         await d.press("down", "t")
-        await d.until(lambda: cells(table, 1)[6] == "✔", "candidate 2's check passed")
-        assert cells(table, 0)[6] == "✘" and cells(table, 2)[6] == "·"
+        await d.until(lambda: cells(table, 1)[4] == "✔", "candidate 2's check passed")
+        assert cells(table, 0)[4] == "✘" and cells(table, 2)[4] == "·"
         assert d.inbox.said("candidate 2: 1 check(s) passed")
         assert not repo.check_record(key, "says_b").exists(), "a candidate's record is its own"
         assert d.state_of(key) == "RECEIVED"

@@ -39,7 +39,9 @@ from tui import render
 from tui.actions import Approval
 from tui.widgets.key_bar import Hint, KeyBar
 
-COLUMNS = ("#", "host", "status", "verifies", "signature", "change", "checks", "why not")
+COLUMNS = ("#", "host", "status", "verifies", "checks", "change", "signature", "why not")
+# A signer's fingerprint is cut to this many characters: the columns after it fit at 80.
+SIGNER_SHOWN = 20
 
 
 def checks_cell(c: CandidateView, running: bool) -> Text:
@@ -59,7 +61,10 @@ def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False)
     status = Text(c.status, style="green" if c.status == ReceiptStatus.OK else "red")
     verifies = Text("yes" if c.ok else "no", style="bold green" if c.ok else "bold red")
     if c.signer:
-        signature = Text(visible(c.signer), style="green", overflow="ellipsis", no_wrap=True)
+        signer = visible(c.signer)
+        if len(signer) > SIGNER_SHOWN:
+            signer = signer[: SIGNER_SHOWN - 1] + "…"
+        signature = Text(signer, style="green", no_wrap=True)
     else:
         signature = Text("unsigned" if not c.signed else "not trusted", style="red")
     change = Text("-", style="dim")
@@ -73,9 +78,9 @@ def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False)
         Text(visible(c.host or "?")),
         status,
         verifies,
-        signature,
-        change,
         checks_cell(c, running),
+        change,
+        signature,
         Text(visible(why), style="dim", overflow="ellipsis", no_wrap=True),
     )
 
