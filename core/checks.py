@@ -347,17 +347,7 @@ def checkable(layout: Layout, key: str, config: Config) -> tuple[Job, Receipt, V
         state = FOLDER_STATE[loc.folder]
         raise WrongState(f"{key}: is {state}; checks run on a job with a receipt that is not yet applied")
     v = verify(layout, loc.job, config)
-    if not v.ok:
-        if v.only_base_failed():
-            raise Stale(
-                f"{key}: the tree changed since the job was minted ({v.check('base').detail}); checks "
-                f"would not speak for what apply would write. Replay it: genjob replay {key}"
-            )
-        lines = "; ".join(f"{c.name}: {c.detail}" for c in v.failures)
-        raise VerificationFailed(f"{layout.receipt(key)}: does not verify, so it is not checked; {lines}")
-    if v.receipt is None:
-        raise VerificationFailed(f"{layout.receipt(key)}: no receipt to check")
-    return loc.job, v.receipt, v
+    return loc.job, _verified_receipt(v, key, key, str(layout.receipt(key))), v
 
 
 def checkable_candidate(
@@ -374,17 +364,23 @@ def checkable_candidate(
     candidate = load(layout, key, number)
     v = verify_candidate(layout, loc.job, config, candidate)
     where = f"{key}: candidate {number}"
+    return loc.job, _verified_receipt(v, key, where, where), v, candidate.files.out
+
+
+def _verified_receipt(v: Verification, key: str, job_label: str, receipt_label: str) -> Receipt:
+    """The receipt `v` verified, or why checks may not run on it: a tree that moved since
+    the job was minted (replay it), or a receipt that does not verify."""
     if not v.ok:
         if v.only_base_failed():
             raise Stale(
-                f"{where}: the tree changed since the job was minted ({v.check('base').detail}); checks "
-                f"would not speak for what apply would write. Replay it: genjob replay {key}"
+                f"{job_label}: the tree changed since the job was minted ({v.check('base').detail}); "
+                f"checks would not speak for what apply would write. Replay it: genjob replay {key}"
             )
         lines = "; ".join(f"{c.name}: {c.detail}" for c in v.failures)
-        raise VerificationFailed(f"{where}: does not verify, so it is not checked; {lines}")
+        raise VerificationFailed(f"{receipt_label}: does not verify, so it is not checked; {lines}")
     if v.receipt is None:
-        raise VerificationFailed(f"{where}: no receipt to check")
-    return loc.job, v.receipt, v, candidate.files.out
+        raise VerificationFailed(f"{receipt_label}: no receipt to check")
+    return v.receipt
 
 
 def scratch_mode(layout: Layout, check: Check, name: str) -> Mode:

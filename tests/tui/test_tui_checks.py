@@ -71,15 +71,20 @@ async def test_the_list_and_the_verify_tab_show_passed_and_failed_checks(demo: D
         assert "passed in" in verify_tab(d) and "apply waits" not in verify_tab(d)
 
 
+async def ship_on_the_first_host(d: Driver) -> None:
+    """`s` on the selected job, the first host picked, and the ship waited for."""
+    await d.press("s")
+    picker = await d.showing(HostPicker)
+    picker.query_one("OptionList").highlighted = 0  # type: ignore[attr-defined]
+    await d.press("enter")
+    dialog = await d.showing(ShipDialog)
+    await d.until(lambda: dialog.done, "the ship to end")
+
+
 async def test_a_receipt_that_arrives_has_its_checks_run_by_the_board(demo: Demo) -> None:
     key = demo.keys["queued3"]
     async with run_board(demo.root, key=key) as d:
-        await d.press("s")
-        picker = await d.showing(HostPicker)
-        picker.query_one("OptionList").highlighted = 0  # type: ignore[attr-defined]
-        await d.press("enter")
-        dialog = await d.showing(ShipDialog)
-        await d.until(lambda: dialog.done, "the ship to end")
+        await ship_on_the_first_host(d)
         await d.until(lambda: d.table.checks.get(key) == "✔", "the board to run the new receipt's check")
     doc = record(demo, key)
     assert doc["result"] == "passed" and doc["sandbox"] == "bwrap"
@@ -256,12 +261,7 @@ async def test_with_on_receipt_off_an_arriving_receipt_gets_no_check_and_t_still
         await d.until(lambda: BoardFeed.ChecksConfigured in d.inbox.kinds, "the config's [check_runs]")
         assert d.board.checks.on_receipt is False
         await d.until(lambda: d.table.checks.get(verified) == "✔·", "a receipt whose quick check never ran")
-        await d.press("s")
-        picker = await d.showing(HostPicker)
-        picker.query_one("OptionList").highlighted = 0  # type: ignore[attr-defined]
-        await d.press("enter")
-        dialog = await d.showing(ShipDialog)
-        await d.until(lambda: dialog.done, "the ship to end")
+        await ship_on_the_first_host(d)
         await d.press("escape")
         # The new receipt is judged (its marks shown) in the same step that would start its checks.
         await d.until(lambda: d.table.checks.get(key) == "··", "the new receipt's marks: nothing run")
