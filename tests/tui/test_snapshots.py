@@ -26,6 +26,7 @@ from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
 from tui.screens.diff import DiffScreen
+from tui.screens.fleet import FleetScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.detail import DetailPane
 
@@ -141,6 +142,14 @@ async def new_job(d: Driver, demo: Demo) -> None:
     await d.until(lambda: bool(dialog.files), "the repository's files")
 
 
+async def fleet(d: Driver, demo: Demo) -> None:
+    await on_job(d, demo.keys["verified"])
+    await d.press("h")
+    screen = await d.showing(FleetScreen)
+    table = screen.query_one("#fleet-table")
+    await d.until(lambda: table.row_count == 3, "a row per host: local, tidy, slow-local")  # type: ignore[attr-defined]
+
+
 async def checks_failed(d: Driver, demo: Demo) -> None:
     await on_job(d, demo.keys["checks_failed"], "verify")
 
@@ -184,6 +193,7 @@ STILL: list[tuple[str, Steps]] = [
     ("checks-failed", checks_failed),
     ("preflight-checks-refused", preflight_checks_refused),
     ("bulk-approve", bulk_approve),
+    ("fleet", fleet),
 ]
 
 
