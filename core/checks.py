@@ -536,7 +536,7 @@ async def run_checks(
     """Run the named checks (default: all) on job `key`'s receipt (or its candidate
     `candidate`'s), one after another; `on_start`, `on_output` and `on_done` hear of
     each as it goes."""
-    config = load_config(layout.config)
+    config = await asyncio.to_thread(load_config, layout.config)  # a board's loop may be running this
     wanted = selected(config, names, layout.config)
     out = None
     if candidate is None:
