@@ -476,19 +476,6 @@ def views(layout: Layout, key: str, config: Config | None = None) -> list[Candid
     return out
 
 
-def candidate_statuses(
-    layout: Layout, key: str, config: Config | None = None
-) -> dict[int, list[CheckStatus]]:
-    """Each candidate's configured checks, as `check_statuses` judges them against that
-    candidate's receipt verified now; a record of one candidate never speaks for another."""
-    config = config or load_config(layout.config)
-    job = locate(layout, key).job
-    return {
-        c.number: check_statuses(layout, job, config, verify_candidate(layout, job, config, c), c.number)
-        for c in load_all(layout, key)
-    }
-
-
 def diff(layout: Layout, candidate: Candidate, against: Candidate | None = None) -> list[FileDiff]:
     """What candidate would change: against the tree (the base), or against another
     candidate's outputs (a path only one of them has counts as new or missing)."""

@@ -13,14 +13,14 @@ from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import CommandHost, host_block, script, write_config
 
-from core.candidates import apply_choice, candidate_statuses, choose, chosen, views
+from core.candidates import apply_choice, choose, chosen, views
 from core.checks import ChecksRequired, check_statuses, read_record, run_checks
 from core.config import load_config
 from core.errors import VerificationFailed
 from core.layout import Layout
 from core.queue import locate
 from core.ship_candidates import CandidateRequest, ship_candidates
-from core.standing import CheckState
+from core.standing import CheckState, CheckStatus
 from core.verify import verify
 
 pytestmark = pytest.mark.timeout(180)
@@ -47,8 +47,13 @@ async def two_candidates(repo: Layout, tmp: Path, require: bool = True) -> str:
     return job.key
 
 
+def checks_of(repo: Layout, key: str) -> dict[int, tuple[CheckStatus, ...]]:
+    """Each candidate's checks, as the side-by-side view judges them."""
+    return {v.number: v.checks for v in views(repo, key)}
+
+
 def states(repo: Layout, key: str) -> dict[int, dict[str, CheckState]]:
-    return {n: {s.name: s.state for s in got} for n, got in candidate_statuses(repo, key).items()}
+    return {n: {s.name: s.state for s in got} for n, got in checks_of(repo, key).items()}
 
 
 async def test_each_candidates_records_are_its_own(
@@ -56,7 +61,7 @@ async def test_each_candidates_records_are_its_own(
 ) -> None:
     key = await two_candidates(repo, tmp_path)
     assert states(repo, key) == {1: {"tests": CheckState.NOT_RUN}, 2: {"tests": CheckState.NOT_RUN}}
-    hint = candidate_statuses(repo, key)[1][0].detail
+    hint = checks_of(repo, key)[1][0].detail
     assert f"genjob check {key} --candidate 1 --name tests" in hint
 
     [ran] = await run_checks(repo, key, candidate=2)
@@ -85,7 +90,7 @@ async def test_a_candidates_passing_record_does_not_count_for_another(
     moved = repo.check_record(key, "tests", 1)
     moved.parent.mkdir(parents=True)
     moved.write_bytes(repo.check_record(key, "tests", 2).read_bytes())
-    [one] = candidate_statuses(repo, key)[1]
+    [one] = checks_of(repo, key)[1]
     assert one.state is CheckState.STALE and "other outputs" in one.detail
 
 
