@@ -88,18 +88,17 @@ def resolve_key(layout: Layout, given: str) -> str:
     from core.contract import KEY_RE
 
     if KEY_RE.fullmatch(given):
-        named = [layout.job_file(folder, given) for folder in JOB_FOLDERS] + [layout.receipt(given)]
-        if not any(os.path.lexists(path) for path in named):
+        if _job_file_named(layout, given) is None and not os.path.lexists(layout.receipt(given)):
             raise NotFound(f"{given}: no job has this key; `genjob ls` lists the jobs")
         return given
     if not given or not all(c in "0123456789abcdef" for c in given):
-        plain_name = "/" not in given and not given.startswith(".")
-        for path in [layout.job_file(f, given) for f in JOB_FOLDERS] if plain_name else []:
-            if os.path.lexists(path):
-                raise GenjobError(
-                    f"{path}: not named by a job key, so genjob did not write it; "
-                    "move it out of .gen/ to keep it, or delete it"
-                )
+        plain_name = given and "/" not in given and not given.startswith(".")
+        stray = _job_file_named(layout, given) if plain_name else None
+        if stray is not None:
+            raise GenjobError(
+                f"{stray}: not named by a job key, so genjob did not write it; "
+                "move it out of .gen/ to keep it, or delete it"
+            )
         raise GenjobError(f"{given!r}: not a job key; `genjob ls` lists the jobs")
     found = set()
     for folder in JOB_FOLDERS:
@@ -110,6 +109,11 @@ def resolve_key(layout: Layout, given: str) -> str:
     if len(found) > 1:
         raise GenjobError(f"{given}: ambiguous, matches {len(found)} jobs; type more of the key")
     return found.pop()
+
+
+def _job_file_named(layout: Layout, name: str) -> Path | None:
+    """`<name>.json` in the first state folder that has one (a link counts: it is there)."""
+    return next((p for f in JOB_FOLDERS if os.path.lexists(p := layout.job_file(f, name))), None)
 
 
 @main.command()
