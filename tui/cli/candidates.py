@@ -38,20 +38,15 @@ def print_candidates(key: str, shown: list[CandidateView]) -> None:
         say(f"  apply one with: genjob apply {key} --candidate N")
 
 
-_WORDS = {
-    CheckState.PASSED: "ok",
-    CheckState.FAILED: "FAIL",
-    CheckState.NOT_RUN: "not run",
-    CheckState.STALE: "stale",
-    CheckState.RUNNING: "running",
-}
+# How a check state reads on the line; the others read as their own words.
+_WORDS = {CheckState.PASSED: "ok", CheckState.FAILED: "FAIL"}
 
 
 def check_summary(key: str, c: CandidateView) -> str:
     """The candidate's checks in one line (`tests ok  lint FAIL`), or how to run them."""
     if all(s.state is CheckState.NOT_RUN for s in c.checks):
         return f"not run: genjob check {key} --candidate {c.number}"
-    return "  ".join(f"{visible(s.name)} {_WORDS[s.state]}" for s in c.checks)
+    return "  ".join(f"{visible(s.name)} {_WORDS.get(s.state, s.state.value)}" for s in c.checks)
 
 
 def _signature(c: CandidateView) -> str:
