@@ -13,12 +13,18 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 # What every interface says of a host that runs this generator (`Host.stand_in`).
 STAND_IN = "genjob's stand-in generator, which only appends a comment to each file"
-REAL_ONES = "genjob's README (Generator hosts) shows real ones"
 SLASH_COMMENTS = {".c", ".h", ".cc", ".cpp", ".go", ".java", ".js", ".ts", ".rs", ".swift"}
+
+
+def stand_in_note(names: Sequence[str]) -> str:
+    """What the board says of the hosts `names` (shown as given) that run this generator."""
+    runs = "runs" if len(names) == 1 else "run"
+    return f"{' and '.join(names)} {runs} {STAND_IN}; genjob's README (Generator hosts) shows real ones"
 
 
 def comment_block(path: str, line: str) -> str:

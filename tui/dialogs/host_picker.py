@@ -13,7 +13,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from core.config import Host
-from core.demo_generator import REAL_ONES, STAND_IN
+from core.demo_generator import stand_in_note
 from core.terminal import visible
 
 GENERATOR_SHOWN = 36
@@ -56,9 +56,7 @@ class HostPicker(ModalScreen[str | None]):
             yield OptionList(*options, id="hosts")
             stand_ins = [visible(n) for n, h in self.hosts.items() if h.stand_in]
             if stand_ins:
-                runs = "runs" if len(stand_ins) == 1 else "run"
-                note = f"{' and '.join(stand_ins)} {runs} {STAND_IN}; {REAL_ONES}"
-                yield Static(Text(note, style="yellow"), id="stand-in-note")
+                yield Static(Text(stand_in_note(stand_ins), style="yellow"), id="stand-in-note")
             yield Static(Text("enter ships, escape cancels", style="dim"))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

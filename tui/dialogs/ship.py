@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
 from core.contract import ReceiptStatus
-from core.demo_generator import REAL_ONES, STAND_IN
+from core.demo_generator import stand_in_note
 from core.errors import GenjobError
 from core.layout import Layout
 from core.terminal import visible
@@ -109,8 +109,7 @@ class ShipDialog(ModalScreen[str]):
         style = "bold green" if ok else "bold yellow"
         text = Text(visible(describe(result), keep_newlines=True), style=style)
         if result.host in stand_ins:
-            note = f"{visible(result.host)} runs {STAND_IN}; {REAL_ONES}."
-            text.append(f"\nNote: {note}", style="yellow")
+            text.append(f"\nNote: {stand_in_note([visible(result.host)])}.", style="yellow")
         self._finish(text, ok)
 
     def _plan(self) -> tuple[list[str], set[str]]:
