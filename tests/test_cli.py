@@ -447,7 +447,7 @@ def test_ls_names_the_states_as_it_shows_them_and_takes_either_case(repo: Layout
         assert keys_of(repo, given) == [queued]  # through click
     assert "no jobs in RECEIVED" in cli("ls", "--state", "received", root=repo.root).stdout
     # A plain `genjob ls` is answered without click, and takes either case the same way.
-    from tui.cli.listing import plain_ls
+    from tui.cli.plain import plain_ls
 
     assert plain_ls(["ls", "--state", "queued", "--state=Received"]) == (None, ["queued", "Received"], False)
     for args in (["--state", "queued"], ["--state=Queued"]):

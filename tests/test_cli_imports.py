@@ -19,7 +19,7 @@ from corekit import cli, mint, receive
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.layout import Layout
-from tui.cli.listing import plain_ls
+from tui.cli.plain import plain_board, plain_ls
 
 GENJOB = Path(sys.executable).parent / "genjob"
 UI_AND_SSH = {"textual", "rich", "asyncssh"}
@@ -147,6 +147,54 @@ def test_plain_ls_accepts_only_what_click_would_take_as_is(tmp_path: Path) -> No
         ["--help", "ls"],
     ):
         assert plain_ls(argv) is None, argv
+
+
+def test_plain_board_accepts_only_what_click_would_take_as_is(tmp_path: Path) -> None:
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    assert plain_board(["tui"]) == (None, False)
+    assert plain_board(["tui", "--readonly"]) == (None, True)
+    assert plain_board(["--root", str(tmp_path), "tui"]) == (tmp_path, False)
+    assert plain_board([f"--root={tmp_path}", "tui", "--readonly"]) == (tmp_path, True)
+    for argv in (
+        [],
+        ["ls"],
+        ["tui", "--help"],
+        ["tui", "--readonly", "--readonly"],
+        ["tui", "--read"],
+        ["tui", "extra"],
+        ["--readonly", "tui"],
+        ["--root", "tui"],
+        ["--root=", "tui"],
+        ["--root", str(a_file), "tui"],
+        ["demo"],
+    ):
+        assert plain_board(argv) is None, argv
+
+
+def test_a_plain_tui_outside_a_repository_says_what_click_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`genjob tui` is opened without click; its refusals are the same line and exit code."""
+    elsewhere = tmp_path / "no-repo"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # where the in-process click run looks, as the program does
+    for args in (["tui"], ["--root", str(elsewhere), "tui", "--readonly"]):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", str(GENJOB), *args],
+            cwd=elsewhere,
+            capture_output=True,
+            text=True,
+        )
+        lines = proc.stderr.splitlines()
+        loaded = {
+            line.rsplit("|", 1)[1].strip().split(".")[0] for line in lines if line.startswith("import time:")
+        }
+        said = "".join(f"{line}\n" for line in lines if not line.startswith("import time:"))
+        through_click = cli(*args)
+        assert "click" not in loaded and "textual" not in loaded, args
+        assert "no .gen/" in said, said
+        assert (proc.returncode, said) == (through_click.exit_code, through_click.stderr), args
 
 
 def loaded_by(code: str, cwd: Path) -> tuple[str, set[str]]:

@@ -73,3 +73,8 @@ class GenjobApp(App[None]):
 def make_app(root: Path, readonly: bool = False) -> GenjobApp:
     """The board for the repository at `root` (NotFound when it has no `.gen/`)."""
     return GenjobApp(find_root(explicit=root), readonly)
+
+
+def run_board(layout: Layout, readonly: bool = False) -> None:
+    """`genjob tui`: the board for `layout`, until the operator quits it."""
+    GenjobApp(layout, readonly).run()

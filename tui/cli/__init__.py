@@ -1,7 +1,7 @@
 """The `genjob` command line: one click group over the core, beside the dashboard.
 
-`run` is the `genjob` program. A plain `genjob ls` is answered without loading click
-(`tui.cli.listing`); everything else goes to the click group, `main`, which imports a
+`run` is the `genjob` program. A plain `genjob ls` or `genjob tui` runs without loading
+click (`tui.cli.plain`); everything else goes to the click group, `main`, which imports a
 command's module only when that command runs, so each command pays for what it uses.
 """
 
@@ -17,14 +17,14 @@ if TYPE_CHECKING:
 
 def run() -> None:
     """The `genjob` program."""
-    from tui.cli.listing import run_plain_ls
+    from tui.cli.plain import run_plain
 
     try:
-        listed = run_plain_ls(sys.argv[1:])
+        done = run_plain(sys.argv[1:])
     except BrokenPipeError:  # the reader left (`genjob ls | head`): stop quietly, as click does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    if listed:
+    if done:
         sys.exit(0)
     from tui.cli.commands import main
 

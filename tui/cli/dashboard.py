@@ -18,10 +18,9 @@ from tui.cli.output import say
 @click.pass_context
 def tui(ctx: click.Context, readonly: bool) -> None:
     """Open the board for the repository: live jobs, receipts, diffs, and keys to act on them."""
-    from tui.app import make_app
+    from tui.app import run_board
 
-    layout = layout_of(ctx)
-    make_app(layout.root, readonly=readonly).run()
+    run_board(layout_of(ctx), readonly)
 
 
 def _this_command() -> str:

@@ -1,25 +1,16 @@
-"""`genjob ls`: the listing, and its plain forms answered without loading click.
-
-`genjob ls` is what scripts and shell prompts run most, and click (with the standard
-modules it pulls in) costs about half of its start (the `cli_start` benchmark). So the
-`genjob` program first looks at its arguments here: `[--root DIR] ls [--json] [--state
-S]...` is listed at once; anything else, help and every mistake included, goes to the
-click group, which gives the same listing through `ls_cmd` and the usual messages.
-"""
+"""`genjob ls`: the listing, the same through click (`ls_cmd`) and without it
+(`tui.cli.plain`)."""
 
 from __future__ import annotations
 
-import gc
-import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.layout import Layout, find_root
-from core.lifecycle import STATE_ORDER, State
+from core.layout import Layout
+from core.lifecycle import STATE_ORDER
 from core.terminal import visible
-from tui.cli.output import guarded, print_json, say
+from tui.cli.output import print_json, say
 
 if TYPE_CHECKING:
     from core.snapshot import Snapshot
@@ -68,52 +59,3 @@ def _print_policy(snap: Snapshot) -> None:
 def clip(text: str, width: int) -> str:
     """`text` cut to `width` characters, ending in … when it was longer."""
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-_STATES = {s.value for s in State}
-
-
-def plain_ls(argv: Sequence[str]) -> tuple[Path | None, list[str], bool] | None:
-    """(root, states, as_json) when `argv` is a plain `[--root DIR] ls [--json] [--state
-    S]...` that click would accept as is; else None."""
-    args = list(argv)
-    root: Path | None = None
-    if args and args[0].startswith("--root"):
-        if args[0] == "--root" and len(args) > 1:
-            value, args = args[1], args[2:]
-        elif args[0].startswith("--root="):
-            value, args = args[0].removeprefix("--root="), args[1:]
-        else:
-            return None
-        if not value or os.path.isfile(value):
-            return None  # click's message says what is wrong with it
-        root = Path(value)
-    if not args or args[0] != "ls":
-        return None
-    states: list[str] = []
-    as_json = False
-    rest = args[1:]
-    while rest:
-        arg = rest.pop(0)
-        if arg == "--json":
-            as_json = True
-        elif arg == "--state" and rest:
-            states.append(rest.pop(0))
-        elif arg.startswith("--state="):
-            states.append(arg.removeprefix("--state="))
-        else:
-            return None
-    if any(s.upper() not in _STATES for s in states):
-        return None
-    return root, states, as_json
-
-
-def run_plain_ls(argv: Sequence[str]) -> bool:
-    """List the jobs when `argv` is a plain `ls` (see `plain_ls`); False when it is not."""
-    plain = plain_ls(argv)
-    if plain is None:
-        return False
-    root, states, as_json = plain
-    gc.freeze()  # as the click group does: no collection walks what is loaded for good
-    guarded(lambda: list_jobs(find_root(explicit=root), states, as_json))
-    return True
