@@ -252,7 +252,7 @@ class BoardScreen(Screen[None]):
     @on(BoardFeed.RowsChanged)
     def _rows_changed(self, message: BoardFeed.RowsChanged) -> None:
         changed = message.changed
-        self.call_after_refresh(self.feed.rows_shown)
+        self.call_after_refresh(self._rows_painted)
         table = self.table
         selected = table.cursor_key
         reload = (
@@ -269,6 +269,12 @@ class BoardScreen(Screen[None]):
         self._show_empty()
         if reload or selected != table.cursor_key:
             self._show_keys()
+
+    def _rows_painted(self) -> None:
+        """The rows are on the screen: the feed may go on to its slower reads, and the
+        detail pane may mount its tabs."""
+        self.feed.rows_shown()
+        self.call_later(self.query_one(DetailPane).build)
 
     @on(BoardFeed.VerdictsFound)
     def _verdicts_found(self, message: BoardFeed.VerdictsFound) -> None:
@@ -337,7 +343,9 @@ class BoardScreen(Screen[None]):
         self.signature_required = message.signature_required
         self.config_error = message.config_error
         self.trusted_keys = message.trusted_keys
-        self.query_one(DetailPane).signature_required = self.signature_required
+        pane = self.query_one(DetailPane)
+        pane.signature_required = self.signature_required
+        self.call_later(pane.build)  # with no rows to paint, the scan's end is the moment
         self._show_status()
         self._show_empty()
 

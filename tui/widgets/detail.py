@@ -29,7 +29,12 @@ TABS = (
 
 
 class DetailPane(Vertical):
-    """Shows the `JobDetail` it is given; it reads nothing itself."""
+    """Shows the `JobDetail` it is given; it reads nothing itself.
+
+    Its tabs (some thirty widgets to compose and style) are mounted by `build`, which the
+    board calls once its first rows are on the screen: until then the pane keeps what it
+    is given and shows only its title line, so the first frame does not wait for them.
+    """
 
     ALLOW_MAXIMIZE = True
 
@@ -40,17 +45,32 @@ class DetailPane(Vertical):
         self.signature_required = True
         # The checks of the shown job that this board runs now, with their output so far.
         self.live: Mapping[str, LiveCheck] = {}
+        self._tabs: TabbedContent | None = None  # once `build` has mounted them
+        self._building = False
+        self._active = f"tab-{TABS[0][0]}"  # the tab to show once they are mounted
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no job selected"), id="detail-title")
-        with TabbedContent(id="detail-tabs"):
-            for tab_id, title in TABS:
-                with TabPane(title, id=f"tab-{tab_id}"), VerticalScroll(classes="detail-scroll"):
-                    yield Static(id=f"detail-{tab_id}", classes="detail-body")
+
+    async def build(self) -> None:
+        """Mount the tabs (once), then show in them what the pane was given."""
+        if self._building:
+            return
+        self._building = True
+        tabs = TabbedContent(id="detail-tabs", initial=self._active)
+        for tab_id, title in TABS:  # as `with TabPane(...)` in a compose would add them
+            body = VerticalScroll(
+                Static(id=f"detail-{tab_id}", classes="detail-body"), classes="detail-scroll"
+            )
+            tabs.compose_add_child(TabPane(title, body, id=f"tab-{tab_id}"))
+        await self.mount(tabs)
+        self._tabs = tabs
+        if self.detail is not None:
+            self.show(self.detail)
 
     def tick(self) -> None:
         """Show the relative times ("5s ago") of the job and its lease as of now."""
-        if self.detail is None:
+        if self.detail is None or self._tabs is None:
             return
         now = time.time()
         self._body("job").update(render.job_text(self.detail, now, self.root))
@@ -58,13 +78,22 @@ class DetailPane(Vertical):
 
     def step_tab(self, step: int) -> None:
         """Show the next (or previous) tab, wrapping around."""
-        tabs = self.query_one(TabbedContent)
         ids = [f"tab-{tab_id}" for tab_id, _ in TABS]
-        here = ids.index(tabs.active) if tabs.active in ids else 0
-        tabs.active = ids[(here + step) % len(ids)]
+        here = ids.index(self._active) if self._active in ids else 0
+        self._activate(ids[(here + step) % len(ids)])
 
     def show_tab(self, tab_id: str) -> None:
-        self.query_one(TabbedContent).active = f"tab-{tab_id}"
+        self._activate(f"tab-{tab_id}")
+
+    def _activate(self, pane_id: str) -> None:
+        self._active = pane_id
+        if self._tabs is not None:
+            self._tabs.active = pane_id
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """A tab chosen by mouse is the one to step from."""
+        if event.pane.id is not None:
+            self._active = event.pane.id
 
     def _body(self, tab_id: str) -> Static:
         return self.query_one(f"#detail-{tab_id}", Static)
@@ -76,16 +105,18 @@ class DetailPane(Vertical):
     def show_message(self, message: Text) -> None:
         self.detail = None
         self.query_one("#detail-title", Static).update(message)
+        if self._tabs is None:
+            return
         for tab_id, _ in TABS:
             self._body(tab_id).update("")
 
     def show_checks(self, live: Mapping[str, LiveCheck]) -> None:
         """Show the checks this board runs for the shown job (their output as it comes)."""
         self.live = live
-        if self.detail is not None:
-            self._show_verify(self.detail)
+        if self.detail is not None and self._tabs is not None:
+            self._show_verify(self.detail, self._tabs)
 
-    def _show_verify(self, detail: JobDetail) -> None:
+    def _show_verify(self, detail: JobDetail, tabs: TabbedContent) -> None:
         applied = detail.located is not None and detail.located.folder == "applied"
         checks = render.checks_text(detail.checks, self.live, root=self.root)
         missing = [c.name for c in detail.checks if c.required and not c.satisfied]
@@ -98,18 +129,20 @@ class DetailPane(Vertical):
             v = detail.verification
             label = f"Verify {'✔' if v.ok or (applied and v.only_base_failed()) else '✘'}"
             marks = render.check_marks(detail.checks, self.live)
-            self.query_one(TabbedContent).get_tab("tab-verify").label = f"{label} {marks}" if marks else label
+            tabs.get_tab("tab-verify").label = f"{label} {marks}" if marks else label
 
     def show(self, detail: JobDetail) -> None:
         self.detail = detail
         self.query_one("#detail-title", Static).update(render.title_text(detail))
+        tabs = self._tabs
+        if tabs is None:
+            return  # `build` shows it
         applied = detail.located is not None and detail.located.folder == "applied"
         self.tick()
-        self._show_verify(detail)
+        self._show_verify(detail, tabs)
         self._body("diff").update(render.diffs_text(detail.diffs, applied))
         self._body("timeline").update(render.timeline_text(detail))
         self._body("output").update(render.output_text(detail))
-        tabs = self.query_one(TabbedContent)
         for tab_id, title in TABS:
             label = title
             if tab_id == "verify" and detail.verification is not None:
