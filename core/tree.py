@@ -13,14 +13,14 @@ refused instead of blocking, and a link is refused instead of read.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
+import functools
 import hashlib
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from core.errors import BadInput
 
@@ -211,18 +211,28 @@ def closing(fd: int) -> Iterator[int]:
 
 # renameat2(2) with RENAME_EXCHANGE swaps two names atomically: what was at the target
 # comes out under the other name, so apply can check exactly the bytes it displaced.
+# ctypes is loaded on the first swap: every command that reads `.gen/` imports this module.
 _RENAME_EXCHANGE = 2
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_renameat2 = getattr(_libc, "renameat2", None)
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's renameat2, or None (the process's own symbols include libc's)."""
+    import ctypes
+
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
 
 
 def exchange(dir_a: int, a: str, dir_b: int, b: str) -> bool:
     """Swap the entries `a` (in folder `dir_a`) and `b` (in `dir_b`) in one atomic step;
     False when this system or filesystem cannot (the caller then checks and renames)."""
-    if _renameat2 is None:
+    renameat2 = _renameat2()
+    if renameat2 is None:
         return False
-    if _renameat2(dir_a, os.fsencode(a), dir_b, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if renameat2(dir_a, os.fsencode(a), dir_b, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
+    import ctypes
+
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False

@@ -26,7 +26,6 @@ from textual import work
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.widget import Widget
-from watchfiles import Change, awatch
 
 from core.board_view import BoardView
 from core.contract import KEY_RE
@@ -37,6 +36,8 @@ from core.snapshot import JobRow, Scanner, keys_from_paths
 from tui.heap import release_free_memory
 
 if TYPE_CHECKING:
+    from watchfiles import Change
+
     from core.config import Config
     from core.inspect_job import JobDetail
     from core.standing import Standing
@@ -192,6 +193,8 @@ class BoardFeed(Widget):
     @work(exclusive=True, group="watch", exit_on_error=False)
     async def _watch(self) -> None:
         """Feed the keys that file events name to `_process`, forever."""
+        from watchfiles import awatch  # here, not before the first frame
+
         while True:
             try:
                 self._status(watching="watching")

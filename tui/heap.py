@@ -5,13 +5,14 @@ Process-wide tuning: the board calls it after a full scan; no library module doe
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from collections.abc import Callable
 
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
+    import ctypes  # on first use, after the board's first frame
+
     try:
         return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
     except (OSError, AttributeError):  # not glibc: nothing to call

@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Static, TabbedContent, TabPane
+from textual.containers import Vertical
+from textual.widgets import Static
 
 from tui import render
 
 if TYPE_CHECKING:
+    from textual.widgets import TabbedContent
+
     from core.inspect_job import JobDetail
     from tui.check_runner import LiveCheck
 
@@ -57,6 +59,9 @@ class DetailPane(Vertical):
         if self._building:
             return
         self._building = True
+        from textual.containers import VerticalScroll
+        from textual.widgets import TabbedContent, TabPane
+
         tabs = TabbedContent(id="detail-tabs", initial=self._active)
         for tab_id, title in TABS:  # as `with TabPane(...)` in a compose would add them
             body = VerticalScroll(
