@@ -16,7 +16,8 @@ file changed within the last two seconds is used but not kept. The index only sa
 work: a missing, damaged or foreign one is ignored, and verification never reads it.
 
 A scan with many keys the index does not know reads them in several processes at once
-(`core.snapshot_pool`).
+(`core.snapshot_pool`). The index is loaded by a scanner's first scan (or refresh), which
+meanwhile has another process list a large attempts/ (`core.snapshot_pool.list_apart`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import cast
@@ -40,9 +42,9 @@ from core.layout import Layout, user_config_dir
 from core.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.paths import lstat_inside
 from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, share
-from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders
+from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
 from core.snapshot_index import read_index, write_index
-from core.snapshot_pool import read_many
+from core.snapshot_pool import list_apart, read_many
 from core.snapshot_records import (
     NO_LEASE_FACTS,
     ConfigStamp,
@@ -59,6 +61,10 @@ from core.snapshot_records import (
 __all__ = ["JobRow", "Scanner", "Snapshot", "keys_from_paths", "take_snapshot"]
 
 CACHE_NAME = "snapshot.marshal"
+# A first scan with an index lists attempts/ in another process while this one loads the
+# index (`core.snapshot_pool.list_apart`) when the folder is this large: some 3,000
+# entries on ext4. `scan_warm`: 0.69 s with this, 0.96 s without (the whole process).
+APART_FOLDER_BYTES = 128 * 1024
 
 _state_of = attrgetter("state")
 
@@ -153,8 +159,9 @@ class Scanner:
         self.signature_required = True
         self.config_error: str | None = None
         self.unsandboxed_checks: tuple[str, ...] = ()
-        if disk_cache:
-            self._load_cache()
+        # The index is loaded by the first call that needs it: a first scan lists
+        # attempts/ in another process meanwhile.
+        self._unloaded = disk_cache
 
     # -- the index -------------------------------------------------------------------
     @property
@@ -168,6 +175,9 @@ class Scanner:
             return -1
 
     def _load_cache(self) -> None:
+        if not self._unloaded:
+            return
+        self._unloaded = False
         index = read_index(self._cache_path, self._gen, self._device(), LISTED)
         if index is not None:
             self._config, self._tree = index.config, index.tree
@@ -179,7 +189,7 @@ class Scanner:
             )
 
     def save_cache(self) -> None:
-        if not self._dirty or not self.disk_cache or self._listed is None:
+        if self._unloaded or not self._dirty or not self.disk_cache or self._listed is None:
             return
         index = Index(
             config=self._config,
@@ -265,24 +275,39 @@ class Scanner:
         jobs, so a board can show what matters before all of a large `.gen/` is read.
         """
         self._tree_now = {}
-        listed, changed = list_folders(self._gen, self._listed)
+        gen = self._gen
         now = time.time() if now is None else now
+        # Rows made ahead: of cached facts while another process lists attempts/, and
+        # when many keys are read in several processes at once.
+        made: dict[str, JobRow] = {}
+        apart = list_apart(partial(list_growing, gen, "attempts")) if self._worth_apart() else None
+        try:
+            self._load_cache()
+            old, fixed, volatile = self._listed, self._fixed, self._volatile
+            first = LISTED if apart is None else tuple(f for f in LISTED if f != "attempts")
+            listed, changed = list_folders(gen, old, first)
+            self._forget(changed)
+            if apart is not None:
+                leases = listed["running"].leases or {}
+                for key, facts in volatile.items():
+                    made[key] = self._finish(key, facts, key in leases, now)[0]
+                taken = apart.files(None if old is None else old["attempts"].files)
+                apart = None
+                rest, more = list_folders(
+                    gen, old, ("attempts",), None if taken is None else {"attempts": taken}
+                )
+                listed = {f: listed[f] if f in listed else rest[f] for f in LISTED}
+                self._forget(more)
+                for key in more or ():
+                    made.pop(key, None)
+        finally:
+            if apart is not None:
+                apart.files(None)
         racy = racy_after()
-        fixed, volatile = self._fixed, self._volatile
-        if changed is None:
-            fixed.clear()
-            volatile.clear()
-        else:
-            for key in changed:
-                fixed.pop(key, None)
-                volatile.pop(key, None)
         files = {f: listed[f].files for f in LISTED}
         leases = listed["running"].leases or {}
         order = files["receipts"] | files["running"] | files["queue"] | files["applied"] | files["rejected"]
         keys = list(order)
-        gen = self._gen
-        # Rows made ahead, when many keys are read in several processes at once.
-        made: dict[str, JobRow] = {}
         for key, facts, settled in read_many(
             [k for k in keys if k not in fixed and k not in volatile],
             lambda key: read_facts(gen, key, files, racy),
@@ -308,13 +333,37 @@ class Scanner:
         self._dirty = self._dirty or old is None or any(listed[f] is not old.get(f) for f in LISTED)
         self._listed = listed
 
+    def _worth_apart(self) -> bool:
+        """Whether to list attempts/ in another process while this one loads the index:
+        for a first scan, with an index, of an attempts/ of some 3,000 entries or more."""
+        if not self._unloaded:
+            return False
+        try:
+            return (
+                os.stat(f"{self._gen}/attempts").st_size >= APART_FOLDER_BYTES and self._cache_path.exists()
+            )
+        except OSError:
+            return False
+
+    def _forget(self, changed: set[str] | None) -> None:
+        """Drop what is cached for the keys whose files `changed` (None: for all keys)."""
+        if changed is None:
+            self._fixed.clear()
+            self._volatile.clear()
+            return
+        for key in changed:
+            self._fixed.pop(key, None)
+            self._volatile.pop(key, None)
+
     def found(self, key: str) -> bool:
         """Whether the last full scan delivered a row for `key`."""
+        self._load_cache()
         listed = self._listed
         return listed is not None and any(key in listed[f].files for f in JSON_FOLDERS)
 
     def refresh(self, keys: Iterable[str]) -> dict[str, JobRow | None]:
         """Re-derive just `keys` (after file events); None for a key that is gone."""
+        self._load_cache()
         now = time.time()
         racy = racy_after()
         self._tree_now = {}

@@ -12,6 +12,7 @@ lease is listed: leases are read on every scan.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 
 from core.snapshot_files import racy_after
 from core.snapshot_records import FileId, Listing
@@ -87,9 +88,20 @@ def file_identity(path: str, growing: bool) -> FileId | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns) if growing else st.st_ino
 
 
-def list_folders(gen: str, old: dict[str, Listing] | None) -> tuple[dict[str, Listing], set[str] | None]:
-    """The folders now, and the keys with a file that differs from the `old` listing
-    (None: no listing to compare with).
+def list_growing(gen: str, folder: str) -> dict[str, FileId]:
+    """The entries of a folder in `GROWING`, by key with their (inode, size, mtime)."""
+    return _list_growing(f"{gen}/{folder}", ".jsonl" if folder == "attempts" else "")
+
+
+def list_folders(
+    gen: str,
+    old: dict[str, Listing] | None,
+    only: Iterable[str] = LISTED,
+    taken: Mapping[str, dict[str, FileId]] | None = None,
+) -> tuple[dict[str, Listing], set[str] | None]:
+    """The folders now (those of `only`), and the keys with a file that differs from the
+    `old` listing (None: no listing to compare with). The files of a folder of `GROWING`
+    in `taken` were listed just now, elsewhere: it is not listed again.
 
     A folder whose own identity (inode, mtime, ctime) is the one recorded, and had
     settled then, holds the same entries: adding, removing or renaming one changes it.
@@ -99,7 +111,7 @@ def list_folders(gen: str, old: dict[str, Listing] | None) -> tuple[dict[str, Li
     racy = racy_after()
     listed: dict[str, Listing] = {}
     changed: set[str] | None = None if old is None else set()
-    for folder in LISTED:
+    for folder in only:
         path = f"{gen}/{folder}"
         try:
             st = os.stat(path)
@@ -111,9 +123,16 @@ def list_folders(gen: str, old: dict[str, Listing] | None) -> tuple[dict[str, Li
         if here is not None and before is not None and before.settled == here and folder not in GROWING:
             listed[folder] = before
             continue
-        files, leases = _list_folder(folder, path)
+        if taken is not None and folder in taken:
+            files, leases = taken[folder], None
+        else:
+            files, leases = _list_folder(folder, path)
         settled = here if here is not None and max(here[1:]) < racy else None
-        if before is not None and before.files == files and before.leases == leases:
+        if (
+            before is not None
+            and (files is before.files or before.files == files)
+            and before.leases == leases
+        ):
             listed[folder] = before if before.settled == settled else before._replace(settled=settled)
             continue
         listed[folder] = Listing(settled, files, leases)

@@ -37,11 +37,19 @@ def collector_paused() -> Iterator[None]:
     it would walk the growing heap again and again. The collector is left as it was found.
 
     `scan_warm`: the index loads in 0.31 s with this, 0.40 s without.
+
+    What was built is then moved to the oldest generation (`gc.freeze` and `gc.unfreeze`
+    splice lists, visiting nothing): left young, the next young collections would walk
+    all of it, twice. `scan_warm`: the scan after the load took 0.50 s with this,
+    0.55 s without.
     """
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if not gc.get_freeze_count():  # else someone froze objects on purpose: leave them
+            gc.freeze()
+            gc.unfreeze()
         if was:
             gc.enable()

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import snapshot_files, snapshot_index, snapshot_pool
+from core import snapshot, snapshot_files, snapshot_index, snapshot_pool
 from core.apply import apply_job
 from core.layout import Layout
 from core.lifecycle import State
@@ -387,7 +387,7 @@ def test_loading_the_index_leaves_the_collector_as_it_found_it(repo: Layout) -> 
         index.write_bytes(data)
         (gc.enable if enabled else gc.disable)()
         try:
-            Scanner(repo)
+            Scanner(repo).scan()  # the index loads with the first scan
             assert gc.isenabled() is enabled
         finally:
             gc.enable()
@@ -642,3 +642,51 @@ def test_rows_made_by_forked_workers_are_the_rows_made_here(
     assert len(forks) == 2
     assert Scanner(repo).scan().rows == here
     assert len(forks) == 2, "the index the workers' rows went into serves the next scan"
+
+
+def test_attempts_listed_by_another_process_are_listed_as_here(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first scan with an index lists a large attempts/ in a forked process: its rows are
+    those of a scan that lists it here, a grown or removed attempts file is seen, and a
+    process that fails leaves the listing to this one."""
+    running_orphaned_rejected_received_stale(repo, signer)
+    keys = write_jobs(repo, 6, prefix="queued")
+    for key in keys[:3]:
+        claim(repo, "w1", key)
+    settle(repo)
+
+    def here() -> dict[str, Any]:
+        return Scanner(repo, disk_cache=False).scan().rows
+
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def counted_fork() -> int:
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", counted_fork)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
+    assert take_snapshot(repo).rows == here()
+    assert forks == [], "no index: nothing to load meanwhile"
+    assert take_snapshot(repo).rows == here()
+    assert len(forks) == 1
+    with open(repo.attempts / f"{keys[0]}.jsonl", "ab") as fh:
+        fh.write(b'{"at":1.0,"attempt":2,"event":"claimed","worker":"w9"}\n')
+    (repo.attempts / f"{keys[1]}.jsonl").unlink()
+    rows = take_snapshot(repo).rows
+    assert rows == here() and len(forks) == 2
+    assert (rows[keys[0]].attempts, rows[keys[1]].attempts) == (2, 0)
+
+    def fails(gen: str, folder: str) -> dict[str, Any]:
+        raise OSError("listing failed")
+
+    monkeypatch.setattr(snapshot, "list_growing", fails)
+    (repo.attempts / f"{keys[2]}.jsonl").unlink()
+    rows = take_snapshot(repo).rows
+    assert len(forks) == 3 and rows[keys[2]].attempts == 0
+    monkeypatch.undo()
+    assert rows == here()

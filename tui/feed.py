@@ -226,7 +226,7 @@ class BoardFeed(Widget):
     async def _process(self) -> None:
         """The only user of the scanner: a full scan, then incremental refreshes."""
         started = time.monotonic()
-        scanner = await asyncio.to_thread(Scanner, self.repo)  # loads the index: off the loop
+        scanner = Scanner(self.repo)  # the index loads with the first batch, off the loop
         await self._full_scan(scanner)
         every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * (time.monotonic() - started))
         last_full = last_tick = time.monotonic()
