@@ -279,6 +279,7 @@ class BoardFeed(Widget):
             if any_rows and not self._rows_shown.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
+                self.rows_shown()  # as if they were, when the board never says so
             await self._read_checks()
             await asyncio.to_thread(scanner.save_cache)
             await asyncio.to_thread(release_free_memory)

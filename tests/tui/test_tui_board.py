@@ -9,8 +9,9 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from boardkit import plain, run_board
-from textual.widgets import Log, OptionList, Static
+from textual.widgets import Log, OptionList, Static, TabbedContent
 
 from core.layout import Layout
 from core.mint import build_job
@@ -25,6 +26,7 @@ from tui.dialogs.ship import ShipDialog
 from tui.screens.diff import DiffScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.detail import DetailPane
+from tui.widgets.job_table import JobTable
 
 GENJOB = str(Path(sys.executable).with_name("genjob"))
 
@@ -71,6 +73,33 @@ async def test_markup_and_escapes_in_instructions_show_literally(demo: Demo) -> 
         assert "␛[31mthis red␛[0m" in shown
         assert "<U+202E>" in shown
         assert "\x1b" not in shown and "\u202e" not in shown
+
+
+async def test_the_detail_tabs_wait_for_the_first_rows_and_then_show_the_job(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first frame shows the list without the detail's tabs; they come right after it,
+    holding the job and the tab chosen while they were not there yet."""
+    built_after: list[bool] = []
+    build = DetailPane.build
+
+    async def watched_build(pane: DetailPane) -> None:
+        built_after.append(pane.screen.query_one(JobTable)._rows_drawn)
+        pane.show_tab("diff")  # chosen before the tabs exist
+        await build(pane)
+
+    monkeypatch.setattr(DetailPane, "build", watched_build)
+    async with run_board(demo.root, key=demo.keys["drifted"]) as d:
+        b = d.board
+        await d.until(lambda: bool(b.query("#detail-tabs")), "the detail tabs")
+        assert built_after and all(built_after)
+        tabs = b.query_one("#detail-tabs", TabbedContent)
+        assert tabs.active == "tab-diff"
+        title = b.query_one("#detail-title", Static)
+        await d.until(lambda: demo.keys["drifted"] in plain(title), "the detail")
+        assert "calc/parse.py" in plain(b.query_one("#detail-diff", Static))
+        await d.press("right")
+        assert tabs.active == "tab-timeline"
 
 
 async def test_invalid_file_shows_its_error(demo: Demo) -> None:

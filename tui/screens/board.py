@@ -252,7 +252,6 @@ class BoardScreen(Screen[None]):
     @on(BoardFeed.RowsChanged)
     def _rows_changed(self, message: BoardFeed.RowsChanged) -> None:
         changed = message.changed
-        self.call_after_refresh(self._rows_painted)
         table = self.table
         selected = table.cursor_key
         reload = (
@@ -270,9 +269,10 @@ class BoardScreen(Screen[None]):
         if reload or selected != table.cursor_key:
             self._show_keys()
 
+    @on(JobTable.FirstRowsDrawn)
     def _rows_painted(self) -> None:
-        """The rows are on the screen: the feed may go on to its slower reads, and the
-        detail pane may mount its tabs."""
+        """The first rows are on the screen: the feed may go on to its slower reads, and
+        the detail pane may mount its tabs."""
         self.feed.rows_shown()
         self.call_later(self.query_one(DetailPane).build)
 
@@ -345,7 +345,8 @@ class BoardScreen(Screen[None]):
         self.trusted_keys = message.trusted_keys
         pane = self.query_one(DetailPane)
         pane.signature_required = self.signature_required
-        self.call_later(pane.build)  # with no rows to paint, the scan's end is the moment
+        if not self.view.rows:  # else the first rows drawn are the moment
+            self.call_later(pane.build)
         self._show_status()
         self._show_empty()
 

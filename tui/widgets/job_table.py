@@ -93,6 +93,10 @@ class JobTable(ScrollView, can_focus=True):
             super().__init__()
             self.key = key
 
+    class FirstRowsDrawn(Message):
+        """The list has drawn jobs for the first time. Posted as the frame is drawn, it
+        is read once that frame has gone to the terminal."""
+
     class MarksChanged(Message):
         def __init__(self, count: int) -> None:
             super().__init__()
@@ -114,6 +118,7 @@ class JobTable(ScrollView, can_focus=True):
         self.check_column = False
         # What an empty list says instead (set by the screen): lines, and whether each warns.
         self.empty: list[tuple[str, bool]] = []
+        self._rows_drawn = False
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -294,6 +299,9 @@ class JobTable(ScrollView, can_focus=True):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._line_styles = self._styles()  # once per frame, not once per line
+        if not self._rows_drawn and len(self.view):
+            self._rows_drawn = True
+            self.post_message(self.FirstRowsDrawn())
         if len(self._strips) > STRIP_CACHE:
             self._strips.clear()
         return super().render_lines(crop)
