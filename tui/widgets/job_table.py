@@ -299,7 +299,9 @@ class JobTable(ScrollView, can_focus=True):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._line_styles = self._styles()  # once per frame, not once per line
-        if not self._rows_drawn and len(self.view):
+        # A frame drawn while the app holds updates back (as it does until it has
+        # mounted) never reaches the terminal.
+        if not self._rows_drawn and len(self.view) and not getattr(self.app, "_batch_count", 0):
             self._rows_drawn = True
             self.post_message(self.FirstRowsDrawn())
         if len(self._strips) > STRIP_CACHE:
