@@ -18,6 +18,7 @@ Written for any python3 from 3.8 on, since the generator host's interpreter is n
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -53,6 +54,12 @@ KILL_GRACE = 2.0
 MAX_HEADER_BYTES = 1 << 20
 MAX_VIOLATIONS = 100
 PLACEHOLDER = re.compile(r"\{(instruction_file|job_file|paths|workdir)\}")
+# Linux's own pipe-max-size, what any user may ask a pipe to hold. The 64 KiB a pipe holds
+# by default made sshd wait on the runner every 64 KiB of the bundle: widening stdin took
+# the upload of 50 MB from about 0.29 s to 0.17 s (the `ship` benchmark).
+PIPE_BYTES = 1 << 20
+# fcntl names it from Python 3.10 on; the runner also runs on older interpreters.
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031 if sys.platform.startswith("linux") else None)
 
 
 class _Counted:
@@ -601,6 +608,14 @@ def run_in_workspace(
         remove_tree(base)
 
 
+def widen_pipe(fd: int) -> None:
+    """Let the pipe on ``fd`` hold PIPE_BYTES where the system allows it; a file, a socket,
+    another system or a user over their pipe quota keeps what it has."""
+    if F_SETPIPE_SZ is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+
+
 def main() -> int:
     result: dict[str, typing.Any] = {
         "exit_code": None,
@@ -612,6 +627,7 @@ def main() -> int:
         "outputs": {},
     }
     outputs: dict[str, bytes] = {}
+    widen_pipe(0)
     stdin = sys.stdin.buffer
     try:
         header = read_header(stdin)
