@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import gc
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -90,6 +91,8 @@ def ship_cmd(
     from core.ship import Hosts, ship
     from core.ship_candidates import candidate_hosts
     from core.transport.local import LocalSandbox
+
+    gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
 
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)
