@@ -88,8 +88,8 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
+    from core.config import candidate_hosts
     from core.ship import Hosts, ship
-    from core.ship_candidates import candidate_hosts
     from core.transport.local import LocalSandbox
 
     gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
