@@ -46,7 +46,7 @@ from core.checks import (
     stale_because,
     write_record,
 )
-from core.config import Config, load_config
+from core.config import Config, check_candidate_count, load_config
 from core.contract import ReceiptStatus
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
@@ -68,8 +68,6 @@ RECEIPT, SIGNATURE, RUN, OUT = "receipt.json", "receipt.sig", "run.json", "out"
 # The attempt record naming the candidate being chosen, appended just before the receipt
 # is written: it counts only while the receipt is that candidate's (`chosen`).
 CHOSEN = "chosen"
-# The most candidates one batch may ask for.
-MAX_CANDIDATES = 16
 
 
 @dataclass(frozen=True)
@@ -147,15 +145,9 @@ def load_all(layout: Layout, key: str) -> list[Candidate]:
     return [load(layout, key, n) for n in numbers(layout, key)]
 
 
-def check_count(how_many: int) -> int:
-    if not 1 <= how_many <= MAX_CANDIDATES:
-        raise BadInput(f"--candidates: between 1 and {MAX_CANDIDATES}, not {how_many}")
-    return how_many
-
-
 def reserve(layout: Layout, key: str, how_many: int) -> list[int]:
     """The numbers a new batch of `how_many` takes: after every committed candidate."""
-    check_count(how_many)
+    check_candidate_count(how_many)
     base = max(numbers(layout, key), default=0)
     return list(range(base + 1, base + 1 + how_many))
 

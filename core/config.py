@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -29,6 +30,7 @@ from pydantic import (
 from pydantic_core import core_schema
 
 from core.canonical import read_bytes
+from core.contract import MAX_CANDIDATES
 from core.errors import BadInput
 from core.freshness import MAX_TTL
 from core.layout import user_config_dir
@@ -153,7 +155,7 @@ class Policy(BaseModel):
     require_checks: list[CheckName] = []
     # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
     # shipped to; a host's own `candidates` wins for a job shipped to that host alone.
-    candidates: Annotated[int, Field(ge=1, le=16)] = 1
+    candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] = 1
 
 
 # The `[limits]` table: the names and defaults of `core.rules.Limits` (their one home, shipped
@@ -202,7 +204,7 @@ class Host(BaseModel):
     timeout: Annotated[float, Field(gt=0)] = 900.0
     concurrency: Annotated[int, Field(gt=0)] = 1
     # Best-of-N on this host: a job shipped here alone runs this many candidates here.
-    candidates: Annotated[int, Field(ge=1, le=16)] | None = None
+    candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] | None = None
     # transport = "local": the sandbox its runs get (`core.transport.local`): "auto" is
     # bubblewrap when it works on this machine and unsandboxed (said so) when not;
     # "bwrap" refuses to run without it; "none" never sandboxes. `network` shares the
@@ -304,6 +306,32 @@ class OperatorConfig(BaseModel):
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+
+# The candidates' count and hosts live here, not in core.candidates: `genjob ship` asks for
+# them on every run, and a run of one should not import the candidates' machinery (30 ms).
+def check_candidate_count(how_many: int) -> int:
+    if not 1 <= how_many <= MAX_CANDIDATES:
+        raise BadInput(f"--candidates: between 1 and {MAX_CANDIDATES}, not {how_many}")
+    return how_many
+
+
+def candidate_hosts(config: Config, names: Sequence[str], how_many: int | None = None) -> list[str]:
+    """The host of each candidate, in order: `how_many` (else the setting) spread round
+    robin over `names`. The setting is the host's own `candidates` for a job shipped to
+    one host that has one, else the policy's."""
+    if not names:
+        raise BadInput("no host to ship to")
+    if how_many is None:
+        own = config.hosts[names[0]].candidates if len(names) == 1 else None
+        how_many = own or config.policy.candidates
+    check_candidate_count(how_many)
+    if len(names) > how_many:
+        raise BadInput(
+            f"{len(names)} hosts for {how_many} candidate(s): give --candidates {len(names)} or more, "
+            "or name fewer hosts"
+        )
+    return [names[i % len(names)] for i in range(how_many)]
 
 
 def _parse_toml(path: Path, model: type[_M]) -> _M:

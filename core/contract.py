@@ -61,3 +61,5 @@ MAX_PATHS = 1000
 # A v1 job_id, a receipt's worker_id and a lease's worker.
 MAX_NAME_CHARS = 200
 MAX_LEASE_BYTES = 64 * 1024
+# The most candidates one job may run as at once (best-of-N).
+MAX_CANDIDATES = 16

@@ -20,14 +20,12 @@ from core.candidates import (
     OUT,
     CandidateCommitted,
     Holder,
-    check_count,
     commit_candidate,
     reserve,
     staging,
 )
-from core.config import Config, load_config
+from core.config import candidate_hosts, load_config
 from core.contract import ReceiptStatus
-from core.errors import BadInput
 from core.events import actor, record_attempt
 from core.layout import Layout
 from core.queue import Claim, Claimer
@@ -50,24 +48,6 @@ from core.ship import (
 
 # Called as each candidate ends, with its result.
 OnCandidate = Callable[[ShipResult], None]
-
-
-def candidate_hosts(config: Config, names: Sequence[str], how_many: int | None = None) -> list[str]:
-    """The host of each candidate, in order: `how_many` (else the setting) spread round
-    robin over `names`. The setting is the host's own `candidates` for a job shipped to
-    one host that has one, else the policy's."""
-    if not names:
-        raise BadInput("no host to ship to")
-    if how_many is None:
-        own = config.hosts[names[0]].candidates if len(names) == 1 else None
-        how_many = own or config.policy.candidates
-    check_count(how_many)
-    if len(names) > how_many:
-        raise BadInput(
-            f"{len(names)} hosts for {how_many} candidate(s): give --candidates {len(names)} or more, "
-            "or name fewer hosts"
-        )
-    return [names[i % len(names)] for i in range(how_many)]
 
 
 @dataclasses.dataclass(frozen=True)

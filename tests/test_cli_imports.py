@@ -242,3 +242,24 @@ def test_a_scan_gives_its_first_rows_before_reading_a_changed_config(
     )
     out, _ = loaded_by(code, layout.root)
     assert out.split("\n")[:2] == ["1 False", "1 False True"], out
+
+
+def test_a_ship_of_one_loads_none_of_the_candidates_machinery(small_queue: tuple[Layout, str, str]) -> None:
+    """A job shipped once asks how many candidates to run, and loads nothing else of them."""
+    layout, queued, _ = small_queue
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", str(GENJOB), "ship", queued, "-q"],
+        cwd=layout.root,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{queued}: ok on local" in proc.stdout
+    loaded = {
+        line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "core.ship" in loaded
+    assert not loaded & {"core.candidates", "core.ship_candidates"}, loaded & {
+        "core.candidates",
+        "core.ship_candidates",
+    }

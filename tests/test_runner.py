@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -19,7 +20,7 @@ from shipkit import wait_dead
 
 from core.bundle import make_bundle, make_header
 from core.rules import Limits, check_relpath, read_tar
-from core.runner import BOOTSTRAP, render_command, write_tar
+from core.runner import BOOTSTRAP, collect, render_command, write_result, write_tar
 from core.transport.base import header_line, runner_preamble, runner_source
 
 pytestmark = pytest.mark.timeout(120)
@@ -270,6 +271,39 @@ def test_total_output_limit(tmp_path: Path) -> None:
     result, outputs = run(tmp_path, script(tmp_path, code), ["a", "b", "c"])
     assert sorted(outputs) == ["a", "b"]
     assert result["violations"] == ["c: outputs over max_total_bytes (10000)"]
+
+
+def test_outputs_are_read_as_they_are_sent_and_a_change_meanwhile_is_named(tmp_path: Path) -> None:
+    """An output is read when it goes out, at the size it was collected at: one that
+    something left behind shortened or lengthened since is named, and the tar stays whole,
+    each hash that of the bytes sent."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("same", "shorter", "longer"):
+        (work / name).write_bytes(name.encode() * 100)
+    outputs, violations = collect(str(work), ["same", "shorter", "longer"], LIMITS)
+    assert violations == [] and {o.size for o in outputs.values()} == {400, 700, 600}
+    (work / "shorter").write_bytes(b"cut")
+    with (work / "longer").open("ab") as f:
+        f.write(b"more")
+    result = {"violations": [], "error": None}
+    out = io.BytesIO()
+    write_result(out, result, outputs)
+    members = dict(read_tar(out.getvalue(), 10, 1 << 20, 1 << 20))
+    claimed = json.loads(members.pop("result.json"))["outputs"]
+    assert members == {
+        "outputs/same": b"same" * 100,
+        "outputs/shorter": b"cut" + bytes(697),
+        "outputs/longer": b"longer" * 100,
+    }
+    assert claimed == {
+        rel.removeprefix("outputs/"): hashlib.sha256(data).hexdigest() for rel, data in members.items()
+    }
+    assert result["violations"] == [
+        "longer: changed while it was being sent",
+        "shorter: changed while it was being sent",
+    ]
+    assert all(o.handle.closed for o in outputs.values())
 
 
 def test_escaped_daemon_does_not_hang_the_runner(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import gc
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -87,9 +88,11 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
+    from core.config import candidate_hosts
     from core.ship import Hosts, ship
-    from core.ship_candidates import candidate_hosts
     from core.transport.local import LocalSandbox
+
+    gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
 
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)

@@ -115,9 +115,8 @@ class ShipDialog(ModalScreen[str]):
     def _plan(self) -> tuple[list[str], set[str]]:
         """The host of each run (one, unless the host or the policy asks for candidates),
         and which configured hosts run the stand-in generator."""
-        from core.config import load_config
+        from core.config import candidate_hosts, load_config
         from core.ship import Hosts
-        from core.ship_candidates import candidate_hosts
 
         config = load_config(self.repo.config)
         stand_ins = {name for name, host in config.hosts.items() if host.stand_in}
