@@ -53,6 +53,9 @@ PROTOCOL_VERSION = 1
 KILL_GRACE = 2.0
 MAX_HEADER_BYTES = 1 << 20
 MAX_VIOLATIONS = 100
+# The outputs kept open from collection until they are sent; the rest are read at once, so
+# a job of a thousand small files stays far below the host's limit on open files.
+MAX_OPEN_OUTPUTS = 64
 PLACEHOLDER = re.compile(r"\{(instruction_file|job_file|paths|workdir)\}")
 # Linux's own pipe-max-size, what any user may ask a pipe to hold. The 64 KiB a pipe holds
 # by default made sshd wait on the runner every 64 KiB of the bundle: widening stdin took
@@ -549,6 +552,9 @@ def collect(work: str, allowed: list[str], limits: Limits) -> tuple[dict[str, Ou
             output.handle.close()
             violations.append(f"{rel}: outputs over max_total_bytes ({limits.max_total_bytes})")
             continue
+        if len(outputs) >= MAX_OPEN_OUTPUTS:
+            with output.handle as handle:
+                output = Output(io.BytesIO(handle.read(output.size)), output.size)
         outputs[rel] = output
     violations.extend(_stray_entries(work, allowed))
     if len(violations) > MAX_VIOLATIONS:

@@ -20,7 +20,7 @@ from shipkit import wait_dead
 
 from core.bundle import make_bundle, make_header
 from core.rules import Limits, check_relpath, read_tar
-from core.runner import BOOTSTRAP, collect, render_command, write_result, write_tar
+from core.runner import BOOTSTRAP, MAX_OPEN_OUTPUTS, collect, render_command, write_result, write_tar
 from core.transport.base import header_line, runner_preamble, runner_source
 
 pytestmark = pytest.mark.timeout(120)
@@ -304,6 +304,28 @@ def test_outputs_are_read_as_they_are_sent_and_a_change_meanwhile_is_named(tmp_p
         "shorter: changed while it was being sent",
     ]
     assert all(o.handle.closed for o in outputs.values())
+
+
+def test_many_outputs_keep_few_files_open_and_all_arrive(tmp_path: Path) -> None:
+    """A job of many outputs (max_files is 1,000 by default) must not run the host out of
+    open files: past the first few, each is read when collected."""
+    work = tmp_path / "work"
+    work.mkdir()
+    names = [f"f{i:03}.py" for i in range(MAX_OPEN_OUTPUTS * 3)]
+    for name in names:
+        (work / name).write_text(f"# {name}\n")
+    fds = len(os.listdir("/proc/self/fd"))
+    outputs, violations = collect(str(work), names, Limits(max_files=1000, max_total_bytes=1 << 20))
+    assert violations == []
+    assert len(os.listdir("/proc/self/fd")) - fds <= MAX_OPEN_OUTPUTS
+    result = {"violations": [], "error": None}
+    out = io.BytesIO()
+    write_result(out, result, outputs)
+    members = dict(read_tar(out.getvalue(), 1000, 1 << 20, 1 << 20))
+    members.pop("result.json")
+    assert members == {f"outputs/{n}": f"# {n}\n".encode() for n in names}
+    assert result["violations"] == []
+    assert len(os.listdir("/proc/self/fd")) == fds
 
 
 def test_escaped_daemon_does_not_hang_the_runner(tmp_path: Path) -> None:
