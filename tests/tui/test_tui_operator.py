@@ -449,6 +449,8 @@ async def test_an_empty_board_says_how_to_mint_and_warns_without_a_trusted_key(t
     layout, _ = init_repo(tmp_path / "repo")
     async with run_board(layout.root, NARROW, jobs=False) as d:
         await d.until(lambda: not d.board.scanning and d.board.trusted_keys == 0, "the policy")
+        # With no job, the list takes the detail's room, from the next layout on.
+        await d.until(lambda: "genjob trust" in "\n".join(d.lines()), "the list to fill the screen")
         lines = "\n".join(d.lines())
         assert "No jobs yet." in lines and 'genjob mint -m "' in lines
         assert "no key is trusted" in lines and "genjob trust" in lines
