@@ -306,7 +306,9 @@ class Scanner:
         racy = racy_after()
         files = {f: listed[f].files for f in LISTED}
         leases = listed["running"].leases or {}
-        order = files["receipts"] | files["running"] | files["queue"] | files["applied"] | files["rejected"]
+        order = {**files["receipts"], **files["running"], **files["queue"]}
+        order.update(files["applied"])
+        order.update(files["rejected"])
         keys = list(order)
         for key, facts, settled in read_many(
             [k for k in keys if k not in fixed and k not in volatile],

@@ -20,16 +20,13 @@ time: its keys are left to the caller, which reads them as usual.
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import sys
-from array import array
-from collections.abc import Callable, Iterator, Sequence
-from itertools import chain
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from core.snapshot_index import FACTS
-from core.snapshot_records import FileFacts, FileId
+from core.snapshot_records import FileFacts, FileId, PackedIds
 
 # At most this many processes (this one included), with at least this many keys for
 # each, in at most 256 chunks of at least this many keys.
@@ -139,7 +136,7 @@ class Apart:
     def __init__(self, pid: int, reply: int) -> None:
         self._pid, self._reply = pid, reply
 
-    def files(self, before: dict[str, FileId] | None) -> dict[str, FileId] | None:
+    def files(self, before: Mapping[str, FileId] | None) -> Mapping[str, FileId] | None:
         """The folder's entries as the process listed them (`before` itself when they
         are the same, in the same order); None if it failed (the caller lists the folder
         itself). Call it once, however the scan ends."""
@@ -156,18 +153,11 @@ class Apart:
         if status != 0:
             return None
         try:
-            names, numbers = marshal.loads(b"".join(chunks))
-            # Compared as two blocks of bytes, not 70,000 tuples made and compared (`scan_warm`).
-            if before is not None and "\0".join(before) == names:
-                with contextlib.suppress(TypeError, OverflowError):
-                    if array("q", chain.from_iterable(before.values())).tobytes() == numbers:  # type: ignore[arg-type]
-                        return before
-            ids = iter(array("q", numbers))
-            keys = names.split("\0") if names else []
-            files: dict[str, FileId] = dict(zip(keys, zip(ids, ids, ids, strict=True), strict=True))
+            files = PackedIds(*marshal.loads(b"".join(chunks)))
         except (ValueError, EOFError, TypeError):
             return None
-        return files
+        # Compared as two blocks of bytes, not 70,000 tuples made and compared (`scan_warm`).
+        return before if before is not None and files == before else files
 
 
 def list_apart(list_one: Callable[[], dict[str, FileId]]) -> Apart | None:
@@ -186,9 +176,8 @@ def list_apart(list_one: Callable[[], dict[str, FileId]]) -> Apart | None:
         code = 1
         try:
             os.close(reply)
-            files = list_one()
-            numbers = array("q", chain.from_iterable(files.values())).tobytes()  # type: ignore[arg-type]
-            data = memoryview(marshal.dumps(("\0".join(files), numbers)))
+            packed = PackedIds.of(list_one())
+            data = memoryview(marshal.dumps((packed.names, packed.numbers)))
             while data:
                 data = data[os.write(out, data) :]
             code = 0
