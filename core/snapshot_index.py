@@ -36,6 +36,7 @@ and 0.21 s here, in a file a quarter larger; and a table needs every tuple field
 from __future__ import annotations
 
 import marshal
+import os
 import struct
 import types
 import typing
@@ -62,6 +63,9 @@ from core.speedups import collector_paused
 
 HEADER = b"genjob snapshot index 8\n"
 SLICE = 1024
+# An index this large (some 3,000 jobs) is left out of the collector's walks once loaded
+# (`core.speedups.collector_paused`): what it holds lives as long as its scanner.
+KEEP_BYTES = 1 << 20
 _FRAME = struct.Struct(">II")
 _NONE = type(None)
 
@@ -266,7 +270,7 @@ def _lease_keys(listing: Listing) -> tuple[str, ...] | None:
 def read_index(path: Path, gen: str, device: int, folders: tuple[str, ...]) -> Index | None:
     """The index at `path` if it is a whole one of this `.gen/` (listing `folders`), else None."""
     try:
-        with open(path, "rb") as fh, collector_paused():
+        with open(path, "rb") as fh, collector_paused(os.fstat(fh.fileno()).st_size >= KEEP_BYTES):
             if fh.read(len(HEADER)) != HEADER:
                 return None
             return _read_frames(fh, gen, device, folders)
