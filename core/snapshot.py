@@ -17,7 +17,8 @@ work: a missing, damaged or foreign one is ignored, and verification never reads
 
 A scan with many keys the index does not know reads them in several processes at once
 (`core.snapshot_pool`). The index is loaded by a scanner's first scan (or refresh), which
-meanwhile has another process list a large attempts/ (`core.snapshot_pool.list_apart`).
+meanwhile has another process read the leases and list a large attempts/
+(`core.snapshot_pool.list_apart`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from core.freshness import LeaseState, Verdict
 from core.layout import Layout, user_config_dir
 from core.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.paths import lstat_inside
-from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, share
+from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, read_leases, share
 from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
 from core.snapshot_index import read_index, write_index
 from core.snapshot_pool import list_apart, read_many
@@ -154,6 +155,8 @@ class Scanner:
         # Tree hashes taken during the current scan.
         self._tree_now: dict[str, str | None] = {}
         self._leases: dict[str, LeaseRead] = {}
+        # Leases read by another process while a first scan loads the index, by key.
+        self._leases_ahead: dict[str, bytes] = {}
         self._config: ConfigStamp | None = None
         self._dirty = False
         self.signature_required = True
@@ -280,7 +283,11 @@ class Scanner:
         # Rows made ahead: of cached facts while another process lists attempts/, and
         # when many keys are read in several processes at once.
         made: dict[str, JobRow] = {}
-        apart = list_apart(partial(list_growing, gen, "attempts")) if self._worth_apart() else None
+        apart = (
+            list_apart(partial(list_growing, gen, "attempts"), partial(read_leases, gen))
+            if self._worth_apart()
+            else None
+        )
         try:
             self._load_cache()
             old, fixed, volatile = self._listed, self._fixed, self._volatile
@@ -289,8 +296,12 @@ class Scanner:
             self._forget(changed)
             if apart is not None:
                 leases = listed["running"].leases or {}
+                # The leases, read by the other process before it lists attempts/:
+                # `scan_warm` 0.59 s with this, 0.63 s without (best of six each).
+                self._leases_ahead = apart.ahead()
                 for key, facts in volatile.items():
                     made[key] = self._finish(key, facts, key in leases, now)[0]
+                self._leases_ahead = {}
                 taken = apart.files(None if old is None else old["attempts"].files)
                 apart = None
                 rest, more = list_folders(
@@ -301,6 +312,7 @@ class Scanner:
                 for key in more or ():
                     made.pop(key, None)
         finally:
+            self._leases_ahead = {}
             if apart is not None:
                 apart.files(None)
         racy = racy_after()
@@ -498,7 +510,7 @@ class Scanner:
         """
         if has_lease:
             path = f"{self._gen}/running/{key}.lease"
-            data = read_lease(path)
+            data = self._leases_ahead.pop(key, None) or read_lease(path)
             if isinstance(data, str):
                 return freshness.unreadable(data), ""
             if isinstance(data, bytes):  # else it vanished since running/ was listed
