@@ -283,6 +283,10 @@ class Scanner:
         # Rows made ahead: of cached facts while another process lists attempts/, and
         # when many keys are read in several processes at once.
         made: dict[str, JobRow] = {}
+        # Batches of finished rows, with the keys each lacks, made while the other process
+        # still lists attempts/: `scan_warm` 0.54 s with this, 0.58 s without (best of five).
+        ready: list[tuple[dict[str, JobRow | None], list[str]]] | None = None
+        order: dict[str, FileId] | None = None
         apart = (
             list_apart(partial(list_growing, gen, "attempts"), partial(read_leases, gen))
             if self._worth_apart()
@@ -296,6 +300,8 @@ class Scanner:
             self._forget(changed)
             if apart is not None:
                 leases = listed["running"].leases or {}
+                order = _order(listed)
+                ready = [_batch(chunk, fixed) for chunk in _chunks(list(order), size)]
                 # The leases, read by the other process before it lists attempts/:
                 # `scan_warm` 0.59 s with this, 0.63 s without (best of six each).
                 self._leases_ahead = apart.ahead()
@@ -311,6 +317,15 @@ class Scanner:
                 self._forget(more)
                 for key in more or ():
                     made.pop(key, None)
+                if more is None:
+                    ready = None
+                elif more:
+                    where = {k: i // size for i, k in enumerate(order)}
+                    for key in more.intersection(where):
+                        batch, todo = ready[where[key]]
+                        if batch[key] is not None:
+                            batch[key] = None
+                            todo.append(key)
         finally:
             self._leases_ahead = {}
             if apart is not None:
@@ -318,19 +333,17 @@ class Scanner:
         racy = racy_after()
         files = {f: listed[f].files for f in LISTED}
         leases = listed["running"].leases or {}
-        order = {**files["receipts"], **files["running"], **files["queue"]}
-        order.update(files["applied"])
-        order.update(files["rejected"])
+        if order is None:
+            order = _order(listed)
         keys = list(order)
         for key, facts, settled in read_many(
             [k for k in keys if k not in fixed and k not in volatile],
             lambda key: read_facts(gen, key, files, racy),
         ):
             made[key] = self._row(key, files, key in leases, now, racy, True, (facts, settled))
-        for start in range(0, len(keys), size):
-            chunk = keys[start : start + size]
-            batch: dict[str, JobRow | None] = dict(zip(chunk, map(fixed.get, chunk), strict=True))
-            for key in [k for k, row in batch.items() if row is None]:
+        for at, chunk in enumerate(_chunks(keys, size)):
+            batch, todo = _batch(chunk, fixed) if ready is None else ready[at]
+            for key in todo:
                 row = made.pop(key, None)
                 batch[key] = row if row is not None else self._row(key, files, key in leases, now, racy, True)
             yield cast(dict[str, JobRow], batch)  # no None is left
@@ -541,6 +554,26 @@ class Scanner:
         self._leases[key] = read
         self._dirty = True
         return read
+
+
+def _order(listed: Mapping[str, Listing]) -> dict[str, FileId]:
+    """The keys of a scan in the order they are delivered: those with a receipt, those in
+    running/, the queue, then finished jobs."""
+    order = {**listed["receipts"].files, **listed["running"].files, **listed["queue"].files}
+    order.update(listed["applied"].files)
+    order.update(listed["rejected"].files)
+    return order
+
+
+def _chunks(keys: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(keys), size):
+        yield keys[start : start + size]
+
+
+def _batch(chunk: list[str], fixed: Mapping[str, JobRow]) -> tuple[dict[str, JobRow | None], list[str]]:
+    """The finished rows of `chunk`, and the keys that have none."""
+    batch: dict[str, JobRow | None] = dict(zip(chunk, map(fixed.get, chunk), strict=True))
+    return batch, [k for k, row in batch.items() if row is None]
 
 
 def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:

@@ -727,3 +727,25 @@ def test_leases_read_by_another_process_are_read_as_here(
     monkeypatch.setattr(snapshot, "read_leases", fails)
     assert take_snapshot(repo).rows == here
     assert len(reads) == leased
+
+
+def test_a_finished_row_whose_attempts_grew_is_made_again_with_a_listing_apart(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finished rows are batched while the other process lists attempts/; one whose
+    attempts file changed meanwhile is made again from its files."""
+    running_orphaned_rejected_received_stale(repo, signer)
+    keys = write_jobs(repo, 5, prefix="batched")
+    settle(repo)
+    take_snapshot(repo)  # the index
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
+    for key in keys[1:3]:
+        with open(repo.attempts / f"{key}.jsonl", "ab") as fh:
+            fh.write(b'{"at":1.0,"attempt":1,"event":"claimed","worker":"w7"}\n')
+    for size in (2, 4096):
+        rows = {k: r for batch in Scanner(repo).scan_batches(size) for k, r in batch.items()}
+        assert rows == Scanner(repo, disk_cache=False).scan().rows
+        assert [rows[k].attempts for k in keys] == [0, 1, 1, 0, 0]
+        assert rows[keys[1]].worker == "w7"
