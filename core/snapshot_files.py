@@ -190,6 +190,22 @@ def read_lease(path: str) -> bytes | str | Gone:
         return str(exc) if os.path.lexists(path) else GONE
 
 
+def read_leases(gen: str) -> dict[str, bytes]:
+    """The bytes of each lease in running/ that reads, by key: what a first scan has
+    another process read while it loads the index (`core.snapshot_pool.list_apart`)."""
+    try:
+        names = os.listdir(f"{gen}/running")
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        if name.endswith(".lease") and name[0] != ".":
+            data = read_lease(f"{gen}/running/{name}")
+            if type(data) is bytes:
+                out[name[:-6]] = data
+    return out
+
+
 # A claim line as `core.queue` writes it (canonical JSON, a worker name without escapes):
 # what `json.loads` would make of it, read off directly. Integers are held to 20 digits,
 # well under the length `json.loads` refuses.

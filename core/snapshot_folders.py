@@ -97,7 +97,7 @@ def list_folders(
     gen: str,
     old: dict[str, Listing] | None,
     only: Iterable[str] = LISTED,
-    taken: Mapping[str, dict[str, FileId]] | None = None,
+    taken: Mapping[str, Mapping[str, FileId]] | None = None,
 ) -> tuple[dict[str, Listing], set[str] | None]:
     """The folders now (those of `only`), and the keys with a file that differs from the
     `old` listing (None: no listing to compare with). The files of a folder of `GROWING`
@@ -123,6 +123,7 @@ def list_folders(
         if here is not None and before is not None and before.settled == here and folder not in GROWING:
             listed[folder] = before
             continue
+        files: Mapping[str, FileId]
         if taken is not None and folder in taken:
             files, leases = taken[folder], None
         else:

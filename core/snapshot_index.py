@@ -16,11 +16,14 @@ big-endian), then a marshal'd tuple whose first item names it:
     fixed     the `JobRow` columns
     volatile  key column, then the `FileFacts` columns
     listed    a folder's name, its key column and its file identity column
+    growing   a folder's name and its whole listing as `PackedIds` blocks (attempts/,
+              candidates/: their identities are triples)
     end       the number of frames before it
 
 Tables come in slices of at most `SLICE` records: serialising 100,000 rows in one piece
 makes a copy of all of them whose pages a long-running board keeps long after the copy
-is freed.
+is freed. (A growing folder's blocks are two large objects, which the allocator hands
+back to the system as soon as they are freed: they go in one frame.)
 
 A file that is missing, cut short, damaged, of another version or of another `.gen/` is
 no index at all: it only saves work, and nothing that verifies or applies a job reads it.
@@ -33,11 +36,12 @@ and 0.21 s here, in a file a quarter larger; and a table needs every tuple field
 from __future__ import annotations
 
 import marshal
+import os
 import struct
 import types
 import typing
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import Enum
 from itertools import chain, islice
 from pathlib import Path
@@ -47,16 +51,21 @@ from core.durable import atomic_write
 from core.snapshot_records import (
     ConfigStamp,
     FileFacts,
+    FileId,
     Index,
     JobRow,
     LeaseRead,
     Listing,
+    PackedIds,
     TreeStamp,
 )
 from core.speedups import collector_paused
 
-HEADER = b"genjob snapshot index 7\n"
+HEADER = b"genjob snapshot index 8\n"
 SLICE = 1024
+# An index this large (some 3,000 jobs) is left out of the collector's walks once loaded
+# (`core.speedups.collector_paused`): what it holds lives as long as its scanner.
+KEEP_BYTES = 1 << 20
 _FRAME = struct.Struct(">II")
 _NONE = type(None)
 
@@ -232,9 +241,25 @@ def _chunks(gen: str, device: int, index: Index) -> Iterator[bytes]:
     for part in _slices(index.volatile.items()):
         yield from frame("volatile", tuple(k for k, _ in part), *FACTS.split([v for _, v in part]))
     for folder, listing in index.listed.items():
+        packed = _packed(listing.files)
+        if packed is not None:
+            yield from frame("growing", folder, packed.names, packed.numbers)
+            continue
         for part in _slices(listing.files.items()):
             yield from frame("listed", folder, *zip(*part, strict=True))
     yield from frame("end", frames + 1)
+
+
+def _packed(files: Mapping[str, FileId]) -> PackedIds | None:
+    """The files of a growing folder packed, when they are (or can be)."""
+    if isinstance(files, PackedIds):
+        return files
+    if type(next(iter(files.values()), None)) is not tuple:
+        return None
+    try:
+        return PackedIds.of(files)
+    except ValueError:  # an identity out of 64 bits: stored as tuples
+        return None
 
 
 def _lease_keys(listing: Listing) -> tuple[str, ...] | None:
@@ -245,7 +270,7 @@ def _lease_keys(listing: Listing) -> tuple[str, ...] | None:
 def read_index(path: Path, gen: str, device: int, folders: tuple[str, ...]) -> Index | None:
     """The index at `path` if it is a whole one of this `.gen/` (listing `folders`), else None."""
     try:
-        with open(path, "rb") as fh, collector_paused():
+        with open(path, "rb") as fh, collector_paused(os.fstat(fh.fileno()).st_size >= KEEP_BYTES):
             if fh.read(len(HEADER)) != HEADER:
                 return None
             return _read_frames(fh, gen, device, folders)
@@ -301,9 +326,15 @@ def _read_frames(fh: Any, gen: str, device: int, folders: tuple[str, ...]) -> In
             index.tree.update(zip(_keys(rest[0]), TREE.join(rest[1:]), strict=True))
         elif tag == "listed" and len(rest) == 3 and rest[0] in index.listed:
             folder, keys, ids = rest[0], _keys(rest[1]), rest[2]
-            if not _file_ids_ok(ids, folder == "attempts") or len(ids) != len(keys):
+            files = index.listed[folder].files
+            if not _file_ids_ok(ids) or len(ids) != len(keys) or not isinstance(files, dict):
                 raise Malformed("file identities of the wrong type")
-            index.listed[folder].files.update(zip(map(same, keys, keys), ids, strict=True))
+            files.update(zip(map(same, keys, keys), ids, strict=True))
+        elif tag == "growing" and len(rest) == 3 and rest[0] in index.listed:
+            listing = index.listed[rest[0]]
+            if type(listing.files) is not dict or listing.files:
+                raise Malformed("a growing folder listed twice")
+            index.listed[rest[0]] = listing._replace(files=PackedIds(rest[1], rest[2]))
         else:
             raise Malformed(f"an unknown frame {str(tag)[:20]!r}")
     if frame != ("end", frames + 1) or fh.read(1):
@@ -328,12 +359,12 @@ def _listings(settled: object, folders: tuple[str, ...]) -> dict[str, Listing]:
     return listed
 
 
-def _file_ids_ok(ids: object, growing: bool) -> bool:
-    """Inodes, or for attempts/ (inode, size, mtime) triples of integers."""
+def _file_ids_ok(ids: object) -> bool:
+    """Inodes, or (inode, size, mtime) triples of integers."""
     if type(ids) is not tuple:
         return False
-    if not growing:
-        return _INODES(ids)
+    if _INODES(ids):
+        return True
     return (
         set(map(type, ids)) <= {tuple}
         and set(map(len, ids)) <= {3}

@@ -32,7 +32,7 @@ def canonical_chunks() -> Callable[[object, int], Iterable[str]]:
 
 
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused(keep: bool = False) -> Iterator[None]:
     """Keep the cyclic garbage collector out while a large acyclic structure is built:
     it would walk the growing heap again and again. The collector is left as it was found.
 
@@ -42,13 +42,24 @@ def collector_paused() -> Iterator[None]:
     splice lists, visiting nothing): left young, the next young collections would walk
     all of it, twice. `scan_warm`: the scan after the load took 0.50 s with this,
     0.55 s without.
+
+    With `keep`, for a structure that lives as long as the process, it is left frozen
+    (as the CLI and the board freeze what they load for good): no collection walks it
+    again, the last one at exit included. What was garbage before is collected first, so
+    that none of it is frozen, unless the process froze objects itself: it keeps its own
+    heap, and a collection would walk all it has built since (a board's widgets, as it
+    starts). `scan_warm`: the process exits 0.05 s sooner.
     """
     was = gc.isenabled()
+    if keep and not gc.get_freeze_count():
+        gc.collect()
     gc.disable()
     try:
         yield
     finally:
-        if not gc.get_freeze_count():  # else someone froze objects on purpose: leave them
+        if keep:
+            gc.freeze()
+        elif not gc.get_freeze_count():  # else someone froze objects on purpose: leave them
             gc.freeze()
             gc.unfreeze()
         if was:

@@ -690,3 +690,62 @@ def test_attempts_listed_by_another_process_are_listed_as_here(
     assert len(forks) == 3 and rows[keys[2]].attempts == 0
     monkeypatch.undo()
     assert rows == here()
+
+
+def test_leases_read_by_another_process_are_read_as_here(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forked process that lists attempts/ first reads the leases, which this one then
+    does not read again; if it fails, this one reads them, and the rows are the same."""
+    running_orphaned_rejected_received_stale(repo, signer)
+    keys = write_jobs(repo, 4, prefix="leased")
+    for key in keys:
+        claim(repo, "w1", key)
+    settle(repo)
+    here = Scanner(repo, disk_cache=False).scan().rows
+    leased = sum(1 for n in os.listdir(repo.running) if n.endswith(".lease"))
+    assert leased >= len(keys)
+    take_snapshot(repo)  # the index
+
+    reads: list[str] = []
+    real_read_lease = snapshot.read_lease
+
+    def counted(path: str) -> Any:
+        reads.append(path)
+        return real_read_lease(path)
+
+    monkeypatch.setattr(snapshot, "read_lease", counted)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
+    assert take_snapshot(repo).rows == here
+    assert reads == [], "every lease was read ahead"
+
+    def fails(gen: str) -> dict[str, bytes]:
+        raise OSError("reading failed")
+
+    monkeypatch.setattr(snapshot, "read_leases", fails)
+    assert take_snapshot(repo).rows == here
+    assert len(reads) == leased
+
+
+def test_a_finished_row_whose_attempts_grew_is_made_again_with_a_listing_apart(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finished rows are batched while the other process lists attempts/; one whose
+    attempts file changed meanwhile is made again from its files."""
+    running_orphaned_rejected_received_stale(repo, signer)
+    keys = write_jobs(repo, 5, prefix="batched")
+    settle(repo)
+    take_snapshot(repo)  # the index
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
+    for key in keys[1:3]:
+        with open(repo.attempts / f"{key}.jsonl", "ab") as fh:
+            fh.write(b'{"at":1.0,"attempt":1,"event":"claimed","worker":"w7"}\n')
+    for size in (2, 4096):
+        rows = {k: r for batch in Scanner(repo).scan_batches(size) for k, r in batch.items()}
+        assert rows == Scanner(repo, disk_cache=False).scan().rows
+        assert [rows[k].attempts for k in keys] == [0, 1, 1, 0, 0]
+        assert rows[keys[1]].worker == "w7"

@@ -30,6 +30,7 @@ from core.snapshot_records import (
     LeaseFacts,
     LeaseRead,
     Listing,
+    PackedIds,
     TreeStamp,
 )
 
@@ -73,7 +74,8 @@ def sample_index(rows: int = 3) -> Index:
     listed = {folder: Listing(None, {}, None) for folder in LISTED}
     listed["queue"] = Listing((1, 2, 3), {k: 100 + i for i, k in enumerate(fixed)}, None)
     listed["running"] = Listing(None, {KEY: 7}, {KEY: None})
-    listed["attempts"] = Listing((4, 5, 6), {KEY: (8, 9, 10)}, None)
+    listed["attempts"] = Listing((4, 5, 6), {KEY: (8, 9, 10), "b" * 32: (11, 12, -(2**63))}, None)
+    listed["candidates"] = Listing(None, {KEY: (13, 4096, 2**63 - 1)}, None)
     return Index(
         config=ConfigStamp(FileStamp(1, 2, 3, 4), (5, 6, 7, 8), True, None, ("lint",)),
         tree={"src/app.py": TreeStamp(FileStamp(5, 6, 7, 8), "e" * 64)},
@@ -104,6 +106,54 @@ def test_every_record_comes_back_as_it_was_written(tmp_path: Path) -> None:
     facts = got.volatile[KEY]
     assert type(facts) is FileFacts and type(facts.job) is JobSummary
     assert type(got.leases[KEY].facts) is LeaseFacts and type(got.tree["src/app.py"]) is TreeStamp
+
+
+def test_growing_folders_come_back_packed_and_equal(tmp_path: Path) -> None:
+    index = sample_index()
+    got = load(stored(tmp_path, index))
+    assert got is not None
+    for folder in ("attempts", "candidates"):
+        files = got.listed[folder].files
+        assert type(files) is PackedIds
+        assert files == index.listed[folder].files and index.listed[folder].files == files
+        assert dict(files) == index.listed[folder].files
+    assert got.listed["attempts"].files[KEY] == (8, 9, 10) and "c" * 32 not in got.listed["attempts"].files
+
+
+def test_an_identity_out_of_64_bits_is_stored_as_a_tuple(tmp_path: Path) -> None:
+    index = sample_index()
+    index.listed["attempts"] = Listing(None, {KEY: (2**64, 1, 2)}, None)
+    got = load(stored(tmp_path, index))
+    assert got is not None and got.listed["attempts"].files == {KEY: (2**64, 1, 2)}
+    assert type(got.listed["attempts"].files) is dict
+
+
+def test_packed_ids_are_a_mapping() -> None:
+    files = {KEY: (1, 2, 3), "b" * 32: (4, 5, 6)}
+    packed = PackedIds.of(files)
+    assert PackedIds.of(packed) is packed
+    assert list(packed) == list(files) and len(packed) == 2 and packed.get("c" * 32) is None
+    assert packed == PackedIds(packed.names, packed.numbers) and packed == files
+    assert packed != {KEY: (1, 2, 3)} and packed != PackedIds.of({KEY: (1, 2, 3)}) and packed != [1]
+    assert dict(packed.items() ^ {KEY: (1, 2, 4)}.items()).keys() == {KEY, "b" * 32}
+    assert PackedIds.of({}) == {} and len(PackedIds("", b"")) == 0
+    for names, numbers in ((KEY, b""), (KEY, bytes(23)), ("", bytes(24)), (1, b""), ("", bytearray())):
+        with pytest.raises(ValueError):
+            PackedIds(names, numbers)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        PackedIds.of({KEY: 7})
+
+
+def test_a_growing_folder_in_two_frames_is_no_index(tmp_path: Path) -> None:
+    path = stored(tmp_path, sample_index())
+    good = frames(path)
+    growing = next(f for f in good if f[0] == "growing")
+    at = good.index(growing)
+    bad = tmp_path / "bad"
+    for extra in (growing, ("listed", growing[1], (KEY,), ((1, 2, 3),))):
+        forged = [*good[: at + 1], extra, *good[at + 1 : -1]]
+        bad.write_bytes(sealed([*forged, ("end", len(forged) + 1)]))
+        assert load(bad) is None, extra[0]
 
 
 def test_an_index_without_config_or_rows_comes_back_too(tmp_path: Path) -> None:

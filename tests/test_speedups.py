@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import weakref
 
 import pytest
 from hypothesis import given
@@ -36,3 +37,21 @@ def test_the_collector_is_paused_and_left_as_it_was_found(enabled: bool) -> None
         assert gc.isenabled() is enabled
     finally:
         gc.enable()
+
+
+def test_what_is_kept_is_left_frozen_and_garbage_is_not() -> None:
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    gc.unfreeze()
+    try:
+        garbage = weakref.ref(Node())  # a cycle no one holds
+        with collector_paused(keep=True):
+            assert not gc.isenabled()
+            kept = [[i] for i in range(10)]
+        assert gc.isenabled() and garbage() is None
+        assert gc.get_freeze_count() >= len(kept)
+        assert gc.is_tracked(kept[0]) and not any(o is kept[0] for o in gc.get_objects())  # not walked
+    finally:
+        gc.unfreeze()
