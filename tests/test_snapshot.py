@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corekit import dead_pid, make_repo, mint, receive, sha, write_jobs, write_receipt
+from corekit import count_forks, dead_pid, make_repo, mint, receive, sha, write_jobs, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -626,16 +626,7 @@ def test_rows_made_by_forked_workers_are_the_rows_made_here(
     here = Scanner(repo, disk_cache=False).scan().rows
     assert here[stale].state is State.STALE and here[orphaned].state is State.ORPHANED
 
-    forks: list[int] = []
-    real_fork = os.fork
-
-    def counted_fork() -> int:
-        forks.append(1)
-        return real_fork()
-
-    monkeypatch.setattr(os, "fork", counted_fork)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
-    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    forks = count_forks(monkeypatch, cores=3)
     monkeypatch.setattr(snapshot_pool, "WORKER_KEYS_MIN", 1)
     monkeypatch.setattr(snapshot_pool, "CHUNK_KEYS_MIN", 1)
     assert take_snapshot(repo).rows == here
@@ -659,16 +650,7 @@ def test_attempts_listed_by_another_process_are_listed_as_here(
     def here() -> dict[str, Any]:
         return Scanner(repo, disk_cache=False).scan().rows
 
-    forks: list[int] = []
-    real_fork = os.fork
-
-    def counted_fork() -> int:
-        forks.append(1)
-        return real_fork()
-
-    monkeypatch.setattr(os, "fork", counted_fork)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
-    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    forks = count_forks(monkeypatch, cores=2)
     monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
     assert take_snapshot(repo).rows == here()
     assert forks == [], "no index: nothing to load meanwhile"

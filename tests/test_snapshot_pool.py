@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from corekit import count_forks
 from shipkit import wait_for
 
 from core import snapshot_pool
@@ -27,16 +28,7 @@ def facts_of(key: str) -> tuple[FileFacts, bool]:
 @pytest.fixture
 def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Workers for as few as two keys on what looks like three cores; each fork counted."""
-    made: list[int] = []
-    real_fork = os.fork
-
-    def counted_fork() -> int:
-        made.append(1)
-        return real_fork()
-
-    monkeypatch.setattr(os, "fork", counted_fork)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
-    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    made = count_forks(monkeypatch, cores=3)
     monkeypatch.setattr(snapshot_pool, "WORKER_KEYS_MIN", 2)
     monkeypatch.setattr(snapshot_pool, "CHUNK_KEYS_MIN", 3)
     return made
