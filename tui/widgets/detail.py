@@ -59,6 +59,7 @@ class DetailPane(Vertical):
         if self._building:
             return
         self._building = True
+        # Imported here: these widgets' modules are not needed before the first frame.
         from textual.containers import VerticalScroll
         from textual.widgets import TabbedContent, TabPane
 
@@ -70,6 +71,7 @@ class DetailPane(Vertical):
             tabs.compose_add_child(TabPane(title, body, id=f"tab-{tab_id}"))
         await self.mount(tabs)
         self._tabs = tabs
+        tabs.active = self._active  # a tab chosen while they were mounting
         if self.detail is not None:
             self.show(self.detail)
 
