@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from core.durable import atomic_write
+from core.snapshot_folders import GROWING
 from core.snapshot_records import (
     ConfigStamp,
     FileFacts,
@@ -241,7 +242,7 @@ def _chunks(gen: str, device: int, index: Index) -> Iterator[bytes]:
     for part in _slices(index.volatile.items()):
         yield from frame("volatile", tuple(k for k, _ in part), *FACTS.split([v for _, v in part]))
     for folder, listing in index.listed.items():
-        packed = _packed(listing.files)
+        packed = _packed(folder, listing.files)
         if packed is not None:
             yield from frame("growing", folder, packed.names, packed.numbers)
             continue
@@ -250,11 +251,9 @@ def _chunks(gen: str, device: int, index: Index) -> Iterator[bytes]:
     yield from frame("end", frames + 1)
 
 
-def _packed(files: Mapping[str, FileId]) -> PackedIds | None:
+def _packed(folder: str, files: Mapping[str, FileId]) -> PackedIds | None:
     """The files of a growing folder packed, when they are (or can be)."""
-    if isinstance(files, PackedIds):
-        return files
-    if type(next(iter(files.values()), None)) is not tuple:
+    if folder not in GROWING:
         return None
     try:
         return PackedIds.of(files)
@@ -327,10 +326,10 @@ def _read_frames(fh: Any, gen: str, device: int, folders: tuple[str, ...]) -> In
         elif tag == "listed" and len(rest) == 3 and rest[0] in index.listed:
             folder, keys, ids = rest[0], _keys(rest[1]), rest[2]
             files = index.listed[folder].files
-            if not _file_ids_ok(ids) or len(ids) != len(keys) or not isinstance(files, dict):
+            if not _file_ids_ok(ids, folder in GROWING) or len(ids) != len(keys) or type(files) is not dict:
                 raise Malformed("file identities of the wrong type")
             files.update(zip(map(same, keys, keys), ids, strict=True))
-        elif tag == "growing" and len(rest) == 3 and rest[0] in index.listed:
+        elif tag == "growing" and len(rest) == 3 and rest[0] in GROWING and rest[0] in index.listed:
             listing = index.listed[rest[0]]
             if type(listing.files) is not dict or listing.files:
                 raise Malformed("a growing folder listed twice")
@@ -359,12 +358,12 @@ def _listings(settled: object, folders: tuple[str, ...]) -> dict[str, Listing]:
     return listed
 
 
-def _file_ids_ok(ids: object) -> bool:
-    """Inodes, or (inode, size, mtime) triples of integers."""
+def _file_ids_ok(ids: object, growing: bool) -> bool:
+    """Inodes, or for a folder whose files grow (inode, size, mtime) triples of integers."""
     if type(ids) is not tuple:
         return False
-    if _INODES(ids):
-        return True
+    if not growing:
+        return _INODES(ids)
     return (
         set(map(type, ids)) <= {tuple}
         and set(map(len, ids)) <= {3}

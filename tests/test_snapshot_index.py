@@ -156,6 +156,22 @@ def test_a_growing_folder_in_two_frames_is_no_index(tmp_path: Path) -> None:
         assert load(bad) is None, extra[0]
 
 
+def test_identities_of_the_other_kind_for_a_folder_are_no_index(tmp_path: Path) -> None:
+    """A folder whose files do not grow is known by inodes, one whose files grow by
+    (inode, size, mtime): a frame that gives a folder the other kind is forged."""
+    path = stored(tmp_path, sample_index())
+    good = frames(path)
+    bad = tmp_path / "bad"
+    for extra in (
+        ("listed", "queue", (KEY,), ((1, 2, 3),)),
+        ("listed", "attempts", (KEY,), (1,)),
+        ("growing", "queue", KEY, bytes(24)),
+    ):
+        forged = [*good[:-1], extra]
+        bad.write_bytes(sealed([*forged, ("end", len(forged) + 1)]))
+        assert load(bad) is None, extra
+
+
 def test_an_index_without_config_or_rows_comes_back_too(tmp_path: Path) -> None:
     empty = Index(
         None, {}, {f: Listing(None, {}, {} if f == "running" else None) for f in LISTED}, {}, {}, {}
