@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
-from typing import cast
+from typing import NamedTuple, cast
 
 from core import freshness
 from core.canonical import sha256_file
@@ -280,61 +280,19 @@ class Scanner:
         self._tree_now = {}
         gen = self._gen
         now = time.time() if now is None else now
-        # Rows made ahead: of cached facts while another process lists attempts/, and
-        # when many keys are read in several processes at once.
-        made: dict[str, JobRow] = {}
-        # Batches of finished rows, with the keys each lacks, made while the other process
-        # still lists attempts/: `scan_warm` 0.54 s with this, 0.58 s without (best of five).
-        ready: list[tuple[dict[str, JobRow | None], list[str]]] | None = None
-        order: dict[str, FileId] | None = None
-        apart = (
-            list_apart(partial(list_growing, gen, "attempts"), partial(read_leases, gen))
-            if self._worth_apart()
-            else None
-        )
-        try:
+        first = self._list_meanwhile(size, now) if self._worth_apart() else None
+        if first is None:
             self._load_cache()
-            old, fixed, volatile = self._listed, self._fixed, self._volatile
-            first = LISTED if apart is None else tuple(f for f in LISTED if f != "attempts")
-            listed, changed = list_folders(gen, old, first)
+            listed, changed = list_folders(gen, self._listed)
             self._forget(changed)
-            if apart is not None:
-                leases = listed["running"].leases or {}
-                order = _order(listed)
-                ready = [_batch(chunk, fixed) for chunk in _chunks(list(order), size)]
-                # The leases, read by the other process before it lists attempts/:
-                # `scan_warm` 0.59 s with this, 0.63 s without (best of six each).
-                self._leases_ahead = apart.ahead()
-                for key, facts in volatile.items():
-                    made[key] = self._finish(key, facts, key in leases, now)[0]
-                self._leases_ahead = {}
-                taken = apart.files(None if old is None else old["attempts"].files)
-                apart = None
-                rest, more = list_folders(
-                    gen, old, ("attempts",), None if taken is None else {"attempts": taken}
-                )
-                listed = {f: listed[f] if f in listed else rest[f] for f in LISTED}
-                self._forget(more)
-                for key in more or ():
-                    made.pop(key, None)
-                if more is None:
-                    ready = None
-                elif more:
-                    where = {k: i // size for i, k in enumerate(order)}
-                    for key in more.intersection(where):
-                        batch, todo = ready[where[key]]
-                        if batch[key] is not None:
-                            batch[key] = None
-                            todo.append(key)
-        finally:
-            self._leases_ahead = {}
-            if apart is not None:
-                apart.files(None)
+            first = _Listed(listed, _order(listed), None, {})
+        # `made`: rows made ahead, of cached facts while another process listed attempts/,
+        # and when many keys are read in several processes at once.
+        listed, order, ready, made = first
+        fixed, volatile = self._fixed, self._volatile
         racy = racy_after()
         files = {f: listed[f].files for f in LISTED}
         leases = listed["running"].leases or {}
-        if order is None:
-            order = _order(listed)
         keys = list(order)
         for key, facts, settled in read_many(
             [k for k in keys if k not in fixed and k not in volatile],
@@ -359,6 +317,46 @@ class Scanner:
         old = self._listed
         self._dirty = self._dirty or old is None or any(listed[f] is not old.get(f) for f in LISTED)
         self._listed = listed
+
+    def _list_meanwhile(self, size: int, now: float) -> _Listed | None:
+        """A first scan's listing, made while another process reads the leases and lists
+        attempts/; meanwhile this one loads the index and makes the rows it has facts for.
+        None when no other process can (`core.snapshot_pool.list_apart`)."""
+        gen = self._gen
+        apart = list_apart(partial(list_growing, gen, "attempts"), partial(read_leases, gen))
+        if apart is None:
+            return None
+        try:
+            self._load_cache()
+            old = self._listed
+            listed, changed = list_folders(gen, old, tuple(f for f in LISTED if f != "attempts"))
+            self._forget(changed)
+            leases = listed["running"].leases or {}
+            order = _order(listed)
+            # The batches of finished rows, made while the other process still lists:
+            # `scan_warm` 0.54 s with this, 0.58 s without (best of five).
+            ready = [_batch(chunk, self._fixed) for chunk in _chunks(list(order), size)]
+            # The leases, read by the other process before it lists attempts/:
+            # `scan_warm` 0.59 s with this, 0.63 s without (best of six each).
+            self._leases_ahead = apart.ahead()
+            made = {
+                key: self._finish(key, facts, key in leases, now)[0] for key, facts in self._volatile.items()
+            }
+        except BaseException:
+            apart.files(None)  # the process is waited for, however the scan ends
+            raise
+        finally:
+            self._leases_ahead = {}
+        taken = apart.files(None if old is None else old["attempts"].files)
+        rest, grew = list_folders(gen, old, ("attempts",), None if taken is None else {"attempts": taken})
+        listed = {f: listed[f] if f in listed else rest[f] for f in LISTED}
+        self._forget(grew)
+        if grew is None:
+            return _Listed(listed, order, None, made)
+        for key in grew:
+            made.pop(key, None)
+        _unmake(ready, order, grew, size)
+        return _Listed(listed, order, ready, made)
 
     def _worth_apart(self) -> bool:
         """Whether to list attempts/ in another process while this one loads the index:
@@ -556,6 +554,20 @@ class Scanner:
         return read
 
 
+# Batches of rows as a scan delivers them, each with the keys it has no row for yet.
+_Ready = list[tuple[dict[str, JobRow | None], list[str]]]
+
+
+class _Listed(NamedTuple):
+    """The folders a full scan lists, the keys in the order it delivers them, the batches
+    of finished rows made already (each with the keys it lacks), and rows made ahead."""
+
+    listed: dict[str, Listing]
+    order: dict[str, FileId]
+    ready: _Ready | None
+    made: dict[str, JobRow]
+
+
 def _order(listed: Mapping[str, Listing]) -> dict[str, FileId]:
     """The keys of a scan in the order they are delivered: those with a receipt, those in
     running/, the queue, then finished jobs."""
@@ -574,6 +586,23 @@ def _batch(chunk: list[str], fixed: Mapping[str, JobRow]) -> tuple[dict[str, Job
     """The finished rows of `chunk`, and the keys that have none."""
     batch: dict[str, JobRow | None] = dict(zip(chunk, map(fixed.get, chunk), strict=True))
     return batch, [k for k, row in batch.items() if row is None]
+
+
+def _unmake(
+    ready: list[tuple[dict[str, JobRow | None], list[str]]],
+    order: Mapping[str, FileId],
+    keys: set[str],
+    size: int,
+) -> None:
+    """Take out of the `ready` batches the rows of `keys` (their files changed since)."""
+    if not keys:
+        return
+    where = {k: i // size for i, k in enumerate(order)}
+    for key in keys.intersection(where):
+        batch, todo = ready[where[key]]
+        if batch[key] is not None:
+            batch[key] = None
+            todo.append(key)
 
 
 def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:
