@@ -49,7 +49,7 @@ class DetailPane(Vertical):
         self.live: Mapping[str, LiveCheck] = {}
         self._tabs: TabbedContent | None = None  # once `build` has mounted them
         self._building = False
-        self._active = f"tab-{TABS[0][0]}"  # the tab to show once they are mounted
+        self._active = f"tab-{TABS[0][0]}"  # the tab to show once they are mounted (`build`)
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no job selected"), id="detail-title")
@@ -86,21 +86,18 @@ class DetailPane(Vertical):
     def step_tab(self, step: int) -> None:
         """Show the next (or previous) tab, wrapping around."""
         ids = [f"tab-{tab_id}" for tab_id, _ in TABS]
-        here = ids.index(self._active) if self._active in ids else 0
+        shown = self._tabs.active if self._tabs is not None else self._active
+        here = ids.index(shown) if shown in ids else 0
         self._activate(ids[(here + step) % len(ids)])
 
     def show_tab(self, tab_id: str) -> None:
         self._activate(f"tab-{tab_id}")
 
     def _activate(self, pane_id: str) -> None:
-        self._active = pane_id
         if self._tabs is not None:
             self._tabs.active = pane_id
-
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        """A tab chosen by mouse is the one to step from."""
-        if event.pane.id is not None:
-            self._active = event.pane.id
+        else:
+            self._active = pane_id
 
     def _body(self, tab_id: str) -> Static:
         return self.query_one(f"#detail-{tab_id}", Static)
