@@ -51,7 +51,8 @@ def collector_paused(keep: bool = False) -> Iterator[None]:
     starts). `scan_warm`: the process exits 0.05 s sooner.
     """
     was = gc.isenabled()
-    if keep and not gc.get_freeze_count():
+    frozen = gc.get_freeze_count() > 0  # asked once: it counts every frozen object
+    if keep and not frozen:
         gc.collect()
     gc.disable()
     try:
@@ -59,7 +60,7 @@ def collector_paused(keep: bool = False) -> Iterator[None]:
     finally:
         if keep:
             gc.freeze()
-        elif not gc.get_freeze_count():  # else someone froze objects on purpose: leave them
+        elif not frozen:  # else someone froze objects on purpose: leave them
             gc.freeze()
             gc.unfreeze()
         if was:

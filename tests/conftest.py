@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,15 @@ def private_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     cfg = tmp_path_factory.mktemp("xdg-config")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(cfg))
     return cfg
+
+
+@pytest.fixture(autouse=True)
+def collector_thawed() -> Iterator[None]:
+    """What a test froze is thawed after it. The CLI, run in this process, freezes what it
+    loaded for good, as a command's process should; left frozen, it would change how every
+    later test collects (`gc.get_freeze_count` alone walks all that is frozen)."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture
