@@ -78,7 +78,8 @@ def fsync_dir(path: Path) -> None:
         fsync_fd(fd, path)
 
 
-def _write_all(fd: int, data: bytes | Iterable[bytes]) -> None:
+def write_all(fd: int, data: bytes | Iterable[bytes]) -> None:
+    """Every byte of `data` to `fd`, however little each write takes."""
     for chunk in (data,) if isinstance(data, bytes) else data:
         view = memoryview(chunk)
         while view:
@@ -110,7 +111,7 @@ def temp_at(
         os.close(fd)  # removed by a sweep between its creation and the lock: make another
     try:
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
         except OSError as exc:
             raise environment_fault(exc, where) or exc from None
         if durable:

@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from core.durable import write_all
 from core.snapshot_index import FACTS
 from core.snapshot_records import FileFacts, FileId, PackedIds
 
@@ -209,10 +210,10 @@ def list_apart(
         try:
             os.close(reply)
             read = marshal.dumps(ahead()) if store >= 0 else b""
-            _write(store, read)
-            _write(out, len(read).to_bytes(8, "big"))
+            write_all(store, read)
+            write_all(out, len(read).to_bytes(8, "big"))
             packed = PackedIds.of(list_one())
-            _write(out, _message(marshal.dumps((packed.names, packed.numbers))))
+            write_all(out, _message(marshal.dumps((packed.names, packed.numbers))))
             code = 0
         finally:
             os._exit(code)
@@ -223,12 +224,6 @@ def list_apart(
 def _message(data: bytes) -> bytes:
     """A message for `_receive`: its length (8 bytes, big-endian), then `data`."""
     return len(data).to_bytes(8, "big") + data
-
-
-def _write(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _receive(fd: int) -> bytes:

@@ -149,7 +149,7 @@ def test_a_full_disk_is_named_with_the_file_and_nothing_is_left(
     def no_space(fd: int, data: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(durable, "_write_all", no_space)
+    monkeypatch.setattr(durable, "write_all", no_space)
     with pytest.raises(DurabilityError) as err:
         atomic_write(target, b"new")
     assert str(err.value) == f"{target}: no space left on the device; nothing was changed there"
