@@ -477,18 +477,55 @@ def keygen_cmd(force: bool) -> None:
 )
 @click.pass_context
 def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
-    """Pin a worker public key in .gen/trusted_keys/ (or, with --operator, your own list)."""
+    """Pin a worker public key for this repository (or, with --operator, for every one).
+
+    The key file goes to .gen/trusted_keys/ and its fingerprint to your own pins: a key file
+    that came with the repository counts only once you pin it here."""
     from core.events import record_event
-    from core.signing import operator_keys_dir, trust
+    from core.signing import trust_operator, trust_repository
 
     if operator:
-        dest, fp = trust(operator_keys_dir(), pubkey_file)
+        dest, fp = trust_operator(pubkey_file)
         say(f"trusted {fp} for every repository ({visible(str(dest))})")
         return
     layout = layout_of(ctx)
-    dest, fp = trust(layout.trusted_keys, pubkey_file)
+    dest, fp = trust_repository(layout, pubkey_file)
     record_event(layout, "trusted", None, fingerprint=fp, file=dest.name)
     say(f"trusted {fp} ({visible(str(dest.relative_to(layout.root)))})")
+
+
+@main.command("allow")
+@click.option("--yes", is_flag=True, help="Allow it without asking (what it runs is printed all the same).")
+@click.option("--show", is_flag=True, help="Only show what the config would run; allow nothing.")
+@click.pass_context
+def allow_cmd(ctx: click.Context, yes: bool, show: bool) -> None:
+    """Show exactly what .gen/config.toml would run, and allow it (pinned to its sha256).
+
+    Until you allow it, a repository's config runs nothing (no host, no check) and lowers
+    nothing; any change to what it runs asks again."""
+    from core.consent import allow, consent
+
+    layout = layout_of(ctx)
+    now = consent(layout)
+    where = visible(str(layout.config.relative_to(layout.root)))
+    if now.digest is None:
+        say(f"{where} runs nothing and lowers nothing: there is nothing to allow")
+        return
+    state = "allowed" if now.allowed else "changed since you allowed it" if now.changed else "not allowed yet"
+    say(f"{where} ({state}) would run, with your rights:")
+    for line in now.lines:
+        say(f"  {visible(line)}")
+    say(f"sha256 of what it runs: {now.digest}")
+    if now.allowed or show:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise GenjobError(f"{where}: not allowed; confirm with `genjob allow --yes` (no terminal to ask)")
+        if not click.confirm("Allow it to run this?", default=False):
+            say("nothing allowed")
+            sys.exit(1)
+    allow(layout, now.digest)
+    say(f"allowed: {where} may run this until what it runs changes")
 
 
 @main.command("schema")

@@ -49,6 +49,8 @@ def _print_policy(snap: Snapshot) -> None:
     if snap.config_error:
         say(f"warning: {visible(snap.config_error)}", err=True)
         return
+    if snap.config_held:
+        say(f"note: {visible(snap.config_held)}", err=True)
     if not snap.signature_required:
         say("policy: signatures NOT required (require_signature = false)", err=True)
     if snap.unsandboxed_checks:
