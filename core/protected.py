@@ -18,6 +18,10 @@ import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+# How the CLI and the board mark a job that may write a protected path, and say why.
+PROTECTED_MARK = "⚑"
+PROTECTED_HINT = "may write protected paths, which apply writes only when you approve this job explicitly"
+
 DEFAULT_PROTECTED: tuple[str, ...] = (
     # genjob's own folder, git's, and the hooks that run on commit
     ".gen/**",

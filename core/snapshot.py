@@ -43,6 +43,7 @@ from core.layout import Layout, user_config_dir
 from core.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.paths import lstat_inside
 from core.pins import pins_file
+from core.protected import DEFAULT_PROTECTED
 from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, read_leases, share
 from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
 from core.snapshot_index import read_index, write_index
@@ -80,6 +81,7 @@ class Snapshot:
     counts: Counter[State] = field(default_factory=Counter)
     unsandboxed_checks: tuple[str, ...] = ()
     config_held: str | None = None
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED
 
     def __post_init__(self) -> None:
         self.counts = Counter(map(_state_of, self.rows.values()))
@@ -114,18 +116,18 @@ def _candidates(facts: FileFacts) -> str | None:
     return "ok" if facts.candidates_ok else "failed"
 
 
-def _config_policy(path: str) -> tuple[bool, str | None, tuple[str, ...], str | None]:
+def _config_policy(path: str) -> tuple[bool, str | None, tuple[str, ...], str | None, tuple[str, ...]]:
     """(require_signature, the fault of a bad config.toml, the checks run unsandboxed, what
-    the config would run and may not yet)."""
+    the config would run and may not yet, the protected paths)."""
     from core.config import load_config  # pydantic: loaded only when a config.toml changed
 
     try:
         config = load_config(Path(path))
     except GenjobError as exc:
-        return (True, str(exc), (), None)
+        return (True, str(exc), (), None, DEFAULT_PROTECTED)
     unsandboxed = tuple(name for name, check in config.checks.items() if check.sandbox == "none")
     held = config.held.hint if config.held is not None else None
-    return (config.policy.require_signature, None, unsandboxed, held)
+    return (config.policy.require_signature, None, unsandboxed, held, tuple(config.policy.protected_paths))
 
 
 _NO_STAMP = (0, 0, 0, 0)
@@ -171,6 +173,7 @@ class Scanner:
         self.config_error: str | None = None
         self.unsandboxed_checks: tuple[str, ...] = ()
         self.config_held: str | None = None
+        self.protected_paths: tuple[str, ...] = DEFAULT_PROTECTED
         # The index is loaded by the first call that needs it: a first scan lists
         # attempts/ in another process meanwhile.
         self._unloaded = disk_cache
@@ -246,7 +249,7 @@ class Scanner:
 
     def _read_config(self) -> None:
         path = str(self.layout.config)
-        self.unsandboxed_checks, self.config_held = (), None
+        self.unsandboxed_checks, self.config_held, self.protected_paths = (), None, DEFAULT_PROTECTED
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -259,10 +262,15 @@ class Scanner:
         hit = self._config
         if hit is not None and hit.file == stamp and hit.operator == operator:
             self.signature_required, self.config_error = hit.signature_required, hit.fault
-            self.unsandboxed_checks, self.config_held = hit.unsandboxed, hit.held
+            self.unsandboxed_checks, self.config_held, self.protected_paths = (
+                hit.unsandboxed,
+                hit.held,
+                hit.protected,
+            )
             return
         policy = _config_policy(path)
-        self.signature_required, self.config_error, self.unsandboxed_checks, self.config_held = policy
+        self.signature_required, self.config_error, self.unsandboxed_checks, self.config_held = policy[:4]
+        self.protected_paths = policy[4]
         racy = racy_after()
         if st.st_mtime_ns < racy and operator[2] < racy and operator[6] < racy:
             self._config = ConfigStamp(stamp, operator, *policy)
@@ -282,6 +290,7 @@ class Scanner:
             self.config_error,
             unsandboxed_checks=self.unsandboxed_checks,
             config_held=self.config_held,
+            protected_paths=self.protected_paths,
         )
 
     def scan_batches(self, size: int = 4096, now: float | None = None) -> Iterator[dict[str, JobRow]]:

@@ -217,6 +217,7 @@ class ConfigStamp(NamedTuple):
     fault: str | None
     unsandboxed: tuple[str, ...]  # the checks configured with sandbox = "none"
     held: str | None  # what the config would run and may not yet (`core.config.Held.hint`)
+    protected: tuple[str, ...]  # `policy.protected_paths`
 
 
 class Index(NamedTuple):

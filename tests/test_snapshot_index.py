@@ -78,7 +78,9 @@ def sample_index(rows: int = 3) -> Index:
     listed["attempts"] = Listing((4, 5, 6), {KEY: (8, 9, 10), "b" * 32: (11, 12, -(2**63))}, None)
     listed["candidates"] = Listing(None, {KEY: (13, 4096, 2**63 - 1)}, None)
     return Index(
-        config=ConfigStamp(FileStamp(1, 2, 3, 4), (5, 6, 7, 8), True, None, ("lint",), "it waits"),
+        config=ConfigStamp(
+            FileStamp(1, 2, 3, 4), (5, 6, 7, 8), True, None, ("lint",), "it waits", ("*.lock",)
+        ),
         tree={"src/app.py": TreeStamp(FileStamp(5, 6, 7, 8), "e" * 64)},
         listed=listed,
         fixed=fixed,

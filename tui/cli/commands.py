@@ -19,6 +19,8 @@ from core.errors import GenjobError, NotFound
 from core.freshness import MAX_TTL
 from core.layout import JOB_FOLDERS, Layout, find_root
 from core.lifecycle import State
+from core.protected import PROTECTED_HINT, protected_among
+from core.protected import describe as describe_protected
 from core.terminal import visible
 from tui.cli.output import guarded, print_json, say
 
@@ -170,6 +172,7 @@ def mint(
     paths: tuple[str, ...],
 ) -> None:
     """Mint a job over PATHS into the queue and print its key."""
+    from core.config import load_config
     from core.mint import build_job
     from core.models import V1, V2
     from core.paths import repo_relative
@@ -187,6 +190,9 @@ def mint(
     say(res.key)
     if not res.created:
         say(f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True)
+    protected = protected_among(job.allowed_paths, load_config(layout.config).policy.protected_paths)
+    if protected:
+        say(f"note: {PROTECTED_HINT}: {visible(describe_protected(protected))}", err=True)
 
 
 class StateChoice(click.Choice):
@@ -243,6 +249,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         say("inputs:")
         for p, h in sorted(d.document["inputs"].items()):
             say(f"  {visible(p)}  {h or '(new file)'}")
+    if d.protected:
+        say(f"{PROTECTED_HINT}: {visible(describe_protected(d.protected))}")
     for p in dict.fromkeys(r.problems + tuple(d.errors)):  # each fault once, in order
         say(f"! {visible(p)}")
     if r.state is State.INVALID:
