@@ -201,7 +201,7 @@ def test_hosts_and_ship_say_whether_a_local_host_is_sandboxed(
         'generator = "python3 -m core.demo_generator"\n',
     )
     listed = cli("hosts", root=repo.root).output
-    assert "sandboxed (bwrap): no network, only its workspace writable" in listed
+    assert "sandboxed (bwrap): no network, no unix sockets, only its workspace writable" in listed
     assert 'UNSANDBOXED (sandbox = "none")' in listed
     views = {v.name: v for v in fleet(repo, load_config(repo.config))}
     assert (views["boxed"].sandboxed, views["open"].sandboxed) == (True, False)
