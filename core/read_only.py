@@ -13,7 +13,8 @@ Two kinds of path:
    the tree, and one that leads out of it is refused, naming where it leads;
  - any other (a host's tools, the interpreter genjob runs on) was named by the
    operator, so the kernel resolves it, links and all; what it resolves to is judged.
-Either way what is bound must be a folder or a regular file, not the whole filesystem
+Either way what is bound must be a folder or a regular file (a file reached through a
+link in the tree: only a folder), not the whole filesystem
 or the writable folder, and must not be, hold or lie within the user's home folder
 itself, ~/.ssh or genjob's key folder (a folder inside the home is fine). In a tree it
 must not be the tree itself nor lie in its ``.git/`` or ``.gen/``, which a check never
@@ -175,6 +176,13 @@ class _Walk:
         try:
             while self.todo:
                 self._step(*self.todo.pop())
+            if self.links and not stat.S_ISDIR(os.fstat(self.chain[-1]).st_mode):
+                # A link that names a file beside it (`.venv` -> `.env`) would show what
+                # the operator never named: a file is shown only when named itself.
+                raise self.fault(
+                    f"leads through a link to {self.tree.joinpath(*self.names)}, which is not a "
+                    "folder; name that file in read_only itself if it may be read"
+                )
             return self.chain.pop(), self.names
         finally:
             while self.chain:
@@ -244,10 +252,11 @@ class _Walk:
         return None
 
     def _leads_out(self, link: _Link) -> BadInput:
+        there = "" if str(link.leads) == link.target else f", to {link.leads}"
         return self.fault(
-            f"goes through {link.path}, a link to {link.target}, out of the repository (to "
-            f"{link.leads}); a link in the repository is its data, not your word. If it may read "
-            f'that, name it in read_only itself: read_only = ["{link.leads}"]'
+            f"goes through {link.path}, a link to {link.target}: out of the repository{there}. "
+            "A link in the repository is its data, not your word; if the check may read "
+            f'{link.leads}, name it in read_only itself: read_only = ["{link.leads}"]'
         )
 
 
