@@ -204,3 +204,19 @@ def test_a_link_to_an_untracked_file_beside_it_is_refused(
     configure(repo, {"tests": 'run = "cat .venv"\nread_only = [".venv"]'})
     job = received(repo, signer, {"calc.py": CALC_BETTER})
     assert f"leads through a link to {repo.root / '.env'}, which is not a folder" in refused(repo, job)
+
+
+def test_a_folder_of_the_repository_is_shown_beside_a_folder_that_holds_the_repository(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """The scratch tree is bound over the repository's place in the folder above it, so
+    `.venv` is bound again on top rather than taken as shown through that folder."""
+    (repo.root / ".venv").mkdir()
+    (repo.root / ".venv" / "marker.txt").write_text("the environment\n")
+    (tmp_path / "beside.txt").write_text("beside the repository\n")
+    configure(
+        repo,
+        {"tests": f'run = "cat .venv/marker.txt {tmp_path}/beside.txt"\nread_only = ["{tmp_path}", ".venv"]'},
+    )
+    job = received(repo, signer, {"calc.py": CALC_BETTER})
+    assert shows(repo, job) == "the environment\nbeside the repository\n"
