@@ -13,12 +13,11 @@ Two kinds of path:
    the tree, and one that leads out of it is refused, naming where it leads;
  - any other (a host's tools, the interpreter genjob runs on) was named by the
    operator, so the kernel resolves it, links and all; what it resolves to is judged.
-Either way what is bound must be a folder or a regular file (a file reached through a
-link in the tree: only a folder), not the whole filesystem
-or the writable folder, and must not be, hold or lie within the user's home folder
-itself, ~/.ssh or genjob's key folder (a folder inside the home is fine). In a tree it
-must not be the tree itself nor lie in its ``.git/`` or ``.gen/``, which a check never
-sees.
+Either way what is bound must be a folder or a regular file (through a link in a tree:
+a folder), not the whole filesystem or the writable folder, and must not be, hold or lie
+within the user's home folder itself, ~/.ssh or genjob's key folder (a folder inside the
+home is fine). In a tree it must not be the tree itself nor lie in its ``.git/`` or
+``.gen/``, which a check never sees.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import BadInput
-from core.layout import GEN
+from core.layout import GEN, user_config_dir
 from core.tree import closing
 
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -64,8 +63,6 @@ class Rules:
 
 def private_paths() -> tuple[Path, ...]:
     """What a sandbox must never show: the user's home, SSH keys and genjob's key folder."""
-    from core.layout import user_config_dir
-
     home = Path.home()
     return tuple(Path(os.path.realpath(p)) for p in (home, home / ".ssh", user_config_dir()))
 

@@ -232,7 +232,7 @@ def check_writable(folder: Path) -> None:
         raise SandboxError(f"sandbox: the writable folder {folder} {fault}")
 
 
-def open_read_only(spec: Confinement, writable: Path) -> list[Bind]:
+def _open_read_only(spec: Confinement, writable: Path) -> list[Bind]:
     """The interpreter's prefixes and `spec`'s read-only paths, open and judged
     (`core.read_only`); SandboxError naming who named the path and its fault."""
     try:
@@ -294,11 +294,13 @@ def launch(spec: Confinement, command: Sequence[str]) -> Launch:
     source = str(writable / "merged") if overlay else str(writable)
     prelude = _overlay_prelude(have, overlay) if overlay else []
     allowed = system_call_filter()
-    binds = open_read_only(spec, writable)
+    binds = _open_read_only(spec, writable)
     try:
         args, bound = _bwrap_args(have, spec, inside, source, binds)
-    finally:
-        _close(b.fd for b in binds if b.fd not in bound)
+    except BaseException:
+        _close(b.fd for b in binds)
+        raise
+    _close(b.fd for b in binds if b.fd not in bound)
     argv = [*prelude, have.bwrap, *args, "--", *command]
     network = "network shared" if spec.network else "no network"
     what = f"bwrap: {network}, no unix sockets, only {inside} writable"
