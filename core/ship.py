@@ -58,7 +58,7 @@ class ShipResult:
 
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
-        return LocalTransport(confine=LocalSandbox.of(host))
+        return LocalTransport(confine=LocalSandbox.of(host, name))
     if host.transport == "command":
         if not host.command:
             raise BadInput(f"config.toml: hosts.{name}: a command host needs command")
