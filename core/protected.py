@@ -116,6 +116,12 @@ def protected_among(paths: Iterable[str], patterns: Sequence[str]) -> dict[str, 
     return found
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def flagged(paths: tuple[str, ...], patterns: tuple[str, ...]) -> bool:
+    """Whether any of `paths` is protected: asked for every row a list draws, so remembered."""
+    return any(matching(path, patterns) is not None for path in paths)
+
+
 def describe(found: Mapping[str, str]) -> str:
     """`a.py (tests/**), b.lock (*.lock)`: what is protected, and by which pattern."""
     return ", ".join(f"{path} ({pattern})" for path, pattern in sorted(found.items()))

@@ -115,6 +115,7 @@ class BoardFeed(Widget):
         config_error: str | None
         trusted_keys: int
         config_held: str | None = None  # what the config would run and may not yet
+        protected: tuple[str, ...] = ()  # `policy.protected_paths`
 
     @dataclass
     class VerdictsFound(Message):
@@ -277,7 +278,7 @@ class BoardFeed(Widget):
                 self._emit(dict.fromkeys(gone))
             trusted = await asyncio.to_thread(self._count_trusted)
             policy = (scanner.signature_required, scanner.config_error, trusted, scanner.config_held)
-            self.post_message(self.PolicyRead(*policy))
+            self.post_message(self.PolicyRead(*policy, scanner.protected_paths))
             if any_rows and not self._rows_shown.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)

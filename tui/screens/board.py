@@ -345,6 +345,7 @@ class BoardScreen(Screen[None]):
         self.config_error = message.config_error
         self.config_held = message.config_held
         self.trusted_keys = message.trusted_keys
+        self.table.set_protected(message.protected)
         pane = self.query_one(DetailPane)
         pane.signature_required = self.signature_required
         if not self.view.rows:  # else the first rows drawn are the moment
