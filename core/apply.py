@@ -48,6 +48,7 @@ from core.durable import (
     folder,
     fsync_dir,
     fsync_fd,
+    make_folder,
     rename_at,
 )
 from core.errors import (
@@ -321,7 +322,8 @@ class _Apply:
             except Stale:
                 raise  # a fresh apply that found a conflict before writing anything
             if not self.resuming:
-                atomic_write(self.layout.journal_file(self.job.key), canonical(self._journal()))
+                journal = self.layout.journal_file(self.job.key)
+                atomic_write(make_folder(journal.parent) / journal.name, canonical(self._journal()))
                 self._open_originals()
             for t in pending:
                 self._stage(t)
@@ -597,7 +599,8 @@ def _record(layout: Layout, job: Job, targets: list[Target], changed: list[str],
             "changed": changed,
         },
     }
-    create_exclusive(layout.job_file("applied", job.key), canonical(record))
+    path = layout.job_file("applied", job.key)
+    create_exclusive(make_folder(path.parent) / path.name, canonical(record))
     _close(layout, job)
     record_event(layout, "applied", job.key, changed=changed, signer=v.signer)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.durable import DIR_MODE, make_folder
 from core.errors import GenjobError
 from core.rules import (
     DEFAULT_LIMITS,
@@ -172,7 +173,7 @@ def _open_parent(root_fd: int, rel: str) -> int:
     try:
         for part in rel.split("/")[:-1]:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, DIR_MODE, dir_fd=fd)
             next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = next_fd
@@ -224,9 +225,9 @@ def extract_result(
     parsed strictly and its claimed hashes compared. ``dest_dir`` must not exist; any
     refusal raises BundleError and leaves no ``dest_dir`` behind.
     """
-    dest_dir.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(dest_dir.parent)
     try:
-        dest_dir.mkdir()
+        dest_dir.mkdir(DIR_MODE)
     except FileExistsError:
         raise BundleError(f"{dest_dir}: already exists; results go into a new folder") from None
     try:

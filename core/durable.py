@@ -13,6 +13,12 @@ as `DurabilityError` naming the file and the fault; nothing is left half-written
 
 Every rename under `.gen/` goes through here. `rename_at` and `rename` are the bare
 ones, for steps that check what they moved and sync the folder themselves.
+
+Every folder genjob makes under `.gen/` is made by `make_folder`, with `DIR_MODE`, and
+every file with an explicit mode (`FILE_MODE` unless it is secret): a mode given to
+mkdir or open is only ever narrowed by the umask, so under any umask nothing genjob
+makes there is writable by the group or by others. A folder a fresh clone or an archive
+dropped (they keep no empty folder) is made again by whoever writes into it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from pathlib import Path
 from core.errors import BadInput, DurabilityError
 
 TMP_PREFIX = ".tmp-"
+DIR_MODE = 0o755
+FILE_MODE = 0o644
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -55,15 +63,59 @@ def folder(path: Path) -> Iterator[int]:
     try:
         fd = os.open(path, DIR_FLAGS)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise BadInput(
-                f"{path}: not a real folder (a symlink or a file); nothing written there"
-            ) from None
-        raise environment_fault(exc, path) or exc from None
+        raise _folder_fault(exc, path) from None
     try:
         yield fd
     finally:
         os.close(fd)
+
+
+def make_folder(path: Path) -> Path:
+    """`path` as a real folder: made with `DIR_MODE` when missing, with each missing folder
+    above it, each one through the descriptor of the folder above, never through a link.
+
+    A link or a file where a folder should be raises BadInput naming it.
+    """
+    missing: list[str] = []
+    base = path
+    while not os.path.lexists(base):
+        missing.append(base.name)
+        base = base.parent
+    with folder(base) as base_fd:
+        fd = os.dup(base_fd)
+    try:
+        for name in reversed(missing):
+            with contextlib.suppress(FileExistsError):  # made meanwhile: opened like any folder
+                _mkdir_at(fd, name, path)
+            sub = _open_sub(fd, name, path)
+            os.close(fd)
+            fd = sub
+    finally:
+        os.close(fd)
+    return path
+
+
+def _mkdir_at(dir_fd: int, name: str, where: Path) -> None:
+    try:
+        os.mkdir(name, DIR_MODE, dir_fd=dir_fd)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise environment_fault(exc, where) or exc from None
+
+
+def _open_sub(dir_fd: int, name: str, where: Path) -> int:
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _folder_fault(exc, where) from None
+
+
+def _folder_fault(exc: OSError, path: Path) -> Exception:
+    """What opening the folder `path` failed with, said once for every caller."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return BadInput(f"{path}: not a real folder (a symlink or a file); nothing written there")
+    return environment_fault(exc, path) or exc
 
 
 def fsync_fd(fd: int, what: Path | str) -> None:

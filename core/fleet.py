@@ -24,7 +24,7 @@ from core.bundle import ResultInfo
 from core.canonical import canonical, loads_strict, read_bytes
 from core.config import Config, Host
 from core.contract import ReceiptStatus
-from core.durable import atomic_write, flocked
+from core.durable import atomic_write, flocked, make_folder
 from core.errors import BadInput, GenjobError
 from core.events import attempts, bounded
 from core.layout import Layout
@@ -127,7 +127,7 @@ def _note(obj: object) -> Note | None:
 
 def _update(layout: Layout, host: str, changes: Mapping[str, Any]) -> None:
     """Merge `changes` into the host's notes, one writer at a time."""
-    layout.fleet.mkdir(exist_ok=True)
+    make_folder(layout.fleet)
     with flocked(layout.fleet / ".lock"):
         record = {**_read(layout, host), **bounded(dict(changes))}
         atomic_write(layout.fleet_file(host), canonical(record), durable=False)

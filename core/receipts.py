@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.canonical import canonical, read_bytes
-from core.durable import atomic_write, create_exclusive, flocked, move
+from core.durable import atomic_write, create_exclusive, flocked, make_folder, move
 from core.events import record_attempt, record_event
 from core.evidence import keep, set_aside
 from core.layout import Layout
@@ -76,6 +76,7 @@ def commit_receipt(
             if os.path.lexists(final):
                 set_aside(layout, job.key, final, f"out-before-{token}")
             move(staged_out, final)
+        make_folder(layout.receipts)
         if sig is not None:
             atomic_write(layout.signature(job.key), sig)
         else:

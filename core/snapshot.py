@@ -37,6 +37,7 @@ from typing import NamedTuple, cast
 from core import freshness
 from core.canonical import sha256_file
 from core.contract import KEY_RE, ReceiptStatus
+from core.durable import make_folder
 from core.errors import BadInput, GenjobError
 from core.freshness import LeaseState, Verdict
 from core.layout import Layout, user_config_dir
@@ -200,8 +201,8 @@ class Scanner:
             volatile=self._volatile,
             leases=self._leases,
         )
-        with contextlib.suppress(OSError, ValueError):
-            self.layout.cache.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError, ValueError, GenjobError):  # a cache not saved costs a rescan
+            make_folder(self.layout.cache)
             write_index(self._cache_path, self._gen, self._device(), index)
             self._dirty = False
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from core.durable import DIR_MODE
 from core.errors import BadInput
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -58,7 +59,7 @@ def _why(exc: OSError) -> str:
 def open_folder(base_fd: int, parts: list[str], where: str, created: list[str] | None = None) -> int:
     """Open the folder `parts` below `base_fd`, one component at a time, never through a link.
 
-    With `created` given, a missing folder is made (0755) and its relative path appended
+    With `created` given, a missing folder is made (`DIR_MODE`) and its relative path appended
     to `created`; without it, a missing folder raises FileNotFoundError. A component that
     is a symlink or not a folder raises BadInput naming `where` and the component.
     """
@@ -73,7 +74,7 @@ def open_folder(base_fd: int, parts: list[str], where: str, created: list[str] |
                 if created is None:
                     raise
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
+                    os.mkdir(part, DIR_MODE, dir_fd=fd)
                     created.append("/".join(done))
                 next_fd = _open_sub(fd, part, where, done)
             except OSError as exc:
