@@ -48,7 +48,6 @@ from core.durable import (
     folder,
     fsync_dir,
     fsync_fd,
-    make_folder,
     rename_at,
 )
 from core.errors import (
@@ -72,6 +71,7 @@ from core.tree import (
     exchange,
     hash_at,
     identity,
+    make_folder,
     open_dir,
     open_folder,
     open_regular,
@@ -323,7 +323,9 @@ class _Apply:
                 raise  # a fresh apply that found a conflict before writing anything
             if not self.resuming:
                 journal = self.layout.journal_file(self.job.key)
-                atomic_write(make_folder(journal.parent) / journal.name, canonical(self._journal()))
+                atomic_write(
+                    make_folder(journal.parent, self.layout.gen) / journal.name, canonical(self._journal())
+                )
                 self._open_originals()
             for t in pending:
                 self._stage(t)
@@ -600,7 +602,7 @@ def _record(layout: Layout, job: Job, targets: list[Target], changed: list[str],
         },
     }
     path = layout.job_file("applied", job.key)
-    create_exclusive(make_folder(path.parent) / path.name, canonical(record))
+    create_exclusive(make_folder(path.parent, layout.gen) / path.name, canonical(record))
     _close(layout, job)
     record_event(layout, "applied", job.key, changed=changed, signer=v.signer)
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.durable import DIR_MODE, make_folder
 from core.errors import GenjobError
 from core.rules import (
     DEFAULT_LIMITS,
@@ -34,6 +33,7 @@ from core.rules import (
     loads_strict,
 )
 from core.runner import PROTOCOL_VERSION, write_tar
+from core.tree import DIR_MODE
 
 MAX_RESULT_JSON_BYTES = 4 << 20
 RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})
@@ -225,7 +225,6 @@ def extract_result(
     parsed strictly and its claimed hashes compared. ``dest_dir`` must not exist; any
     refusal raises BundleError and leaves no ``dest_dir`` behind.
     """
-    make_folder(dest_dir.parent)
     try:
         dest_dir.mkdir(DIR_MODE)
     except FileExistsError:

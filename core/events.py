@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from core.canonical import canonical, read_bytes
-from core.durable import append_line, make_folder
+from core.durable import append_line
 from core.errors import BadInput
 from core.layout import Layout
-from core.tree import FILE_FLAGS
+from core.tree import FILE_FLAGS, make_folder
 
 # What one recorded string, list or object may hold; longer ones are cut with a note.
 MAX_FIELD_CHARS = 2000
@@ -80,7 +80,7 @@ def record_attempt(layout: Layout, key: str, event: str, **fields: Any) -> None:
     try:
         append_line(path, canonical(entry))
     except FileNotFoundError:  # attempts/ itself is gone (a clone keeps no empty folder)
-        make_folder(path.parent)
+        make_folder(path.parent, layout.gen)
         append_line(path, canonical(entry))
 
 

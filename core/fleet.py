@@ -24,12 +24,13 @@ from core.bundle import ResultInfo
 from core.canonical import canonical, loads_strict, read_bytes
 from core.config import Config, Host
 from core.contract import ReceiptStatus
-from core.durable import atomic_write, flocked, make_folder
+from core.durable import atomic_write, flocked
 from core.errors import BadInput, GenjobError
 from core.events import attempts, bounded
 from core.layout import Layout
 from core.lease import read_lease
 from core.models import KEY_RE
+from core.tree import make_folder
 
 if TYPE_CHECKING:
     from core.transport.base import Transport
@@ -127,7 +128,7 @@ def _note(obj: object) -> Note | None:
 
 def _update(layout: Layout, host: str, changes: Mapping[str, Any]) -> None:
     """Merge `changes` into the host's notes, one writer at a time."""
-    make_folder(layout.fleet)
+    make_folder(layout.fleet, layout.gen)
     with flocked(layout.fleet / ".lock"):
         record = {**_read(layout, host), **bounded(dict(changes))}
         atomic_write(layout.fleet_file(host), canonical(record), durable=False)

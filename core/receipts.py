@@ -14,13 +14,14 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.canonical import canonical, read_bytes
-from core.durable import atomic_write, create_exclusive, flocked, make_folder, move
+from core.durable import atomic_write, create_exclusive, flocked, move
 from core.events import record_attempt, record_event
 from core.evidence import keep, set_aside
 from core.layout import Layout
 from core.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
 from core.queue import holds_lease
 from core.signing import sign
+from core.tree import make_folder
 
 
 def make_receipt(job: Job, status: ReceiptStatus, outputs: dict[str, str], worker_id: str) -> Receipt:
@@ -76,7 +77,7 @@ def commit_receipt(
             if os.path.lexists(final):
                 set_aside(layout, job.key, final, f"out-before-{token}")
             move(staged_out, final)
-        make_folder(layout.receipts)
+        make_folder(layout.receipts, layout.gen)
         if sig is not None:
             atomic_write(layout.signature(job.key), sig)
         else:

@@ -26,7 +26,6 @@ from core.candidates import (
 )
 from core.config import candidate_hosts, load_config
 from core.contract import ReceiptStatus
-from core.durable import make_folder
 from core.errors import GenjobError
 from core.events import actor, record_attempt
 from core.layout import Layout
@@ -47,6 +46,7 @@ from core.ship import (
     verdict,
     watch,
 )
+from core.tree import make_folder
 
 # Called as each candidate ends, with its result.
 OnCandidate = Callable[[ShipResult], None]
@@ -157,7 +157,7 @@ async def _candidate(
     run = Run(stopped=why)
     interrupted: BaseException | None = None
     try:
-        make_folder(folder)
+        make_folder(folder, shipment.layout.gen)
         await attempt(shipment, folder / OUT, stop, tail.add, run, tail, candidate=number)
     except asyncio.CancelledError as exc:
         why.append("interrupted (the worker was stopped)")

@@ -37,7 +37,6 @@ from typing import NamedTuple, cast
 from core import freshness
 from core.canonical import sha256_file
 from core.contract import KEY_RE, ReceiptStatus
-from core.durable import make_folder
 from core.errors import BadInput, GenjobError
 from core.freshness import LeaseState, Verdict
 from core.layout import Layout, user_config_dir
@@ -59,6 +58,7 @@ from core.snapshot_records import (
     Listing,
     TreeStamp,
 )
+from core.tree import make_folder
 
 __all__ = ["JobRow", "Scanner", "Snapshot", "keys_from_paths", "take_snapshot"]
 
@@ -202,7 +202,7 @@ class Scanner:
             leases=self._leases,
         )
         with contextlib.suppress(OSError, ValueError, GenjobError):  # a cache not saved costs a rescan
-            make_folder(self.layout.cache)
+            make_folder(self.layout.cache, self.layout.gen)
             write_index(self._cache_path, self._gen, self._device(), index)
             self._dirty = False
 
