@@ -407,4 +407,3 @@ def test_environment_faults_name_the_file_and_the_fault(code: int, why: str) -> 
 def test_other_os_errors_are_not_environment_faults() -> None:
     assert environment_fault(OSError(errno.ENOENT, "No such file"), "x") is None
     assert environment_fault(OSError("no errno"), "x") is None
-
