@@ -303,8 +303,8 @@ class _Undone:
 
     def said(self) -> str:
         if self.restored or self.removed:
-            restored = ", ".join(self.restored) or "none"
-            done = f"restored {restored}; removed {', '.join(self.removed) or 'none'}."
+            restored = ", ".join(sorted(self.restored)) or "none"
+            done = f"restored {restored}; removed {', '.join(sorted(self.removed)) or 'none'}."
         else:
             done = "nothing of it had been written."
         return done + (f" Left as they are: {_left(self.left)}." if self.left else "")
@@ -687,7 +687,7 @@ class _Apply:
             todo.append(t)
         if faults:
             self._torn(why, faults, "Nothing more was written")
-        self.created = self._folders_of_new_paths([t for t in todo if t.before is None])
+        self.created = self._folders_of_new_paths()
         done: list[Target] = []
         try:
             for t in todo:
@@ -782,15 +782,15 @@ class _Apply:
             rename_at(self.originals, aside, p, t.name)
         fsync_fd(p, t.path)
 
-    def _folders_of_new_paths(self, new: list[Target]) -> list[str]:
-        """The folders a rollback may remove once empty: those on the way to a new file
-        that holds no path the job found in the tree (the folders this run made, when it
-        made any), top down."""
+    def _folders_of_new_paths(self) -> list[str]:
+        """The folders a rollback removes if they are empty: on a fresh run, those it made;
+        after a crash, each folder on the way to a new path that holds none of the paths
+        the job found in the tree. Top down."""
         if not self.resuming:
-            return self.created  # this run made them, and knows which
+            return self.created
         existing = [t.path for t in self.targets if t.before is not None]
         folders: list[str] = []
-        for t in new:
+        for t in (t for t in self.targets if t.before is None):
             for depth in range(1, len(t.folders) + 1):
                 rel = "/".join(t.folders[:depth])
                 if rel not in folders and not any(p.startswith(f"{rel}/") for p in existing):
