@@ -275,9 +275,7 @@ class _Conflict(Exception):
 class _Unmovable(_Conflict):
     """A target apply cannot swap at all (a mount point): replaying the job would not help."""
 
-    advice = (
-        "Nothing of the job is in the tree; leave that path out of the job, or unmount it, and mint again"
-    )
+    advice = "Nothing of the job is in the tree: unmount it, or mint the job without that path"
 
 
 _OTHER = "other"  # what a target holds when it is not a regular file
@@ -288,9 +286,7 @@ _MOUNT_ERRORS = (errno.EBUSY, errno.EXDEV)
 def _mount_fault(t: Target, exc: OSError) -> _Unmovable:
     if exc.errno == errno.EBUSY:
         return _Unmovable(f"{t.path}: a mount point; apply cannot replace it")
-    return _Unmovable(
-        f"{t.path}: on another mount than .gen/ (its folder is a mount point); apply cannot replace it"
-    )
+    return _Unmovable(f"{t.path}: it or its folder is a mount point; apply cannot replace it")
 
 
 @dataclass
