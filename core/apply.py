@@ -47,6 +47,7 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -385,7 +386,7 @@ class _Apply:
     def tmp(self, t: Target) -> str:
         return f".genjob-{self.job.key[:16]}-{t.index}.tmp"
 
-    def where(self, name: str) -> str:
+    def in_originals(self, name: str) -> str:
         """A name in the originals folder, as the operator finds it."""
         return f"{(self.layout.journal / self.job.key).relative_to(self.layout.root)}/{name}"
 
@@ -643,7 +644,7 @@ class _Apply:
                     os.unlink(self.tmp(t), dir_fd=p)
         if self._originals is None:
             self._open_originals()
-        undone = self._undo_all(f"apply stopped: {exc}")
+        undone = self._undo_all(f"apply stopped: {exc}", None if self.resuming else written)
         self._remove_created()
         _close_journal(self.layout, self.job.key)
         record_event(self.layout, "apply_rolled_back", self.job.key, reason=str(exc)[:500], left=undone.left)
@@ -657,22 +658,22 @@ class _Apply:
             ) from None
         done = ", ".join(written) or "none"
         not_done = ", ".join(p for p in pending if p not in written) or "none"
-        left = [(path, what) for path, what in undone.left if path in written]
-        kept = f" Left as they are now: {_left(left)}." if left else ""
+        kept = f" Left as they are now: {_left(undone.left)}." if undone.left else ""
         raise ApplyConflict(
             f"{self.job.key}: apply stopped: {exc}. Written, then rolled back: {done}. "
             f"Never written: {not_done}.{kept} {advice}"
         ) from None
 
-    def _undo_all(self, why: str) -> _Undone:
-        """Every target at the output it was given goes back: an existing file to its
-        original, which must hold the job's input; a new file out of the tree. All or
-        nothing: any original missing or changed stops it before it writes, and a target
-        that changes meanwhile undoes what it did (TornApply, either way)."""
+    def _undo_all(self, why: str, written: Collection[str] | None = None) -> _Undone:
+        """Every target at the output it was given (of those `written`, when this run
+        knows) goes back: an existing file to its original, which must hold the job's
+        input; a new file out of the tree. All or nothing: any original missing or changed
+        stops it before it writes, and a target that changes meanwhile undoes what it did
+        (TornApply, either way)."""
         undone, todo, faults = _Undone(), [], []
         for t in reversed(self.targets):
             now = self.now(t)
-            if t.before == t.after or now == t.before:
+            if t.before == t.after or now == t.before or (written is not None and t.path not in written):
                 continue
             if now != t.after:
                 undone.left.append((t.path, _held(now)))
@@ -715,7 +716,7 @@ class _Apply:
             return None
         what = "is missing" if kept is None else "does not hold the bytes the job was minted on"
         return (
-            f"the original of {t.path}, {self.where(original)}, {what} (sha256 {t.before[:12]}…): put "
+            f"the original of {t.path}, {self.in_originals(original)}, {what} (sha256 {t.before[:12]}…): put "
             f"a copy of those bytes there (from git, if that commit has them)"
         )
 
@@ -723,8 +724,8 @@ class _Apply:
         interrupted = "interrupted apply" if self.resuming else "apply"
         raise TornApply(
             f"{self.layout.journal_file(self.job.key)}: the {interrupted} can be neither finished nor "
-            f"rolled back: {why}, and {'; '.join(faults)}. {written}; the journal stays where it is. "
-            f"Then run genjob recover (or make the receipt verify again, and it rolls forward)"
+            f"rolled back: {why}, and {'; '.join(faults)}. {written}; the journal stays where it is, "
+            f"and genjob recover tries again"
         )
 
     def _take_out(self, t: Target) -> None:
@@ -738,14 +739,12 @@ class _Apply:
             if t.before is None:
                 rename_at(p, t.name, self.originals, aside)
                 if _hash_or_other(self.originals, aside, t.path) != t.after:
-                    os.link(aside, t.name, src_dir_fd=self.originals, dst_dir_fd=p, follow_symlinks=False)
-                    os.unlink(aside, dir_fd=self.originals)
+                    self._link_back(t, p, aside)
                     raise _Conflict(f"{t.path}: changed while it was rolled back; it is kept as it is")
             elif exchange(self.originals, original, p, t.name):
-                if (_hash_or_other(self.originals, original, t.path), _hash_or_other(p, t.name, t.path)) != (
-                    t.after,
-                    t.before,
-                ):
+                taken_out = _hash_or_other(self.originals, original, t.path)
+                put_in = _hash_or_other(p, t.name, t.path)
+                if (taken_out, put_in) != (t.after, t.before):
                     exchange(self.originals, original, p, t.name)
                     raise _Conflict(f"{t.path}: changed while it was rolled back; it is kept as it is")
                 rename_at(self.originals, original, self.originals, aside)
@@ -764,13 +763,24 @@ class _Apply:
             raise
         fsync_fd(p, t.path)
 
+    def _link_back(self, t: Target, p: int, aside: str) -> None:
+        """A file moved out of the tree goes back to its place, unless one was made there
+        meanwhile (then it stays in the originals folder, and the conflict says where)."""
+        try:
+            os.link(aside, t.name, src_dir_fd=self.originals, dst_dir_fd=p, follow_symlinks=False)
+        except FileExistsError:
+            kept = self.in_originals(aside)
+            raise _Conflict(
+                f"{t.path}: changed while it was rolled back; what it held is kept at {kept}"
+            ) from None
+        os.unlink(aside, dir_fd=self.originals)
+
     def _put_in(self, t: Target) -> None:
         """Undo `_take_out(t)`: the output it took out goes back in, the original back aside."""
         p = self.parents[t.index]
         original, aside = str(t.index), f"{t.index}.after"
         if t.before is None:
-            os.link(aside, t.name, src_dir_fd=self.originals, dst_dir_fd=p, follow_symlinks=False)
-            os.unlink(aside, dir_fd=self.originals)
+            self._link_back(t, p, aside)
         elif exchange(self.originals, aside, p, t.name):
             rename_at(self.originals, aside, self.originals, original)
         else:
