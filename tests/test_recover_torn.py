@@ -296,3 +296,41 @@ def test_apply_and_recover_say_the_same(repo: Layout, signer: Ed25519PrivateKey,
         == said.split(" is kept at ")[0]
     )
     assert tree_files(layout.root) == tree_files(copy) == FILES
+
+
+def test_recover_rolls_back_without_an_atomic_exchange(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a filesystem without RENAME_EXCHANGE: what a target holds is linked aside and
+    checked, then its original renamed over it and checked in turn."""
+    layout, job = killed_apply(repo, tmp_path, "after-the-last-swap")
+    untrust_the_key(layout, job)
+    monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
+    res = cli("recover", root=layout.root)
+    assert res.exit_code == 0, res.output
+    assert "restored src/app.py, src/util.py; removed src/pkg/mod.py." in res.stdout
+    assert tree_files(layout.root) == FILES
+    assert os.listdir(layout.journal) == []
+
+
+def test_without_an_exchange_an_original_changed_as_it_is_renamed_back_undoes_the_rollback(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout, job = killed_apply(repo, tmp_path, "after-the-last-swap")
+    untrust_the_key(layout, job)
+    before = torn(layout)
+    monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
+    real = core.apply.rename_at
+
+    def tampering(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        if (src, dst) == ("0", "app.py"):  # src/app.py's original, on its way back
+            with open(src, "r+b", opener=lambda name, flags: os.open(name, flags, dir_fd=src_fd)) as handle:
+                handle.write(b"# tampered\n")
+        real(src_fd, src, dst_fd, dst)
+
+    monkeypatch.setattr(core.apply, "rename_at", tampering)
+    res = cli("recover", root=layout.root)
+    assert res.exit_code == 1
+    assert "src/app.py: its original changed while it was rolled back" in res.stdout
+    assert torn(layout) == before, "util.py restored and pkg/mod.py removed are undone again"
+    assert layout.journal_file(job.key).exists()
