@@ -264,15 +264,14 @@ def writable_by_others(layout: Layout, files: ReceiptFiles, stats: dict[str, os.
     another candidate's after the operator reviewed it: both are signed.
     """
     owners = repository_owners(layout.root)
-    folders = {(files.out / rel).parent for rel in stats}
-    for path in (files.receipt, files.signature, files.out, *sorted(folders - {files.out})):
+    folders = sorted({rel.rpartition("/")[0] for rel in stats} - {""})
+    for path in (files.receipt, files.signature, files.out, *(files.out / f for f in folders)):
         why = untrusted_because(path, layout.gen, owners)
         if why is not None:
             return why
     for rel, st in sorted(stats.items()):
-        if stat.S_ISLNK(st.st_mode):
-            continue  # refused by the `regular` step, with its own reason
-        if st.st_uid not in owners or st.st_mode & 0o022:
+        # A link is refused by the `regular` step, with its own reason.
+        if (st.st_uid not in owners or st.st_mode & 0o022) and not stat.S_ISLNK(st.st_mode):
             return untrusted_because(files.out / rel, files.out, owners)
     return None
 
