@@ -33,7 +33,7 @@ from core.rules import (
     loads_strict,
 )
 from core.runner import PROTOCOL_VERSION, write_tar
-from core.tree import DIR_MODE
+from core.tree import DIR_MODE, FILE_MODE
 
 MAX_RESULT_JSON_BYTES = 4 << 20
 RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})
@@ -192,7 +192,7 @@ def _write_output(root_fd: int, rel: str, content: typing.BinaryIO, size: int) -
             fd = os.open(
                 rel.rsplit("/", 1)[-1],
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                0o644,
+                FILE_MODE,
                 dir_fd=parent,
             )
         finally:
