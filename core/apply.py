@@ -47,7 +47,6 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -535,11 +534,11 @@ class _Apply:
             try:
                 rename_at(p, tmp, self.originals, original)
             except OSError as exc:
-                if exc.errno not in _MOUNT_ERRORS:
-                    raise
-                exchange(p, tmp, p, t.name)  # the original stays where it was
+                exchange(p, tmp, p, t.name)  # the original goes back where it was
                 self._drop_copy(p, tmp, t)
-                raise _mount_fault(t, exc) from None
+                if exc.errno in _MOUNT_ERRORS:
+                    raise _mount_fault(t, exc) from None
+                raise
             return
         # No atomic exchange on this filesystem: keep the original by a hard link, check
         # that it is the job's input, and rename the copy over it at once.
@@ -558,10 +557,10 @@ class _Apply:
         try:
             rename_at(p, tmp, p, t.name)
         except OSError as exc:
-            if exc.errno not in _MOUNT_ERRORS:
-                raise
             os.unlink(original, dir_fd=self.originals)
-            raise _mount_fault(t, exc) from None
+            if exc.errno in _MOUNT_ERRORS:
+                raise _mount_fault(t, exc) from None
+            raise
 
     def _drop_copy(self, p: int, name: str, t: Target) -> None:
         """Remove a staged copy, unless it no longer holds the output (then keep it)."""
@@ -637,14 +636,10 @@ class _Apply:
         Raises ApplyConflict for a conflict, naming what was written and what was not,
         and TornApply when what was written cannot be put back (the journal stays).
         """
-        for t in self.targets:
-            p = self.parents.get(t.index)
-            if p is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.tmp(t), dir_fd=p)
         if self._originals is None:
             self._open_originals()
-        undone = self._undo_all(f"apply stopped: {exc}", None if self.resuming else written)
+        self._settle_leftovers()  # a temp name may hold an original caught mid-swap
+        undone = self._undo_all(f"apply stopped: {exc}")
         self._remove_created()
         _close_journal(self.layout, self.job.key)
         record_event(self.layout, "apply_rolled_back", self.job.key, reason=str(exc)[:500], left=undone.left)
@@ -658,22 +653,22 @@ class _Apply:
             ) from None
         done = ", ".join(written) or "none"
         not_done = ", ".join(p for p in pending if p not in written) or "none"
-        kept = f" Left as they are now: {_left(undone.left)}." if undone.left else ""
+        left = [(path, what) for path, what in undone.left if path in written]
+        kept = f" Left as they are now: {_left(left)}." if left else ""
         raise ApplyConflict(
             f"{self.job.key}: apply stopped: {exc}. Written, then rolled back: {done}. "
             f"Never written: {not_done}.{kept} {advice}"
         ) from None
 
-    def _undo_all(self, why: str, written: Collection[str] | None = None) -> _Undone:
-        """Every target at the output it was given (of those `written`, when this run
-        knows) goes back: an existing file to its original, which must hold the job's
-        input; a new file out of the tree. All or nothing: any original missing or changed
-        stops it before it writes, and a target that changes meanwhile undoes what it did
-        (TornApply, either way)."""
+    def _undo_all(self, why: str) -> _Undone:
+        """Every target at the output it was given goes back: an existing file to its
+        original, which must hold the job's input; a new file out of the tree. All or
+        nothing: any original missing or changed stops it before it writes, and a target
+        that changes meanwhile undoes what it did (TornApply, either way)."""
         undone, todo, faults = _Undone(), [], []
         for t in reversed(self.targets):
             now = self.now(t)
-            if t.before == t.after or now == t.before or (written is not None and t.path not in written):
+            if t.before == t.after or now == t.before:
                 continue
             if now != t.after:
                 undone.left.append((t.path, _held(now)))

@@ -8,6 +8,7 @@ before and after.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import core.apply
 from core.apply import apply_job
 from core.canonical import canonical
-from core.errors import ApplyConflict, BadInput, RolledBack, Stale, VerificationFailed
+from core.errors import ApplyConflict, BadInput, DurabilityError, RolledBack, Stale, VerificationFailed
 from core.layout import Layout
 from core.lifecycle import State
 from core.models import Job
@@ -416,3 +417,32 @@ def test_apply_commit_commits_only_the_literal_path(
     assert committed == [name] or committed == [json.dumps(name)]
     status = git(repo.root, "status", "--porcelain")
     assert " M src/app.py" in status and " M docs/guide.md" in status
+
+
+# --- 6. A fault right after a swap loses no original ------------------------------------------
+
+
+@pytest.mark.parametrize("atomic", [True, False], ids=["exchange", "link-and-rename"])
+def test_a_fault_just_after_a_swap_loses_no_original(
+    repo: Layout, received: Job, monkeypatch: pytest.MonkeyPatch, atomic: bool
+) -> None:
+    """The last swap (src/util.py) is made, then moving what it displaced into
+    `.gen/journal/` fails (an I/O error): the original goes back, and so does every other
+    target; the apply says what failed, in one line."""
+    if not atomic:
+        monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
+    real = core.apply.rename_at
+    last = ("2", "util.py")  # its original's name in the journal's folder, and in the tree
+
+    def failing(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        if dst in last and src.endswith("-2.tmp"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), dst)
+        real(src_fd, src, dst_fd, dst)
+
+    monkeypatch.setattr(core.apply, "rename_at", failing)
+    tree = tree_files(repo.root)
+    with pytest.raises(DurabilityError, match="input/output error"):
+        apply_job(repo, received.key)
+    assert tree_files(repo.root) == tree
+    assert os.listdir(repo.journal) == []
+    assert state_of(repo, received.key) is State.RECEIVED
