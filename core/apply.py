@@ -470,8 +470,15 @@ class _Apply:
         """Copy the output next to its target under the temp name, checking its hash."""
         p = self.made_parent(t)
         tmp = self.tmp(t)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(tmp, dir_fd=p)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            raise BadInput(
+                f"{t.path}: a folder {tmp} beside it is where apply copies the output; "
+                "move it away and apply again"
+            ) from None
         try:
             mode = stat.S_IMODE(os.stat(t.name, dir_fd=p, follow_symlinks=False).st_mode) & _NO_SPECIAL_BITS
         except FileNotFoundError:
@@ -574,14 +581,15 @@ class _Apply:
 
     def _settle_leftovers(self) -> None:
         """Temp copies a killed apply left in the tree: an original caught mid-swap goes to
-        the originals, the user's version caught mid-swap goes back, copies go."""
+        the originals, the user's version caught mid-swap goes back, copies go. What is
+        not a file under a temp name was not made by apply, and stays where it is."""
         for t in self.targets:
             p = self.parent(t)
             tmp = self.tmp(t)
             if p is None:
                 continue
             held = _hash_or_other(p, tmp, t.path)
-            if held is None:
+            if held is None or held == _OTHER:
                 continue
             original = str(t.index)
             if held == t.after:
