@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from core.durable import flocked
 from core.layout import Layout
 from core.lifecycle import State
 from core.models import Job
+from core.signing import load_private_key
 from core.snapshot import take_snapshot
 
 NEW = {
@@ -79,8 +81,6 @@ def require_signatures(layout: Layout, job: Job) -> str:
 
 
 def remove_the_outputs(layout: Layout, job: Job) -> str:
-    import shutil
-
     shutil.rmtree(layout.out_dir(job.digest))
     return "present: missing"
 
@@ -112,8 +112,6 @@ def killed_apply(repo: Layout, tmp_path: Path, kill: str, signed: bool = True) -
 
 
 def _signer(signed: bool) -> Ed25519PrivateKey | None:
-    from core.signing import load_private_key
-
     return load_private_key() if signed else None
 
 
@@ -283,8 +281,6 @@ def test_apply_and_recover_say_the_same(repo: Layout, signer: Ed25519PrivateKey,
     layout, job = killed_apply(repo, tmp_path, "after-the-first-swap")
     untrust_the_key(layout, job)
     copy = tmp_path / "copy"
-    import shutil
-
     shutil.copytree(layout.root, copy, symlinks=True)
     applied = cli("apply", job.key, root=layout.root)
     recovered = cli("recover", root=copy)
