@@ -35,6 +35,7 @@ from core.rules import TailBuffer
 from core.signing import load_private_key, private_key_path
 from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 from core.transport.local import LocalSandbox
+from core.tree import make_folder
 
 OutputCallback = Callable[[bytes], None]
 # How a run ended: its receipt's status, and why when it is not `ok`.
@@ -285,6 +286,7 @@ async def attempt(
     """
     claim, host = shipment.claim, shipment.pool.config.hosts[shipment.host]
     try:
+        make_folder(dest.parent, shipment.layout.gen)  # out/ itself may be gone (a fresh clone)
         async with shipment.pool.slot(shipment.host):
             if stop.is_set():
                 return
