@@ -42,6 +42,7 @@ from core.events import actor, bounded, record_event
 from core.layout import FOLDER_STATE, Layout
 from core.models import Job, Receipt, TextEnum
 from core.ownership import repository_owners, require_trusted
+from core.protected import flagged
 from core.queue import locate
 from core.scratch import Mode, Scratch, scratch_tree
 from core.seal import seal, sealed_here
@@ -129,7 +130,8 @@ def receipt_standing(layout: Layout, key: str, config: Config) -> Standing:
         return Standing(None, (), None)
     outputs = sha256_bytes(canonical(v.receipt.outputs)) if v.receipt is not None else None
     checks = tuple(check_statuses(layout, loc.job, config, v)) if loc.folder == "running" else ()
-    return Standing(v.ok, checks, outputs)
+    written = v.receipt.outputs if v.receipt is not None else {}
+    return Standing(v.ok, checks, outputs, flagged(tuple(written), tuple(config.policy.protected_paths)))
 
 
 def run_hint(key: str, names: Sequence[str], candidate: int | None = None) -> str:

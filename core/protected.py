@@ -18,6 +18,8 @@ import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from core.errors import GenjobError
+
 # How the CLI and the board mark a job that may write a protected path, and say why.
 PROTECTED_MARK = "⚑"
 PROTECTED_HINT = "may write protected paths, which apply writes only when you approve this job explicitly"
@@ -125,3 +127,17 @@ def flagged(paths: tuple[str, ...], patterns: tuple[str, ...]) -> bool:
 def describe(found: Mapping[str, str]) -> str:
     """`a.py (tests/**), b.lock (*.lock)`: what is protected, and by which pattern."""
     return ", ".join(f"{path} ({pattern})" for path, pattern in sorted(found.items()))
+
+
+class ProtectedPaths(GenjobError):
+    """A receipt writes paths that policy protects, and no one approved that job explicitly."""
+
+
+def require_approval(key: str, outputs: Iterable[str], patterns: Sequence[str], approved: bool) -> None:
+    """Raise ProtectedPaths when `outputs` hold a protected path and `approved` is not given."""
+    found = protected_among(outputs, patterns)
+    if found and not approved:
+        raise ProtectedPaths(
+            f"{key}: writes protected paths: {describe(found)}; nothing was written. Read its diff "
+            f"(genjob show {key}), then approve it explicitly: genjob apply {key} --protected"
+        )

@@ -379,8 +379,8 @@ def _check_and_apply(layout: Layout, demo: Demo, signer: Ed25519PrivateKey) -> N
     verdict = {True: "pass", False: "FAIL (policy refuses to apply it)"}
     say(f"received, verified, its tests {verdict[passed[verified]]}: {verified}")
     say(f"received, verified, its tests {verdict[passed[broken]]}: {broken}")
-    apply_job(layout, applied.key)
-    say(f"applied (its tests passed first): {applied.key}")
+    apply_job(layout, applied.key, protected=True)  # a test file: approved explicitly
+    say(f"applied (its tests passed first; it writes a protected test file, approved): {applied.key}")
 
 
 def _end_jobs(layout: Layout, demo: Demo, config_home: Path, tied: bool) -> None:

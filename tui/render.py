@@ -390,6 +390,12 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     text.append(f"apply {what}\n", Style(bold=True))
     if p.may_apply:
         text.append("every check passed: y applies, n cancels\n", OK)
+        if p.protected:
+            text.append(
+                f"{PROTECTED_MARK} it writes protected paths (what judges or runs a job): read the diff, "
+                "then p approves writing them; without p, apply refuses\n",
+                WARN,
+            )
     else:
         text.append("apply would be refused:\n", BAD)
         for f in p.failures:
@@ -422,6 +428,8 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
         text.append(f"  {c.status}  ", LABEL)
         text.append(f"+{c.added}", Style(color="green"))
         text.append(f" -{c.removed}", Style(color="red"))
+        if c.path in p.protected:
+            text.append(f"  {PROTECTED_MARK} protected ({p.protected[c.path]})", WARN)
         text.append("  ⚠ not what the worker signed\n" if not c.signed else "\n", BAD)
     if not p.changes:
         text.append("  (no output files)\n", LABEL)

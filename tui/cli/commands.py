@@ -395,13 +395,18 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
 @click.argument("key")
 @click.option("--candidate", type=int, default=None, help="Choose candidate N as the job's receipt first.")
 @click.option("--commit", is_flag=True, help="Also make a git commit with a Genjob-Key: trailer.")
+@click.option(
+    "--protected",
+    is_flag=True,
+    help="You read its diff: write it even where it writes protected paths (tests, CI, hooks, ...).",
+)
 @click.pass_context
-def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool) -> None:
+def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool) -> None:
     """Verify, then write the job's outputs into the tree atomically."""
     from core.candidates import apply_choice
 
     layout = layout_of(ctx)
-    res = apply_choice(layout, resolve_key(layout, key), candidate, commit)
+    res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected)
     if res.already:
         say(f"{res.key}: applied already; nothing to do")
         return
