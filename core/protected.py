@@ -31,6 +31,7 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     ".gitmodules",
     ".pre-commit-config.yaml",
     ".husky/**",
+    ".githooks/**",
     # CI
     ".github/**",
     ".gitlab-ci.yml",
