@@ -1,0 +1,96 @@
+"""What a generator host sends back is an attacker's bytes: a result tar with forged
+headers, output without end. Each one goes through the real worker (`ship`, candidates,
+`genjob ship`), ends in a receipt, and leaves no buffer, file or folder unbounded.
+
+The hostile host is a command host whose program is a script in the test's folder: it
+answers the runner's protocol with whatever bytes the test wrote for it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from corekit import mint
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from shipkit import toml_str, write_config
+
+from core.layout import Layout
+from core.receipts import load_receipt
+from core.rules import MAX_EXTENSION_BYTES
+from core.ship import ship
+from core.ship_candidates import CandidateRequest, ship_candidates
+
+pytestmark = pytest.mark.timeout(180)
+
+# A quarter of a megabyte of digits in one pax header: CPython before 3.11.10 parses it in
+# quadratic time holding the GIL (CVE-2024-6232); genjob ship ran 182 s with a 1 s timeout.
+CVE_DIGITS = 250_000
+PAX_REFUSED = (
+    "refused what the generator sent back: result: member 1 (pax header '././@PaxHeader'): "
+    f"{CVE_DIGITS} bytes, over the cap of {MAX_EXTENSION_BYTES} bytes"
+)
+
+
+def pax_bomb() -> bytes:
+    """A result tar that opens with the oversized pax header, then a valid result."""
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type, info.size = tarfile.XHDTYPE, CVE_DIGITS
+    header = info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
+    fields = {"exit_code": 0, "timed_out": False, "cancelled": False, "violations": [], "tail": ""}
+    body = json.dumps({**fields, "error": None, "outputs": {}}).encode()
+    result = tarfile.TarInfo("result.json")
+    result.size = len(body)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(result, io.BytesIO(body))
+    digits = b"1" * CVE_DIGITS + bytes(-CVE_DIGITS % 512)
+    return header + digits + buf.getvalue()
+
+
+def hostile_host(tmp: Path, name: str, stdout: bytes) -> str:
+    """A `[hosts.NAME]` command host that sends `stdout` back as its runner's result."""
+    sent = tmp / f"{name}.out"
+    sent.write_bytes(stdout)
+    program = tmp / f"{name}.py"
+    program.write_text(f"import sys\nsys.stdout.buffer.write(open({str(sent)!r}, 'rb').read())\n")
+    argv = ", ".join(toml_str(a) for a in (sys.executable, str(program)))
+    return (
+        f"[hosts.{name}]\n"
+        'transport = "command"\n'
+        f"command = [{argv}]\n"
+        'command_mode = "argv"\n'
+        'generator = "true"\n'
+        "timeout = 1.0\n"
+    )
+
+
+def nothing_received(repo: Layout) -> None:
+    """No output folder, staged or final, is left under `.gen/out/`."""
+    assert not repo.out.exists() or list(repo.out.iterdir()) == []
+
+
+async def test_a_pax_header_over_its_cap_ends_in_a_rejected_receipt(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    write_config(repo, hostile_host(tmp_path, "evil", pax_bomb()))
+    job = mint(repo, "make it better")
+    res = await ship(repo, job.key, "evil", worker_id="tester")
+    assert (res.status, res.reason) == ("rejected", PAX_REFUSED)
+    receipt = load_receipt(repo, job.key)
+    assert receipt is not None and receipt.status == "rejected"
+    nothing_received(repo)
+
+
+async def test_the_same_tar_through_the_candidates_path_is_rejected_too(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    write_config(repo, hostile_host(tmp_path, "evil", pax_bomb()))
+    job = mint(repo, "make it better")
+    results = await ship_candidates(repo, CandidateRequest(job.key, ["evil"], 2), worker_id="tester")
+    assert [(r.status, r.reason) for r in results] == [("rejected", PAX_REFUSED)] * 2
+    nothing_received(repo)
