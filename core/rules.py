@@ -10,7 +10,8 @@ so the runner checks a bundle by the very rules the client checks a result by.
  - tar members: `MemberCheck`, `checked_members`, `read_tar` (regular files only, each name
    once, within the count and sizes, validated before a byte is written; each raw header
    checked before tarfile reads what it announces)
- - output tails: `TailBuffer`, the last bytes of a generator's output
+ - output tails: `TailBuffer`, the last bytes of a generator's output; `LineCap`, a live
+   view of it whose lines are cut at a length
 """
 
 from __future__ import annotations
@@ -226,6 +227,51 @@ class TailBuffer:
 
     def __len__(self) -> int:
         return len(self.data)
+
+
+class LineCap:
+    """A live view of a stream of text (a generator's output) in which no line is longer
+    than `limit` characters: what passes the cap is dropped as it arrives, never kept, and
+    the line shows where it was cut. Nothing but the current line's length is held."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.column = 0  # characters of the current line shown so far
+        self.cutting = False  # the current line passed the cap: the rest is dropped
+
+    def feed(self, text: str) -> str:
+        """What of `text` to show now, in order."""
+        *ended, rest = text.split("\n")
+        if ended and self._fit(ended):
+            self.column = 0
+            return text[: len(text) - len(rest)] + self._part(rest)
+        shown = []
+        for piece in ended:
+            shown.append(self._part(piece) + "\n")
+            self.column, self.cutting = 0, False
+        shown.append(self._part(rest))
+        return "".join(shown)
+
+    def _fit(self, ended: list[str]) -> bool:
+        """Whether these whole lines, the first one continuing the current line, all fit."""
+        first_fits = not self.cutting and self.column + len(ended[0]) <= self.limit
+        return first_fits and len(max(ended, key=len)) <= self.limit
+
+    def _part(self, piece: str) -> str:
+        """The shown part of the next `piece` of the current line (no newline in it)."""
+        if self.cutting:
+            return ""
+        room = self.limit - self.column
+        if len(piece) <= room:
+            self.column += len(piece)
+            return piece
+        self.column, self.cutting = self.limit, True
+        return piece[:room] + f" … [line cut at {self.limit} characters]"
+
+
+def cut_lines(text: str, limit: int) -> str:
+    """`text` with every line longer than `limit` characters cut there, marked as cut."""
+    return LineCap(limit).feed(text)
 
 
 # A member's type flag, as the tar formats define it (`tarfile` names them REGTYPE,

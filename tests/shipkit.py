@@ -192,6 +192,17 @@ def sleeper(folder: Path) -> tuple[str, Path]:
     return gen, report
 
 
+def endless_line(folder: Path, megabytes: int = 80) -> str:
+    """A generator that writes `megabytes` MB without a newline, then a line "done"."""
+    code = (
+        "import sys\n"
+        f"for _ in range({megabytes}):\n"
+        "    sys.stdout.write('x' * (1 << 20))\n"
+        "sys.stdout.write('\\ndone\\n')\n"
+    )
+    return script(folder, "endless_line", code)
+
+
 def hang_once(folder: Path, output: str) -> tuple[str, Path]:
     """A generator that hangs the first time it runs (recording itself like `sleeper`)
     and on every later run writes `output` to src/app.py."""

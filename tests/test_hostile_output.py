@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from shipkit import toml_str, write_config
+from shipkit import endless_line, host_block, start_genjob, toml_str, write_config
 
 from core.layout import Layout
 from core.receipts import load_receipt
 from core.rules import MAX_EXTENSION_BYTES
 from core.ship import ship
 from core.ship_candidates import CandidateRequest, ship_candidates
+from tui.cli.worker import MAX_LINE_CHARS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -94,3 +95,19 @@ async def test_the_same_tar_through_the_candidates_path_is_rejected_too(
     results = await ship_candidates(repo, CandidateRequest(job.key, ["evil"], 2), worker_id="tester")
     assert [(r.status, r.reason) for r in results] == [("rejected", PAX_REFUSED)] * 2
     nothing_received(repo)
+
+
+def test_genjob_ship_streams_a_line_without_end_cut(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """80 MB without a newline reach the terminal as one line cut at its cap, and the
+    evidence kept is the configured tail."""
+    write_config(repo, host_block("local", None, endless_line(tmp_path), timeout=300))
+    job = mint(repo, "say a lot")
+    log = tmp_path / "ship.log"
+    assert start_genjob("ship", job.key, cwd=repo.root, log=log).wait() == 0, log.read_text()
+    shown = log.read_text()
+    assert "x" * MAX_LINE_CHARS + f" … [line cut at {MAX_LINE_CHARS} characters]\ndone\n" in shown
+    assert len(shown) < 2 * MAX_LINE_CHARS, "more than the cut line and the verdict"
+    evidence = repo.log_dir(job.key) / "attempt-1.log"
+    assert evidence.read_bytes() == b"x" * (8192 - len(b"\ndone\n")) + b"\ndone\n"
