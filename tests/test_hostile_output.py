@@ -8,7 +8,6 @@ answers the runner's protocol with whatever bytes the test wrote for it.
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import tarfile
@@ -19,9 +18,11 @@ from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import endless_line, host_block, start_genjob, toml_str, write_config
 
+from core.events import MAX_FIELD_CHARS
 from core.layout import Layout
 from core.receipts import load_receipt
 from core.rules import MAX_EXTENSION_BYTES
+from core.runner import write_tar
 from core.ship import ship
 from core.ship_candidates import CandidateRequest, ship_candidates
 from tui.cli.worker import MAX_LINE_CHARS
@@ -37,20 +38,19 @@ PAX_REFUSED = (
 )
 
 
+def result(**fields: object) -> bytes:
+    """A runner's result tar with no outputs: `result.json` alone, `fields` in it."""
+    body = {"exit_code": 0, "timed_out": False, "cancelled": False, "violations": [], "tail": ""}
+    body.update({"error": None, "outputs": {}, **fields})
+    return write_tar([("result.json", json.dumps(body).encode())])
+
+
 def pax_bomb() -> bytes:
     """A result tar that opens with the oversized pax header, then a valid result."""
     info = tarfile.TarInfo("././@PaxHeader")
     info.type, info.size = tarfile.XHDTYPE, CVE_DIGITS
     header = info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
-    fields = {"exit_code": 0, "timed_out": False, "cancelled": False, "violations": [], "tail": ""}
-    body = json.dumps({**fields, "error": None, "outputs": {}}).encode()
-    result = tarfile.TarInfo("result.json")
-    result.size = len(body)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        tf.addfile(result, io.BytesIO(body))
-    digits = b"1" * CVE_DIGITS + bytes(-CVE_DIGITS % 512)
-    return header + digits + buf.getvalue()
+    return header + b"1" * CVE_DIGITS + bytes(-CVE_DIGITS % 512) + result()
 
 
 def hostile_host(tmp: Path, name: str, stdout: bytes) -> str:
@@ -95,6 +95,19 @@ async def test_the_same_tar_through_the_candidates_path_is_rejected_too(
     results = await ship_candidates(repo, CandidateRequest(job.key, ["evil"], 2), worker_id="tester")
     assert [(r.status, r.reason) for r in results] == [("rejected", PAX_REFUSED)] * 2
     nothing_received(repo)
+
+
+async def test_a_reason_quoting_what_the_host_sent_is_cut(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """A megabyte of violations in result.json: the receipt's reason keeps its start."""
+    violations = [f"{i}: " + "v" * 1000 for i in range(1000)]
+    write_config(repo, hostile_host(tmp_path, "evil", result(violations=violations)))
+    job = mint(repo, "make it better")
+    res = await ship(repo, job.key, "evil", worker_id="tester")
+    assert res.status == "rejected" and res.reason is not None
+    assert res.reason.startswith("0: vvv") and res.reason.endswith(" more characters)")
+    assert len(res.reason) < MAX_FIELD_CHARS + 100
 
 
 def test_genjob_ship_streams_a_line_without_end_cut(
