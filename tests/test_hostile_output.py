@@ -8,21 +8,18 @@ answers the runner's protocol with whatever bytes the test wrote for it.
 
 from __future__ import annotations
 
-import json
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from shipkit import endless_line, host_block, start_genjob, toml_str, write_config
+from shipkit import endless_line, host_block, hostile_host, runner_result, start_genjob, write_config
 
 from core.events import MAX_FIELD_CHARS
 from core.layout import Layout
 from core.receipts import load_receipt
 from core.rules import MAX_EXTENSION_BYTES
-from core.runner import write_tar
 from core.ship import ship
 from core.ship_candidates import CandidateRequest, ship_candidates
 from tui.cli.worker import MAX_LINE_CHARS
@@ -38,36 +35,12 @@ PAX_REFUSED = (
 )
 
 
-def result(**fields: object) -> bytes:
-    """A runner's result tar with no outputs: `result.json` alone, `fields` in it."""
-    body = {"exit_code": 0, "timed_out": False, "cancelled": False, "violations": [], "tail": ""}
-    body.update({"error": None, "outputs": {}, **fields})
-    return write_tar([("result.json", json.dumps(body).encode())])
-
-
 def pax_bomb() -> bytes:
     """A result tar that opens with the oversized pax header, then a valid result."""
     info = tarfile.TarInfo("././@PaxHeader")
     info.type, info.size = tarfile.XHDTYPE, CVE_DIGITS
     header = info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
-    return header + b"1" * CVE_DIGITS + bytes(-CVE_DIGITS % 512) + result()
-
-
-def hostile_host(tmp: Path, name: str, stdout: bytes) -> str:
-    """A `[hosts.NAME]` command host that sends `stdout` back as its runner's result."""
-    sent = tmp / f"{name}.out"
-    sent.write_bytes(stdout)
-    program = tmp / f"{name}.py"
-    program.write_text(f"import sys\nsys.stdout.buffer.write(open({str(sent)!r}, 'rb').read())\n")
-    argv = ", ".join(toml_str(a) for a in (sys.executable, str(program)))
-    return (
-        f"[hosts.{name}]\n"
-        'transport = "command"\n'
-        f"command = [{argv}]\n"
-        'command_mode = "argv"\n'
-        'generator = "true"\n'
-        "timeout = 1.0\n"
-    )
+    return header + b"1" * CVE_DIGITS + bytes(-CVE_DIGITS % 512) + runner_result()
 
 
 def nothing_received(repo: Layout) -> None:
@@ -102,7 +75,7 @@ async def test_a_reason_quoting_what_the_host_sent_is_cut(
 ) -> None:
     """A megabyte of violations in result.json: the receipt's reason keeps its start."""
     violations = [f"{i}: " + "v" * 1000 for i in range(1000)]
-    write_config(repo, hostile_host(tmp_path, "evil", result(violations=violations)))
+    write_config(repo, hostile_host(tmp_path, "evil", runner_result(violations=violations)))
     job = mint(repo, "make it better")
     res = await ship(repo, job.key, "evil", worker_id="tester")
     assert res.status == "rejected" and res.reason is not None

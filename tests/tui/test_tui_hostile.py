@@ -11,15 +11,18 @@ import pytest
 from boardkit import drawn, run_board
 from corekit import git, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from shipkit import endless_line, host_block, script, write_config
+from shipkit import endless_line, host_block, hostile_host, runner_result, script, write_config
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, Log, SelectionList
 from textual.widgets._toast import Toast
 
+from core.events import MAX_FIELD_CHARS
 from core.evidence import MAX_TAIL_BYTES, keep
 from core.layout import Layout
 from core.ship_candidates import CandidateRequest, ship_candidates
 from core.submit import submit_job
+from tui.dialogs.bulk_ship import BulkShipDialog
+from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.ship import MAX_LINE_CHARS, MAX_UNSHOWN_CHARS, ShipDialog, Unshown
 from tui.feed import LOG_LINE_CHARS
@@ -51,6 +54,27 @@ async def test_the_ship_dialog_cuts_a_line_without_end(
     assert len(held) > 80 and max(held) <= MAX_UNSHOWN_CHARS, "output waiting to be drawn"
     assert max(len(line) for line in lines) == MAX_LINE_CHARS + len(CUT)
     assert "x" * MAX_LINE_CHARS + CUT in lines and "done" in lines
+
+
+async def test_the_bulk_ship_dialog_keeps_a_reason_of_a_megabyte_cut(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """Each job's line quotes its receipt's reason, and the host chose this one."""
+    violations = [f"{i}: " + "v" * 1000 for i in range(1000)]
+    write_config(repo, hostile_host(tmp_path, "evil", runner_result(violations=violations)))
+    keys = [mint(repo, f"job {i}").key for i in range(2)]
+    async with run_board(repo.root) as d:
+        for key in keys:
+            await d.select(key)
+            await d.press("space")
+        await d.press("s")
+        await d.showing(ConfirmDialog)
+        await d.press("y")
+        dialog = await d.showing(BulkShipDialog)
+        await d.until(lambda: dialog.done, "the batch to end")
+    for key in keys:
+        line, _ = dialog.lines[key]
+        assert line.startswith("rejected on evil: 0: vvv") and len(line) < MAX_FIELD_CHARS + 100
 
 
 def test_output_the_screen_has_not_drawn_is_held_within_its_bound() -> None:
