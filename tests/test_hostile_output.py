@@ -8,20 +8,31 @@ answers the runner's protocol with whatever bytes the test wrote for it.
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from shipkit import endless_line, host_block, hostile_host, runner_result, start_genjob, write_config
+from shipkit import (
+    PY,
+    endless_line,
+    host_block,
+    hostile_host,
+    runner_result,
+    start_genjob,
+    wait_for,
+    write_config,
+)
 
 from core.events import MAX_FIELD_CHARS
 from core.layout import Layout
 from core.receipts import load_receipt
-from core.rules import MAX_EXTENSION_BYTES
+from core.rules import MAX_EXTENSION_BYTES, Limits
 from core.ship import ship
 from core.ship_candidates import CandidateRequest, ship_candidates
+from core.transport import JobSpec, LocalTransport, base, run_job
 from tui.cli.worker import MAX_LINE_CHARS
 
 pytestmark = pytest.mark.timeout(180)
@@ -97,3 +108,43 @@ def test_genjob_ship_streams_a_line_without_end_cut(
     assert len(shown) < 2 * MAX_LINE_CHARS, "more than the cut line and the verdict"
     evidence = repo.log_dir(job.key) / "attempt-1.log"
     assert evidence.read_bytes() == b"x" * (8192 - len(b"\ndone\n")) + b"\ndone\n"
+
+
+async def test_a_result_is_read_no_faster_than_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host sends 32 MB while the thread writing the outputs is held up: what waits for
+    it stays within MAX_RESULT_WAITING (and a chunk), and all of it arrives."""
+    size = 32 << 20
+    waited: list[int] = []
+    put, read = base._Pipe.put, base._Pipe.read
+
+    def measured_put(pipe: base._Pipe, chunk: bytes) -> object:
+        room = put(pipe, chunk)
+        waited.append(pipe.waiting)
+        return room
+
+    first = [True]
+
+    def held_read(pipe: base._Pipe, n: int = -1) -> bytes:
+        if first:  # the writing thread is held up until the transport stops for want of room
+            first.clear()
+            wait_for(lambda: pipe.waiting > base.MAX_RESULT_WAITING, "the pipe to fill")
+        return read(pipe, n)
+
+    monkeypatch.setattr(base._Pipe, "put", measured_put)
+    monkeypatch.setattr(base._Pipe, "read", held_read)
+    limits = Limits(max_file_bytes=64 << 20, max_total_bytes=128 << 20, max_files=10, max_tail_bytes=1024)
+    spec = JobSpec(
+        job_doc=json.dumps({"instruction": "x", "allowed_paths": ["out.bin"]}).encode(),
+        instruction="x",
+        allowed_paths=["out.bin"],
+        files=dict,
+        generator=f"{PY} -c \"open('out.bin', 'wb').write(b'o' * {size})\"",
+        timeout=120,
+        limits=limits,
+    )
+    outcome, info = await run_job(LocalTransport(), spec, tmp_path / "out")
+    assert outcome.error is None and info is not None and info.ok, (outcome, info)
+    assert (tmp_path / "out/out.bin").stat().st_size == size
+    assert max(waited) <= base.MAX_RESULT_WAITING + base.CHUNK

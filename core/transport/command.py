@@ -39,6 +39,7 @@ from core.transport.base import (
     HostKeyError,
     OutputCallback,
     Prepared,
+    ResultCallback,
     RunOutcome,
     Session,
     drive,
@@ -176,7 +177,7 @@ class CommandTransport:
     async def run(
         self,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:

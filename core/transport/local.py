@@ -28,6 +28,7 @@ from core.transport.base import (
     STOP_WAIT,
     OutputCallback,
     Prepared,
+    ResultCallback,
     RunOutcome,
     Session,
     drive,
@@ -134,7 +135,7 @@ class LocalTransport:
     async def run(
         self,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:
@@ -148,7 +149,7 @@ class LocalTransport:
         self,
         folder: Path,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None,
         cancel: asyncio.Event | None,
     ) -> RunOutcome:
@@ -170,7 +171,7 @@ class LocalTransport:
         self,
         proc: asyncio.subprocess.Process,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None,
         cancel: asyncio.Event | None,
     ) -> RunOutcome:
