@@ -18,22 +18,36 @@ Apply runs under `.gen/state.lock`:
     says which files were written and which were not;
  6. the job and an apply record go to `applied/`; the journal and originals are removed.
 
-A journal is a claim, not a fact: anyone who can write `.gen/` can write one. Finishing
-it (here or in `recover`) verifies the receipt again and requires the journal to name
-exactly the targets derived from it; any other journal is set aside under
-`.gen/logs/<key>/` and nothing is written. A resumed apply rolls forward when every
-target is at its before or after hash and rolls back when one holds anything else.
+A journal is a claim, not a fact: anyone who can write `.gen/` can write one. It counts
+only when no other user could have written it, and only for what it shares with the job:
+each target must be an allowed path with the job's input hash (and, while the receipt
+loads, exactly the targets derived from it); any other journal is set aside under
+`.gen/logs/<key>/` and nothing is written. A journal that counts is finished:
+ - rolled forward, when the receipt verifies now and every target is at its before or
+   after hash: every write is derived from the receipt again, never from the journal;
+ - rolled back, when the receipt no longer verifies (a key no longer trusted, a policy
+   turned on, outputs changed or gone) or a target holds a user's edit: each target at
+   the output the journal names goes back to its original from `.gen/journal/<key>/`,
+   which must hold the job's input hash, and a new file holding its output is removed,
+   so a rollback writes nothing but the bytes the job was minted on. It is all or
+   nothing: an original missing or not at the input hash stops it before anything is
+   written (`TornApply`), and a target that changes while it runs undoes it again.
+Every write, forward or back, goes through the same descriptor-walked swap, re-checked
+right before and after it acts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import os
+import re
 import shutil
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -48,13 +62,16 @@ from core.durable import (
     folder,
     fsync_dir,
     fsync_fd,
+    move,
     rename_at,
 )
 from core.errors import (
     ApplyConflict,
     BadInput,
     GenjobError,
+    RolledBack,
     Stale,
+    TornApply,
     VerificationFailed,
     WrongState,
 )
@@ -71,12 +88,14 @@ from core.tree import (
     exchange,
     hash_at,
     identity,
+    make_folder,
     open_dir,
     open_folder,
     open_regular,
 )
 from core.verify import Verification, verify
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # Bits an output never takes over from the file it replaces.
 _NO_SPECIAL_BITS = ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX)
 _NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -145,8 +164,14 @@ def apply_job(layout: Layout, key: str, commit: bool = False) -> Applied:
             check_commit_ready(layout)
         v = verify(layout, loc.job, config)
         if os.path.lexists(journal_path):
-            targets = _trusted_journal(layout, loc, v)
-            changed = _Apply(layout, loc.job, targets, config, resuming=True).run()
+            targets = _journal_targets(layout, loc, v.receipt)
+            resumed = _Apply(layout, loc.job, targets, config, resuming=True)
+            failed = [c for c in v.failures if c.name != "base"]  # a torn tree is off its base
+            if failed or v.receipt is None:
+                why = "; ".join(f"{c.name}: {c.detail}" for c in failed) or "the receipt was not read"
+                resumed.roll_back(f"the receipt does not verify now ({why})")
+            _same_filesystem(layout)
+            changed = resumed.run()
         else:
             targets = _checked_plan(layout, loc, v)
             require_checks(layout, loc.job, config, v)
@@ -173,35 +198,52 @@ def _checked_plan(layout: Layout, loc: Located, v: Verification) -> list[Target]
     return plan(loc.job, v.receipt)
 
 
-def _trusted_journal(layout: Layout, loc: Located, v: Verification) -> list[Target]:
-    """The targets of an open journal, if it matches a receipt that verifies now.
+def _journal_targets(layout: Layout, loc: Located, receipt: Receipt | None) -> list[Target]:
+    """The targets of an open journal, if it counts (see the module's docstring).
 
-    Every check but `base` must pass (a half-applied tree is not at the job's inputs),
-    and the journal must name exactly the targets derived from the job and receipt;
-    otherwise the journal is set aside as evidence and nothing is written.
+    A journal another user could have written stays where it is, with the command that
+    fixes it; one that does not load or does not fit the job is set aside as evidence.
+    Either way nothing is written.
     """
     path = layout.journal_file(loc.key)
-    why: str | None = None
     try:
         require_trusted(path, layout.gen, repository_owners(layout.root), "an apply journal")
+    except BadInput as exc:
+        raise VerificationFailed(f"{exc}; nothing was written, and the journal was left in place") from None
+    try:
         journal = loads_strict(read_bytes(path), str(path))
     except BadInput as exc:
-        why = str(exc)
-        journal = None
-    failed = [c for c in v.failures if c.name != "base"]
-    if why is None and (failed or v.receipt is None):
-        why = "the receipt does not verify now: " + "; ".join(f"{c.name}: {c.detail}" for c in failed)
-    targets = plan(loc.job, v.receipt) if v.receipt is not None else []
-    if why is None and not (
-        isinstance(journal, dict)
-        and journal.get("key") == loc.key
-        and journal.get("targets") == [t.to_dict() for t in targets]
-    ):
-        why = "it does not name exactly the outputs of the verified receipt"
-    if why is None:
-        _same_filesystem(layout)
-        return targets
-    _refuse_journal(layout, loc.key, why)
+        _refuse_journal(layout, loc.key, str(exc))
+    targets = _fitting_targets(journal, loc)
+    if targets is None:
+        _refuse_journal(layout, loc.key, "its targets are not the job's paths at the job's input hashes")
+    derived = plan(loc.job, receipt) if receipt is not None else targets
+    if [t.to_dict() for t in targets] != [t.to_dict() for t in derived]:
+        _refuse_journal(layout, loc.key, "it does not name exactly the outputs of the verified receipt")
+    return targets
+
+
+def _fitting_targets(journal: object, loc: Located) -> list[Target] | None:
+    """The journal's targets when it is this job's and each names an allowed path, once,
+    with the job's input hash as its before and a sha256 as its after; else None."""
+    if not isinstance(journal, dict) or journal.get("key") != loc.key:
+        return None
+    entries = journal.get("targets")
+    if not isinstance(entries, list):
+        return None
+    targets = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or set(entry) != {"path", "before", "after"}:
+            return None
+        rel, after = entry["path"], entry["after"]
+        if rel not in loc.job.allowed_paths or entry["before"] != loc.job.input_digest(rel):
+            return None
+        if not (isinstance(after, str) and _SHA256.fullmatch(after)):
+            return None
+        targets.append(Target(i, rel, entry["before"], after))
+    if [t.path for t in targets] != sorted({t.path for t in targets}):
+        return None  # apply writes each path once, in order
+    return targets
 
 
 def _refuse_journal(layout: Layout, key: str, why: str) -> NoReturn:
@@ -226,8 +268,55 @@ def _same_filesystem(layout: Layout) -> None:
 class _Conflict(Exception):
     """A target was not what apply expected at the moment it acted."""
 
+    # What the operator does next, after what was rolled back.
+    advice = "The job is STALE now: genjob replay {key}"
+
+
+class _Unmovable(_Conflict):
+    """A target apply cannot swap at all (a mount point): replaying the job would not help."""
+
+    advice = "Nothing of the job is in the tree: unmount it, or mint the job without that path"
+
 
 _OTHER = "other"  # what a target holds when it is not a regular file
+# The errors a rename gives for a mount point (EBUSY) and across mounts (EXDEV).
+_MOUNT_ERRORS = (errno.EBUSY, errno.EXDEV)
+
+
+def _mount_fault(t: Target, exc: OSError) -> _Unmovable:
+    if exc.errno == errno.EBUSY:
+        return _Unmovable(f"{t.path}: a mount point; apply cannot replace it")
+    return _Unmovable(f"{t.path}: it or its folder is a mount point; apply cannot replace it")
+
+
+@dataclass
+class _Undone:
+    """What a rollback did: the paths it restored and removed, and those it left as they are."""
+
+    restored: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    left: list[tuple[str, str]] = field(default_factory=list)  # (path, what it holds now)
+
+    def said(self) -> str:
+        if self.restored or self.removed:
+            restored = ", ".join(sorted(self.restored)) or "none"
+            done = f"restored {restored}; removed {', '.join(sorted(self.removed)) or 'none'}."
+        else:
+            done = "nothing of it had been written."
+        return done + (f" Left as they are: {_left(self.left)}." if self.left else "")
+
+
+def _left(left: list[tuple[str, str]]) -> str:
+    return "; ".join(f"{path} ({what})" for path, what in left)
+
+
+def _held(now: str | None) -> str:
+    """What a target holds that is neither the job's input nor its output."""
+    if now is None:
+        return "gone"
+    if now == _OTHER:
+        return "no longer a regular file"
+    return "neither the job's input nor its output"
 
 
 class _Apply:
@@ -296,6 +385,10 @@ class _Apply:
     def tmp(self, t: Target) -> str:
         return f".genjob-{self.job.key[:16]}-{t.index}.tmp"
 
+    def in_originals(self, name: str) -> str:
+        """A name in the originals folder, as the operator finds it."""
+        return f"{(self.layout.journal / self.job.key).relative_to(self.layout.root)}/{name}"
+
     # --- reading -------------------------------------------------------------------
 
     def now(self, t: Target) -> str | None:
@@ -321,7 +414,8 @@ class _Apply:
             except Stale:
                 raise  # a fresh apply that found a conflict before writing anything
             if not self.resuming:
-                atomic_write(self.layout.journal_file(self.job.key), canonical(self._journal()))
+                journal = make_folder(self.layout.journal, self.layout.gen) / f"{self.job.key}.json"
+                atomic_write(journal, canonical(self._journal()))
                 self._open_originals()
             for t in pending:
                 self._stage(t)
@@ -376,8 +470,15 @@ class _Apply:
         """Copy the output next to its target under the temp name, checking its hash."""
         p = self.made_parent(t)
         tmp = self.tmp(t)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(tmp, dir_fd=p)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            raise BadInput(
+                f"{t.path}: a folder {tmp} beside it is where apply copies the output; "
+                "move it away and apply again"
+            ) from None
         try:
             mode = stat.S_IMODE(os.stat(t.name, dir_fd=p, follow_symlinks=False).st_mode) & _NO_SPECIAL_BITS
         except FileNotFoundError:
@@ -393,9 +494,7 @@ class _Apply:
             raise VerificationFailed(f"{where}: gone since verification; nothing was written")
         src, _ = opened
         with closing(src):
-            dst = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=p
-            )
+            dst = os.open(tmp, _NEW_COPY, 0o666, dir_fd=p)
             with closing(dst):
                 if mode is not None:
                     os.fchmod(dst, mode)
@@ -429,13 +528,24 @@ class _Apply:
             swapped = exchange(p, tmp, p, t.name)
         except FileNotFoundError:
             raise _Conflict(f"{t.path}: was deleted during the apply") from None
+        except OSError as exc:
+            if exc.errno in _MOUNT_ERRORS:
+                raise _mount_fault(t, exc) from None
+            raise
         if swapped:
             displaced = _hash_or_other(p, tmp, t.path)
             if displaced != t.before:
                 exchange(p, tmp, p, t.name)  # the user's version goes back
                 self._drop_copy(p, tmp, t)
                 raise _Conflict(f"{t.path}: {_describe(displaced, t)} during the apply; that version is kept")
-            rename_at(p, tmp, self.originals, original)
+            try:
+                rename_at(p, tmp, self.originals, original)
+            except OSError as exc:
+                exchange(p, tmp, p, t.name)  # the original goes back where it was
+                self._drop_copy(p, tmp, t)
+                if exc.errno in _MOUNT_ERRORS:
+                    raise _mount_fault(t, exc) from None
+                raise
             return
         # No atomic exchange on this filesystem: keep the original by a hard link, check
         # that it is the job's input, and rename the copy over it at once.
@@ -443,11 +553,21 @@ class _Apply:
             os.link(t.name, original, src_dir_fd=p, dst_dir_fd=self.originals, follow_symlinks=False)
         except FileNotFoundError:
             raise _Conflict(f"{t.path}: was deleted during the apply") from None
+        except OSError as exc:
+            if exc.errno in _MOUNT_ERRORS:
+                raise _mount_fault(t, exc) from None
+            raise
         kept = _hash_or_other(self.originals, original, t.path)
         if kept != t.before:
             os.unlink(original, dir_fd=self.originals)
             raise _Conflict(f"{t.path}: {_describe(kept, t)} during the apply; that version is kept")
-        rename_at(p, tmp, p, t.name)
+        try:
+            rename_at(p, tmp, p, t.name)
+        except OSError as exc:
+            os.unlink(original, dir_fd=self.originals)
+            if exc.errno in _MOUNT_ERRORS:
+                raise _mount_fault(t, exc) from None
+            raise
 
     def _drop_copy(self, p: int, name: str, t: Target) -> None:
         """Remove a staged copy, unless it no longer holds the output (then keep it)."""
@@ -461,14 +581,15 @@ class _Apply:
 
     def _settle_leftovers(self) -> None:
         """Temp copies a killed apply left in the tree: an original caught mid-swap goes to
-        the originals, the user's version caught mid-swap goes back, copies go."""
+        the originals, the user's version caught mid-swap goes back, copies go. What is
+        not a file under a temp name was not made by apply, and stays where it is."""
         for t in self.targets:
             p = self.parent(t)
             tmp = self.tmp(t)
             if p is None:
                 continue
             held = _hash_or_other(p, tmp, t.path)
-            if held is None:
+            if held is None or held == _OTHER:
                 continue
             original = str(t.index)
             if held == t.after:
@@ -481,72 +602,209 @@ class _Apply:
             else:
                 rename_at(p, tmp, self.originals, f"{tmp}.kept")
 
+    def roll_back(self, why: str) -> NoReturn:
+        """Undo an interrupted apply that cannot be finished (`why`), all or nothing.
+
+        Raises RolledBack naming what was restored and removed, or TornApply (nothing
+        more written, the journal kept) when an original is missing or not the job's input.
+        """
+        try:
+            self.root = self._keep(open_dir(self.layout.root))
+            self._open_originals()
+            self._settle_leftovers()
+            undone = self._undo_all(why)
+            self._remove_created()
+        finally:
+            self.close()
+        kept = self._set_journal_aside()
+        record_event(
+            self.layout, "apply_rolled_back", self.job.key, reason=why[:500], **dataclasses.asdict(undone)
+        )
+        took_out = undone.restored or undone.removed
+        kept_what = "Its journal, and what was taken out of the tree," if took_out else "Its journal"
+        raise RolledBack(
+            f"{self.job.key}: the interrupted apply cannot be finished: {why}; so it was rolled back "
+            f"from the originals it kept: {undone.said()} {kept_what} is kept at {kept}"
+        )
+
+    def _set_journal_aside(self) -> str:
+        """After a rollback: the journal joins the originals folder (which now holds what
+        was taken out of the tree), and that goes to the job's evidence folder; where."""
+        originals = self.layout.journal / self.job.key
+        move(self.layout.journal_file(self.job.key), originals / "journal.json")
+        aside = set_aside(self.layout, self.job.key, originals, "rolled-back")
+        return str(aside.relative_to(self.layout.root))
+
     # --- rollback ------------------------------------------------------------------
 
     def _undo(self, exc: BaseException, pending: list[str], written: list[str]) -> None:
         """After a failure: remove the temp copies, put back every original this job
         replaced, remove the files it created and the folders it made; close the journal.
 
-        Raises ApplyConflict for a conflict, naming what was written and what was not.
+        Raises ApplyConflict for a conflict, naming what was written and what was not,
+        and TornApply when what was written cannot be put back (the journal stays).
         """
-        for t in self.targets:
-            p = self.parents.get(t.index)
-            if p is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.tmp(t), dir_fd=p)
-        left = self._roll_back(written)
+        if self._originals is None:
+            self._open_originals()
+        self._settle_leftovers()  # a temp name may hold an original caught mid-swap
+        undone = self._undo_all(f"apply stopped: {exc}")
         self._remove_created()
         _close_journal(self.layout, self.job.key)
-        record_event(self.layout, "apply_rolled_back", self.job.key, reason=str(exc)[:500], left=left)
-        if isinstance(exc, _Conflict):
-            done = ", ".join(written) or "none"
-            not_done = ", ".join(p for p in pending if p not in written) or "none"
-            kept = f" Left as they are now: {'; '.join(left)}." if left else ""
-            raise ApplyConflict(
-                f"{self.job.key}: apply stopped: {exc}. Written, then rolled back: {done}. "
-                f"Never written: {not_done}.{kept} The job is STALE now: "
-                f"genjob replay {self.job.key}"
+        record_event(self.layout, "apply_rolled_back", self.job.key, reason=str(exc)[:500], left=undone.left)
+        if not isinstance(exc, _Conflict):
+            return
+        advice = exc.advice.format(key=self.job.key)
+        if self.resuming:
+            raise RolledBack(
+                f"{self.job.key}: apply stopped: {exc}. Rolled back from the originals it kept: "
+                f"{undone.said()} {advice}"
             ) from None
+        done = ", ".join(written) or "none"
+        not_done = ", ".join(p for p in pending if p not in written) or "none"
+        left = [(path, what) for path, what in undone.left if path in written]
+        kept = f" Left as they are now: {_left(left)}." if left else ""
+        raise ApplyConflict(
+            f"{self.job.key}: apply stopped: {exc}. Written, then rolled back: {done}. "
+            f"Never written: {not_done}.{kept} {advice}"
+        ) from None
 
-    def _roll_back(self, written: list[str]) -> list[str]:
-        """Every target at its after hash goes back to its before bytes; returns the ones
-        this run wrote that changed again since (they stay as they are)."""
-        left = []
+    def _undo_all(self, why: str) -> _Undone:
+        """Every target at the output it was given goes back: an existing file to its
+        original, which must hold the job's input; a new file out of the tree. All or
+        nothing: any original missing or changed stops it before it writes, and a target
+        that changes meanwhile undoes what it did (TornApply, either way)."""
+        undone, todo, faults = _Undone(), [], []
         for t in reversed(self.targets):
-            if t.before == t.after:
-                continue
-            p = self.parent(t)
             now = self.now(t)
-            if p is None or now != t.after:  # without its folder, now is None
-                if now != t.before and t.path in written:
-                    left.append(f"{t.path} (changed after it was written)")
+            if t.before == t.after or now == t.before:
                 continue
-            if not self._put_back(t, p):
-                left.append(f"{t.path} (changed after it was written)")
-        return left
+            if now != t.after:
+                undone.left.append((t.path, _held(now)))
+                continue
+            fault = self._original_fault(t)
+            if fault is not None:
+                faults.append(fault)
+            todo.append(t)
+        if faults:
+            self._torn(why, faults, "Nothing more was written")
+        self.created = self._folders_of_new_paths()
+        done: list[Target] = []
+        try:
+            for t in todo:
+                self._take_out(t)
+                done.append(t)
+                (undone.restored if t.before is not None else undone.removed).append(t.path)
+        except _Conflict as exc:
+            self._torn(why, [str(exc), *self._put_all_in(done)], "What the rollback had done was undone")
+        return undone
 
-    def _put_back(self, t: Target, p: int) -> bool:
+    def _put_all_in(self, done: list[Target]) -> list[str]:
+        """Undo `_take_out` of each of `done`, last first; what could not be undone."""
+        faults = []
+        for t in reversed(done):
+            try:
+                self._put_in(t)
+            except OSError as exc:
+                faults.append(f"{t.path} could not be put back as it was ({exc.strerror})")
+        return faults
+
+    def _original_fault(self, t: Target) -> str | None:
+        """Why the kept original of `t` cannot be put back; None for a new file, or when it
+        holds exactly the bytes the job was minted on."""
         if t.before is None:
-            tmp = self.tmp(t)
-            rename_at(p, t.name, p, tmp)
-            if _hash_or_other(p, tmp, t.path) == t.after:
-                os.unlink(tmp, dir_fd=p)
-                return True
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, t.name, src_dir_fd=p, dst_dir_fd=p, follow_symlinks=False)
-                os.unlink(tmp, dir_fd=p)
-            return False
+            return None
         original = str(t.index)
-        if self._originals is None or _hash_or_other(self.originals, original, t.path) != t.before:
-            return False
-        if exchange(self.originals, original, p, t.name):
-            if _hash_or_other(self.originals, original, t.path) == t.after:
-                os.unlink(original, dir_fd=self.originals)
-                return True
-            exchange(self.originals, original, p, t.name)
-            return False
-        rename_at(self.originals, original, p, t.name)
-        return True
+        kept = _hash_or_other(self.originals, original, t.path)
+        if kept == t.before:
+            return None
+        what = "is missing" if kept is None else "does not hold the bytes the job was minted on"
+        return (
+            f"the original of {t.path}, {self.in_originals(original)}, {what} (sha256 {t.before[:12]}…): put "
+            f"a copy of those bytes there (from git, if that commit has them)"
+        )
+
+    def _torn(self, why: str, faults: list[str], written: str) -> NoReturn:
+        interrupted = "interrupted apply" if self.resuming else "apply"
+        raise TornApply(
+            f"{self.layout.journal_file(self.job.key)}: the {interrupted} can be neither finished nor "
+            f"rolled back: {why}, and {'; '.join(faults)}. {written}; the journal stays where it is, "
+            f"and genjob recover tries again"
+        )
+
+    def _take_out(self, t: Target) -> None:
+        """Put `t` back as the job found it: its original swapped in (what it displaced kept
+        as `<index>.after`), or the new file moved to `<index>.after`; each checked right
+        after it acts, and put back as it was when the check fails."""
+        p = self.parents[t.index]
+        _check_parent(self.root, t, p)
+        original, aside = str(t.index), f"{t.index}.after"
+        try:
+            if t.before is None:
+                rename_at(p, t.name, self.originals, aside)
+                if _hash_or_other(self.originals, aside, t.path) != t.after:
+                    self._link_back(t, p, aside)
+                    raise _Conflict(f"{t.path}: changed while it was rolled back; it is kept as it is")
+            elif exchange(self.originals, original, p, t.name):
+                taken_out = _hash_or_other(self.originals, original, t.path)
+                put_in = _hash_or_other(p, t.name, t.path)
+                if (taken_out, put_in) != (t.after, t.before):
+                    exchange(self.originals, original, p, t.name)
+                    raise _Conflict(f"{t.path}: changed while it was rolled back; it is kept as it is")
+                rename_at(self.originals, original, self.originals, aside)
+            else:
+                os.link(t.name, aside, src_dir_fd=p, dst_dir_fd=self.originals, follow_symlinks=False)
+                if _hash_or_other(self.originals, aside, t.path) != t.after:
+                    os.unlink(aside, dir_fd=self.originals)
+                    raise _Conflict(f"{t.path}: changed while it was rolled back; it is kept as it is")
+                rename_at(self.originals, original, p, t.name)
+                if _hash_or_other(p, t.name, t.path) != t.before:
+                    self._put_in(t)
+                    raise _Conflict(f"{t.path}: its original changed while it was rolled back")
+        except OSError as exc:
+            if exc.errno in _MOUNT_ERRORS:
+                raise _mount_fault(t, exc) from None
+            raise
+        fsync_fd(p, t.path)
+
+    def _link_back(self, t: Target, p: int, aside: str) -> None:
+        """A file moved out of the tree goes back to its place, unless one was made there
+        meanwhile (then it stays in the originals folder, and the conflict says where)."""
+        try:
+            os.link(aside, t.name, src_dir_fd=self.originals, dst_dir_fd=p, follow_symlinks=False)
+        except FileExistsError:
+            kept = self.in_originals(aside)
+            raise _Conflict(
+                f"{t.path}: changed while it was rolled back; what it held is kept at {kept}"
+            ) from None
+        os.unlink(aside, dir_fd=self.originals)
+
+    def _put_in(self, t: Target) -> None:
+        """Undo `_take_out(t)`: the output it took out goes back in, the original back aside."""
+        p = self.parents[t.index]
+        original, aside = str(t.index), f"{t.index}.after"
+        if t.before is None:
+            self._link_back(t, p, aside)
+        elif exchange(self.originals, aside, p, t.name):
+            rename_at(self.originals, aside, self.originals, original)
+        else:
+            os.link(t.name, original, src_dir_fd=p, dst_dir_fd=self.originals, follow_symlinks=False)
+            rename_at(self.originals, aside, p, t.name)
+        fsync_fd(p, t.path)
+
+    def _folders_of_new_paths(self) -> list[str]:
+        """The folders a rollback removes if they are empty: on a fresh run, those it made;
+        after a crash, each folder on the way to a new path that holds none of the paths
+        the job found in the tree. Top down."""
+        if not self.resuming:
+            return self.created
+        existing = [t.path for t in self.targets if t.before is not None]
+        folders: list[str] = []
+        for t in (t for t in self.targets if t.before is None):
+            for depth in range(1, len(t.folders) + 1):
+                rel = "/".join(t.folders[:depth])
+                if rel not in folders and not any(p.startswith(f"{rel}/") for p in existing):
+                    folders.append(rel)
+        return folders
 
     def _remove_created(self) -> None:
         for rel in reversed(self.created):
@@ -597,7 +855,8 @@ def _record(layout: Layout, job: Job, targets: list[Target], changed: list[str],
             "changed": changed,
         },
     }
-    create_exclusive(layout.job_file("applied", job.key), canonical(record))
+    path = layout.job_file("applied", job.key)
+    create_exclusive(make_folder(path.parent, layout.gen) / path.name, canonical(record))
     _close(layout, job)
     record_event(layout, "applied", job.key, changed=changed, signer=v.signer)
 

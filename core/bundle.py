@@ -33,6 +33,7 @@ from core.rules import (
     loads_strict,
 )
 from core.runner import PROTOCOL_VERSION, write_tar
+from core.tree import DIR_MODE, FILE_MODE
 
 MAX_RESULT_JSON_BYTES = 4 << 20
 RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})
@@ -172,7 +173,7 @@ def _open_parent(root_fd: int, rel: str) -> int:
     try:
         for part in rel.split("/")[:-1]:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, DIR_MODE, dir_fd=fd)
             next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = next_fd
@@ -191,7 +192,7 @@ def _write_output(root_fd: int, rel: str, content: typing.BinaryIO, size: int) -
             fd = os.open(
                 rel.rsplit("/", 1)[-1],
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                0o644,
+                FILE_MODE,
                 dir_fd=parent,
             )
         finally:
@@ -224,9 +225,8 @@ def extract_result(
     parsed strictly and its claimed hashes compared. ``dest_dir`` must not exist; any
     refusal raises BundleError and leaves no ``dest_dir`` behind.
     """
-    dest_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
-        dest_dir.mkdir()
+        dest_dir.mkdir(DIR_MODE)
     except FileExistsError:
         raise BundleError(f"{dest_dir}: already exists; results go into a new folder") from None
     try:

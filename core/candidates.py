@@ -59,6 +59,7 @@ from core.lease import read_lease
 from core.models import Job, Receipt, receipt_from_bytes
 from core.queue import check_key, holds_lease, locate
 from core.standing import CheckStatus
+from core.tree import make_folder
 from core.verify import ReceiptFiles, Verification, verify
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ def commit_candidate(
 
     signer, staged = holder.signer, staging(layout, job.key, holder.token, number)
     body = canonical(receipt.document())
-    staged.mkdir(parents=True, exist_ok=True)
+    make_folder(staged, layout.gen)
     if receipt.status is not ReceiptStatus.OK:
         shutil.rmtree(staged / OUT, ignore_errors=True)
     if signer is not None:
@@ -226,7 +227,7 @@ def _publish(
     layout: Layout, key: str, number: int, staged: Path, receipt: Receipt, run: dict[str, Any], holder: Holder
 ) -> Path:
     """Rename the staged candidate into `.gen/candidates/<key>/<number>/` and record it."""
-    layout.candidates_of(key).mkdir(parents=True, exist_ok=True)
+    make_folder(layout.candidates_of(key), layout.gen)
     fsync_dir(layout.candidates)
     final = layout.candidate(key, number)
     move(staged, final)
@@ -381,10 +382,11 @@ def _promote(layout: Layout, job: Job, candidate: Candidate) -> None:
         shutil.rmtree(staged, ignore_errors=True)
         for rel in sorted(receipt.outputs):
             dst = staged / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            make_folder(dst.parent, layout.gen)
             # A second name for the same bytes: nothing under out/ is ever written in place.
             os.link(candidate.files.out / rel, dst, follow_symlinks=False)
         move(staged, final)
+    make_folder(layout.receipts, layout.gen)
     if candidate.signed:
         atomic_write(layout.signature(key), read_bytes(candidate.files.signature, 16 * 1024))
     else:

@@ -429,6 +429,8 @@ def _confinement(
         folder=sandbox.Overlay(made.tree, made.mount_point) if mode == "overlay" else made.tree,
         at=layout.root if check.sandbox == "bwrap" else None,
         read_only=read_only_paths(layout, check),
+        tree=layout.root,
+        named_by=f"{layout.config}: [checks.{name}]",
         env={"GENJOB_KEY": job.key, "GENJOB_CHECK": name},
         kind=check.sandbox,
         home=made.home,

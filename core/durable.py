@@ -13,6 +13,9 @@ as `DurabilityError` naming the file and the fault; nothing is left half-written
 
 Every rename under `.gen/` goes through here. `rename_at` and `rename` are the bare
 ones, for steps that check what they moved and sync the folder themselves.
+
+Every file made here has an explicit mode (`FILE_MODE` unless it is secret), as every
+folder under `.gen/` is made by `core.tree.make_folder` with `DIR_MODE`: see there.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from core.errors import BadInput, DurabilityError
+from core.tree import FILE_MODE
 
 TMP_PREFIX = ".tmp-"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -55,15 +59,18 @@ def folder(path: Path) -> Iterator[int]:
     try:
         fd = os.open(path, DIR_FLAGS)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise BadInput(
-                f"{path}: not a real folder (a symlink or a file); nothing written there"
-            ) from None
-        raise environment_fault(exc, path) or exc from None
+        raise _folder_fault(exc, path) from None
     try:
         yield fd
     finally:
         os.close(fd)
+
+
+def _folder_fault(exc: OSError, path: Path) -> Exception:
+    """What opening the folder `path` failed with, said once for every caller."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return BadInput(f"{path}: not a real folder (a symlink or a file); nothing written there")
+    return environment_fault(exc, path) or exc
 
 
 def fsync_fd(fd: int, what: Path | str) -> None:
@@ -88,7 +95,7 @@ def write_all(fd: int, data: bytes | Iterable[bytes]) -> None:
 
 @contextlib.contextmanager
 def temp_at(
-    dir_fd: int, data: bytes | Iterable[bytes], where: Path, mode: int = 0o644, durable: bool = True
+    dir_fd: int, data: bytes | Iterable[bytes], where: Path, mode: int = FILE_MODE, durable: bool = True
 ) -> Iterator[str]:
     """A new uniquely named temp file in `dir_fd` holding `data`, locked for the block.
 
@@ -128,7 +135,7 @@ def atomic_write_at(
     name: str,
     data: bytes | Iterable[bytes],
     where: Path,
-    mode: int = 0o644,
+    mode: int = FILE_MODE,
     durable: bool = True,
 ) -> None:
     """`atomic_write` into the folder `dir_fd`."""
@@ -141,7 +148,9 @@ def atomic_write_at(
         fsync_fd(dir_fd, where.parent)
 
 
-def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, durable: bool = True) -> None:
+def atomic_write(
+    path: Path, data: bytes | Iterable[bytes], mode: int = FILE_MODE, durable: bool = True
+) -> None:
     """Replace `path` with `data` (bytes, or chunks of them made as they are written) so
     that readers see the old or the new bytes, never a mix.
 
@@ -152,7 +161,7 @@ def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, d
         atomic_write_at(fd, path.name, data, path, mode, durable)
 
 
-def create_exclusive_at(dir_fd: int, name: str, data: bytes, where: Path, mode: int = 0o644) -> bool:
+def create_exclusive_at(dir_fd: int, name: str, data: bytes, where: Path, mode: int = FILE_MODE) -> bool:
     """`create_exclusive` into the folder `dir_fd`."""
     with temp_at(dir_fd, data, where, mode) as tmp:
         try:
@@ -165,7 +174,7 @@ def create_exclusive_at(dir_fd: int, name: str, data: bytes, where: Path, mode: 
     return True
 
 
-def create_exclusive(path: Path, data: bytes, mode: int = 0o644) -> bool:
+def create_exclusive(path: Path, data: bytes, mode: int = FILE_MODE) -> bool:
     """Create `path` with `data` only if no file has that name; True if this call made it.
 
     The bytes are made durable under a temp name first and then hard-linked into place,
@@ -235,7 +244,7 @@ def append_line(path: Path, line: bytes, durable: bool = False) -> None:
             fd = os.open(
                 path.name,
                 os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                0o644,
+                FILE_MODE,
                 dir_fd=dir_fd,
             )
         except OSError as exc:
@@ -264,7 +273,7 @@ def flocked(path: Path, blocking: bool = True) -> Iterator[bool]:
     with folder(path.parent) as dir_fd:
         try:
             fd = os.open(
-                path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+                path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=dir_fd
             )
         except OSError as exc:
             if exc.errno == errno.ELOOP:

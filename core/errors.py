@@ -56,6 +56,16 @@ class ApplyConflict(GenjobError):
     """A target changed while apply ran: what this job wrote was rolled back."""
 
 
+class RolledBack(ApplyConflict):
+    """An interrupted apply that could not be finished was rolled back from the originals
+    it kept: the tree holds the job's inputs again (but for a user's later edits)."""
+
+
+class TornApply(GenjobError):
+    """An interrupted apply that can be neither finished nor rolled back: nothing more was
+    written, its journal stays, and the message says what the operator can do."""
+
+
 class Untrusted(BadInput):
     """A trust anchor, policy or journal that someone other than its owner could have written."""
 

@@ -22,7 +22,7 @@ from core.canonical import canonical, read_bytes
 from core.durable import append_line
 from core.errors import BadInput
 from core.layout import Layout
-from core.tree import FILE_FLAGS
+from core.tree import FILE_FLAGS, make_folder
 
 # What one recorded string, list or object may hold; longer ones are cut with a note.
 MAX_FIELD_CHARS = 2000
@@ -76,7 +76,12 @@ def record_event(layout: Layout, event: str, key: str | None, **fields: Any) -> 
 def record_attempt(layout: Layout, key: str, event: str, **fields: Any) -> None:
     """Append to `.gen/attempts/<key>.jsonl`: retries are operational, never in the digest."""
     entry = {"at": time.time(), "event": event, **bounded(fields)}
-    append_line(layout.attempts_file(key), canonical(entry))
+    path = layout.attempts_file(key)
+    try:
+        append_line(path, canonical(entry))
+    except FileNotFoundError:  # attempts/ itself is gone (a clone keeps no empty folder)
+        make_folder(path.parent, layout.gen)
+        append_line(path, canonical(entry))
 
 
 def read_tail(path: Path, limit: int = MAX_READ_BYTES) -> bytes:

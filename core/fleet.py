@@ -30,6 +30,7 @@ from core.events import attempts, bounded
 from core.layout import Layout
 from core.lease import read_lease
 from core.models import KEY_RE
+from core.tree import make_folder
 
 if TYPE_CHECKING:
     from core.transport.base import Transport
@@ -127,7 +128,7 @@ def _note(obj: object) -> Note | None:
 
 def _update(layout: Layout, host: str, changes: Mapping[str, Any]) -> None:
     """Merge `changes` into the host's notes, one writer at a time."""
-    layout.fleet.mkdir(exist_ok=True)
+    make_folder(layout.fleet, layout.gen)
     with flocked(layout.fleet / ".lock"):
         record = {**_read(layout, host), **bounded(dict(changes))}
         atomic_write(layout.fleet_file(host), canonical(record), durable=False)

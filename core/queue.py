@@ -22,6 +22,7 @@ from core.freshness import LeaseState
 from core.layout import FOLDER_STATE, JOB_FOLDERS, Layout
 from core.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
+from core.tree import make_folder
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def enqueue(layout: Layout, job: Job) -> Enqueued:
                 )
             return Enqueued(key, path, False, folder)
     path = layout.job_file("queue", key)
-    if not create_exclusive(path, job_bytes(job)):
+    if not create_exclusive(make_folder(path.parent, layout.gen) / path.name, job_bytes(job)):
         return enqueue(layout, job)
     record_event(layout, "minted", key, schema=job.schema_name, digest=job.digest)
     return Enqueued(key, path, True, "queue")
@@ -181,7 +182,7 @@ class Claimer:
             why = f"; skipped {len(skipped)} that cannot be claimed: {next(iter(skipped.values()))}"
         raise NothingToClaim(f"{self.layout.queue}: nothing left to claim{why}")
 
-    def _try(self, key: str) -> Claim | None:
+    def _try(self, key: str, remake: bool = True) -> Claim | None:
         src = self.layout.job_file("queue", key)
         dst = self.layout.job_file("running", key)
         try:
@@ -191,7 +192,11 @@ class Claimer:
             # again and run twice, with nothing in running/ to say it had been taken.
             move(src, dst, sync_source=False)
         except FileNotFoundError:
-            return None
+            if remake and os.path.lexists(src) and not os.path.isdir(dst.parent):
+                # running/ itself is gone (a clone keeps no empty folder): made, then tried again
+                make_folder(dst.parent, self.layout.gen)
+                return self._try(key, remake=False)
+            return None  # another claimer renamed it first
         except FileExistsError:
             if not os.path.lexists(src):
                 return None  # another claimer renamed it first
@@ -269,7 +274,7 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Path:
             holder = f" held by {lease.worker} (pid {lease.pid} on {lease.host})" if lease else ""
             raise WrongState(f"{key}: lease is live{holder}; use --force to take it back")
         dst = layout.job_file("queue", key)
-        move(loc.path, dst)
+        move(loc.path, make_folder(dst.parent, layout.gen) / dst.name)
         layout.lease(key).unlink(missing_ok=True)
         layout.cancel_request(key).unlink(missing_ok=True)
         record_attempt(layout, key, "requeued", forced=force, lease=state)
@@ -292,6 +297,7 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
         if loc.folder == "running" and not layout.receipt(key).exists() and live:
             raise WrongState(f"{key}: is running; cancel it first")
         dst = layout.job_file("rejected", key)
+        make_folder(dst.parent, layout.gen)
         record = {
             "job": loc.job.document(),
             "rejection": {"reason": reason, "by": by, "at": time.time(), "from": loc.folder},

@@ -21,6 +21,7 @@ from core.layout import Layout
 from core.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
 from core.queue import holds_lease
 from core.signing import sign
+from core.tree import make_folder
 
 
 def make_receipt(job: Job, status: ReceiptStatus, outputs: dict[str, str], worker_id: str) -> Receipt:
@@ -76,6 +77,7 @@ def commit_receipt(
             if os.path.lexists(final):
                 set_aside(layout, job.key, final, f"out-before-{token}")
             move(staged_out, final)
+        make_folder(layout.receipts, layout.gen)
         if sig is not None:
             atomic_write(layout.signature(job.key), sig)
         else:

@@ -1,9 +1,13 @@
 """Recovery after a crash: finish interrupted applies and resolve inconsistent pairs.
 
 The rules, applied in this order (each is reported):
- R1 an open apply journal is finished by `core.apply`: rolled forward when every target
-    is at its before or after hash, rolled back when one holds a user's edit, and set
-    aside as evidence when it does not match a receipt that verifies now;
+ R1 an open apply journal is finished by `core.apply`: rolled forward when the receipt
+    verifies now and every target is at its before or after hash; rolled back, from the
+    originals it kept, when one holds a user's edit or the receipt no longer verifies (a
+    key no longer trusted, a policy turned on, outputs changed or gone), and the line
+    names what was restored and removed; set aside as evidence when it does not fit the
+    job. A rollback is all or nothing: an original missing or not at the job's input
+    hash leaves the journal and the tree as they are, and the line says what to do;
  R2 a key in `applied/` and anywhere else: applied wins, the tree was written; other job
     copies are removed, a rejection record is kept aside under `.gen/logs/<key>/`;
  R3 a key in `rejected/` and in `queue/` or `running/`: rejected wins, the copies go;

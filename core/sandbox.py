@@ -11,7 +11,11 @@ A command genjob did not write (a check over generated code, a generator) runs u
    ``/proc``, ``/dev`` and an empty ``/tmp`` in memory; and exactly one writable folder,
    bound at its own absolute path (or at the path the caller names). The user's home, SSH
    keys and genjob's own key folder are never bound, and a read-only path that would
-   show any of them is refused;
+   show any of them is refused. Read-only paths are opened and judged as descriptors
+   (`core.read_only`) and bwrap binds those descriptors, so a path swapped for a link
+   after it was judged binds nothing else;
+ - no unix socket of its own (`core.seccomp`): a read-only socket file can still be
+   connected to, and one outside (an ssh-agent's, ``docker.sock``) would be a way out;
  - a clean environment: ``PATH``, ``LANG``, ``HOME`` (an empty folder in that ``/tmp``)
    and what the caller adds;
  - `--die-with-parent`, and a process group genjob kills on a timeout or a cancel. Every
@@ -33,6 +37,7 @@ import contextlib
 import functools
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -40,14 +45,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from core import procfs
-from core.errors import GenjobError
+from core import procfs, read_only, seccomp
+from core.errors import BadInput, GenjobError
+from core.read_only import Bind, Rules, private_fault, within
 from core.rules import TailBuffer
+from core.tree import closing
 
 Kind = Literal["bwrap", "none"]
 KINDS: tuple[Kind, ...] = ("bwrap", "none")
@@ -98,7 +105,12 @@ class Confinement:
     folder: the one writable folder (or an `Overlay`); the command starts there.
     at: where `folder` appears inside the sandbox (default: its own path; an overlay
       needs one).
-    read_only: more paths the command may read, each at its own path.
+    read_only: more paths the command may read, each at its own path (its real one,
+      or, inside `tree`, the one it has there): `core.read_only` judges and opens them.
+    tree: a folder whose links a read-only path inside it may not leave (a check's
+      repository: its links are data, not the operator's word).
+    named_by: who named the read-only paths, for the message that refuses one (the config
+      file and its table).
     network: whether the command shares the host's network (default: none at all).
     env: variables set for the command, over the clean environment.
     kind: "bwrap", or "none" to run without a sandbox (the operator's explicit choice).
@@ -108,6 +120,8 @@ class Confinement:
     folder: Path | Overlay
     at: Path | None = None
     read_only: tuple[Path, ...] = ()
+    tree: Path | None = None
+    named_by: str = "sandbox"
     network: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     kind: Kind = "bwrap"
@@ -127,7 +141,9 @@ class Confinement:
 class Launch:
     """A command line ready to start: the wrapper (unshare, bwrap) and the command.
 
-    Start it in a new session (``start_new_session=True``) so `kill_tree` reaches it.
+    Start it in a new session (``start_new_session=True``) so `kill_tree` reaches it;
+    `start` does, and closes the descriptors it holds once bwrap has them (a launch that
+    is not started must be closed).
     """
 
     argv: list[str]
@@ -137,6 +153,15 @@ class Launch:
     describe: str
     # Where bwrap's own options start in `argv` (None when it is not sandboxed).
     bwrap_at: int | None = None
+    # The descriptors `argv` binds (`--ro-bind-fd`), open until it is started or closed.
+    fds: list[int] = field(default_factory=list)
+    # The seccomp filter bwrap is to load (`core.seccomp`; empty: none).
+    seccomp: bytes = b""
+
+    def close(self) -> None:
+        """Close the descriptors it holds (again: nothing)."""
+        _close(self.fds)
+        self.fds.clear()
 
 
 @dataclass(frozen=True)
@@ -192,14 +217,6 @@ def interpreter_paths() -> tuple[Path, ...]:
     return tuple(sorted(p for p in paths if p != Path("/")))
 
 
-def private_paths() -> tuple[Path, ...]:
-    """What a sandbox must never show: the user's home, SSH keys and genjob's key folder."""
-    from core.layout import user_config_dir
-
-    home = Path.home()
-    return tuple(Path(os.path.realpath(p)) for p in (home, home / ".ssh", user_config_dir()))
-
-
 def sandbox_path() -> str:
     """PATH inside: the folder of genjob's interpreter first, then the system's."""
     return os.pathsep.join(
@@ -207,43 +224,46 @@ def sandbox_path() -> str:
     )
 
 
-def _within(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def check_read_only(paths: Sequence[Path], writable: Path, what: str) -> tuple[Path, ...]:
-    """The read-only paths as absolute real paths, or SandboxError naming `what` and the fault.
-
-    Refused: a path that does not exist, the root folder, and one that is, holds or lies
-    within the user's home folder itself, ~/.ssh or genjob's key folder; a path inside
-    the home (an interpreter under ~/.local, say) is fine.
-    """
-    home, ssh, keys = private_paths()
-    out = []
-    for given in paths:
-        if not given.is_absolute():
-            raise SandboxError(f"{what}: read-only path {given} is not absolute")
-        real = Path(os.path.realpath(given))
-        if not real.exists():
-            raise SandboxError(f"{what}: read-only path {given} does not exist")
-        if real == Path("/"):
-            raise SandboxError(f"{what}: read-only path {given} is the whole filesystem")
-        for private, name in ((home, "your home folder"), (ssh, "~/.ssh"), (keys, "genjob's key folder")):
-            if _within(private, real) or (private != home and _within(real, private)):
-                raise SandboxError(f"{what}: read-only path {given} would show {name} ({private})")
-        if real == writable:
-            raise SandboxError(f"{what}: read-only path {given} is the writable folder itself")
-        out.append(real)
-    return tuple(out)
-
-
 def check_writable(folder: Path) -> None:
     """Refuse a writable folder that holds the user's home, ~/.ssh or genjob's key folder,
     or lies within either of the last two."""
-    home, ssh, keys = private_paths()
-    for private, name in ((home, "your home folder"), (ssh, "~/.ssh"), (keys, "genjob's key folder")):
-        if _within(private, folder) or (private != home and _within(folder, private)):
-            raise SandboxError(f"sandbox: the writable folder {folder} would show {name} ({private})")
+    fault = private_fault(folder)
+    if fault is not None:
+        raise SandboxError(f"sandbox: the writable folder {folder} {fault}")
+
+
+def _open_read_only(spec: Confinement, writable: Path) -> list[Bind]:
+    """The interpreter's prefixes and `spec`'s read-only paths, open and judged
+    (`core.read_only`); SandboxError naming who named the path and its fault."""
+    try:
+        ours = read_only.open_read_only(interpreter_paths(), Rules("sandbox", writable))
+        try:
+            theirs = read_only.open_read_only(spec.read_only, Rules(spec.named_by, writable, spec.tree))
+        except BaseException:
+            _close(bind.fd for bind in ours)
+            raise
+    except BadInput as exc:
+        raise SandboxError(str(exc)) from None
+    return ours + theirs
+
+
+def _close(fds: Iterable[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+@functools.cache
+def system_call_filter() -> bytes:
+    """The seccomp filter every sandboxed command runs under (`core.seccomp`); SandboxError
+    on an architecture genjob has none for, rather than a sandbox without it."""
+    arch = seccomp.native()
+    if arch is None:
+        raise SandboxError(
+            f"no system-call filter for this machine ({platform.machine()}; genjob has one for "
+            f"{', '.join(seccomp.ARCHES)}), and without it a sandboxed command could reach the "
+            "machine's unix sockets; nothing was run"
+        )
+    return seccomp.program(arch)
 
 
 def launch(spec: Confinement, command: Sequence[str]) -> Launch:
@@ -271,15 +291,23 @@ def launch(spec: Confinement, command: Sequence[str]) -> Launch:
     else:
         writable = Path(os.path.realpath(spec.folder))
     check_writable(writable)
-    extras = check_read_only(list(interpreter_paths()) + list(spec.read_only), writable, "sandbox")
     source = str(writable / "merged") if overlay else str(writable)
     prelude = _overlay_prelude(have, overlay) if overlay else []
-    argv = [*prelude, have.bwrap, *_bwrap_args(have, spec, inside, source, extras), "--", *command]
-    what = f"bwrap: {'network shared' if spec.network else 'no network'}, only {inside} writable"
+    allowed = system_call_filter()
+    binds = _open_read_only(spec, writable)
+    try:
+        args, bound = _bwrap_args(have, spec, inside, source, binds)
+    except BaseException:
+        _close(b.fd for b in binds)
+        raise
+    _close(b.fd for b in binds if b.fd not in bound)
+    argv = [*prelude, have.bwrap, *args, "--", *command]
+    network = "network shared" if spec.network else "no network"
+    what = f"bwrap: {network}, no unix sockets, only {inside} writable"
     if overlay:
         what += " (its writes kept in memory)"
     env = {"PATH": os.defpath, "LANG": "C.UTF-8"}
-    return Launch(argv, env, "/", True, what, bwrap_at=len(prelude) + 1)
+    return Launch(argv, env, "/", True, what, bwrap_at=len(prelude) + 1, fds=bound, seccomp=allowed)
 
 
 def _base_env(spec: Confinement, home: str) -> dict[str, str]:
@@ -301,8 +329,10 @@ def _unsandboxed(spec: Confinement, command: Sequence[str]) -> Launch:
 
 
 def _bwrap_args(
-    have: Tools, spec: Confinement, inside: Path, source: str, extras: tuple[Path, ...]
-) -> list[str]:
+    have: Tools, spec: Confinement, inside: Path, source: str, binds: list[Bind]
+) -> tuple[list[str], list[int]]:
+    """bwrap's options, and the descriptors of `binds` they bind (one shown through a
+    folder bound above it is not bound again)."""
     args = [
         "--unshare-all",
         "--unshare-user",
@@ -336,17 +366,24 @@ def _bwrap_args(
         ("/tmp", ["--tmpfs", "/tmp"]),
         (SANDBOX_HOME, ["--dir", SANDBOX_HOME]),
     ]
-    bound = [Path("/usr")]
-    for path in sorted(extras, key=lambda p: len(p.parts)):
-        if any(_within(path, b) for b in bound):
-            continue  # already visible through a folder bound above it
-        bound.append(path)
-        mounts.append((str(path), ["--ro-bind", str(path), str(path)]))
+    bound, fds = [Path("/usr")], []
+    for bind in sorted(binds, key=lambda b: len(b.at.parts)):
+        if any(_shown_through(bind.at, b, inside) for b in bound):
+            continue
+        bound.append(bind.at)
+        fds.append(bind.fd)
+        mounts.append((str(bind.at), ["--ro-bind-fd", str(bind.fd), str(bind.at)]))
     mounts.append((str(inside), ["--bind", source, str(inside)]))
     for _, op in sorted(mounts, key=lambda m: len(Path(m[0]).parts)):
         args += op
     # The root bwrap builds the rest on is a memory filesystem: make it read-only too.
-    return [*args, "--remount-ro", "/", "--chdir", str(inside)]
+    return [*args, "--remount-ro", "/", "--chdir", str(inside)], fds
+
+
+def _shown_through(path: Path, folder: Path, inside: Path) -> bool:
+    """Whether `path` is seen through `folder` bound above it: not when the writable
+    folder is bound between the two and hides it."""
+    return within(path, folder) and not (within(inside, folder) and within(path, inside))
 
 
 # Runs as root of a new user namespace with a private mount namespace, then becomes
@@ -422,7 +459,10 @@ def _overlay_problem(dev: int, near: str) -> str | None:
 
 def _probe(how: Launch) -> str | None:
     try:
-        proc = subprocess.run(how.argv, env=how.env, cwd=how.cwd, capture_output=True, timeout=60)
+        with handed(how) as (argv, fds):
+            proc = subprocess.run(
+                argv, env=how.env, cwd=how.cwd, capture_output=True, timeout=60, pass_fds=fds
+            )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{how.argv[0]}: {exc}"
     if proc.returncode != 0:
@@ -480,32 +520,56 @@ class Started:
 
 
 async def start(how: Launch, *, stdin: int, stdout: int, stderr: int) -> Started:
-    """Start `how` in a session of its own (OSError when it cannot be started)."""
-    argv, status_r, status_w = list(how.argv), None, None
-    if how.bwrap_at is not None:
-        # bwrap reports its init's pid and namespaces on this pipe, and the command's exit
-        # code once the command ran.
-        status_r, status_w = os.pipe()
-        argv[how.bwrap_at : how.bwrap_at] = ["--json-status-fd", str(status_w)]
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            env=how.env,
-            cwd=how.cwd,
-            start_new_session=True,
-            pass_fds=(status_w,) if status_w is not None else (),
-        )
-    except OSError:
-        if status_r is not None:
-            os.close(status_r)
-        raise
-    finally:
-        if status_w is not None:
-            os.close(status_w)
+    """Start `how` in a session of its own (OSError when it cannot be started); the
+    descriptors it holds are closed either way."""
+    status_r, status_w = None, None
+    with handed(how) as (argv, fds):
+        if how.bwrap_at is not None:
+            # bwrap reports its init's pid and namespaces on this pipe, and the command's
+            # exit code once the command ran.
+            status_r, status_w = os.pipe()
+            argv[how.bwrap_at : how.bwrap_at] = ["--json-status-fd", str(status_w)]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=how.env,
+                cwd=how.cwd,
+                start_new_session=True,
+                pass_fds=[*fds, status_w] if status_w is not None else fds,
+            )
+        except OSError:
+            if status_r is not None:
+                os.close(status_r)
+            raise
+        finally:
+            if status_w is not None:
+                os.close(status_w)
     return Started(proc, status_r)
+
+
+@contextlib.contextmanager
+def handed(how: Launch) -> Iterator[tuple[list[str], list[int]]]:
+    """`how`'s command line with what bwrap reads from descriptors, and those descriptors,
+    to start it with (``pass_fds``); when the block ends they are closed, `how`'s too.
+
+    The seccomp filter goes through a pipe, written whole before bwrap starts (a pipe
+    holds far more than a filter's few hundred bytes), and read once by bwrap.
+    """
+    argv, fds = list(how.argv), list(how.fds)
+    try:
+        if how.seccomp and how.bwrap_at is not None:
+            filter_r, filter_w = os.pipe()
+            fds.append(filter_r)
+            with closing(filter_w):
+                os.write(filter_w, how.seccomp)
+            argv[how.bwrap_at : how.bwrap_at] = ["--add-seccomp-fd", str(filter_r)]
+        yield argv, fds
+    finally:
+        _close(fd for fd in fds if fd not in how.fds)
+        how.close()
 
 
 async def run(

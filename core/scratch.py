@@ -1,8 +1,9 @@
 """The scratch tree a check runs in: never the operator's tree.
 
-It holds the repository as it is now — the files git tracks (``git ls-files``; outside
-git, every file but ``.gen/`` and ``.git/``) and the job's inputs, each at its minted
-hash — with the receipt's verified outputs written in. It lives under
+It holds the repository as it is now — the files git tracks (``git ls-files``; in a
+folder that is no git work tree at all, every file but ``.gen/`` and ``.git/``; where git
+fails in one, no tree and no check) and the job's inputs, each at its minted hash — with
+the receipt's verified outputs written in. It lives under
 ``.gen/scratch/<id>/`` and is removed when the run ends, whatever happens; a run that
 was killed leaves it behind for the next run's `sweep`.
 
@@ -32,7 +33,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -81,17 +82,48 @@ class Scratch:
 
 def tracked_files(root: Path) -> list[str] | None:
     """The files git tracks under `root` (submodules' too), or None outside a git work tree."""
+    return git_files(
+        root,
+        ["--recurse-submodules"],
+        "the check did not run: it gets the files git tracks, and never every file (your "
+        "untracked ones, such as .env, with them)",
+    )
+
+
+def git_files(root: Path, options: Sequence[str], refused: str) -> list[str] | None:
+    """What ``git ls-files`` lists under `root` with `options`; None when `root` lies in no
+    git work tree at all (no `.git` in it or above it).
+
+    When git fails in one (it refuses a repository another user owns: "dubious
+    ownership"), GenjobError with git's own words, which say how to fix it, and
+    `refused`, what was not done because of it: a walk of every file instead would
+    hand out the files git was to leave out.
+    """
+    if not _in_git_work_tree(root):
+        return None
     try:
         proc = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--recurse-submodules"],
-            capture_output=True,
-            check=False,
+            ["git", "-C", str(root), "ls-files", "-z", *options], capture_output=True, check=False
         )
-    except OSError:
-        return None
+    except OSError as exc:
+        raise GenjobError(
+            f"{root}: a git work tree, but git cannot be run ({exc.strerror}); {refused}"
+        ) from None
     if proc.returncode != 0:
-        return None
+        words = " ".join(proc.stderr.decode(errors="replace").split()) or f"exit status {proc.returncode}"
+        raise GenjobError(
+            f"{root}: git ls-files failed, so which files git tracks is unknown; {refused}. git: {words}"
+        )
     return [os.fsdecode(p) for p in proc.stdout.split(b"\0") if p]
+
+
+def _in_git_work_tree(root: Path) -> bool:
+    """Whether git takes `root` for part of a work tree: a `.git` in it or a folder above
+    it, or a repository named by GIT_DIR."""
+    if os.environ.get("GIT_DIR"):
+        return True
+    here = Path(os.path.abspath(root))
+    return any(os.path.lexists(folder / ".git") for folder in (here, *here.parents))
 
 
 def all_files(root_fd: int) -> list[str]:

@@ -35,6 +35,7 @@ from core.rules import TailBuffer
 from core.signing import load_private_key, private_key_path
 from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 from core.transport.local import LocalSandbox
+from core.tree import make_folder
 
 OutputCallback = Callable[[bytes], None]
 # How a run ended: its receipt's status, and why when it is not `ok`.
@@ -58,7 +59,7 @@ class ShipResult:
 
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
-        return LocalTransport(confine=LocalSandbox.of(host))
+        return LocalTransport(confine=LocalSandbox.of(host, name))
     if host.transport == "command":
         if not host.command:
             raise BadInput(f"config.toml: hosts.{name}: a command host needs command")
@@ -288,6 +289,7 @@ async def attempt(
     """
     claim, host = shipment.claim, shipment.pool.config.hosts[shipment.host]
     try:
+        make_folder(dest.parent, shipment.layout.gen)  # out/ itself may be gone (a fresh clone)
         async with shipment.pool.slot(shipment.host):
             if stop.is_set():
                 return

@@ -26,6 +26,7 @@ from core.candidates import (
 )
 from core.config import candidate_hosts, load_config
 from core.contract import ReceiptStatus
+from core.errors import GenjobError
 from core.events import actor, record_attempt
 from core.layout import Layout
 from core.queue import Claim, Claimer
@@ -45,6 +46,7 @@ from core.ship import (
     verdict,
     watch,
 )
+from core.tree import make_folder
 
 # Called as each candidate ends, with its result.
 OnCandidate = Callable[[ShipResult], None]
@@ -155,12 +157,12 @@ async def _candidate(
     run = Run(stopped=why)
     interrupted: BaseException | None = None
     try:
-        folder.mkdir(parents=True)
+        make_folder(folder, shipment.layout.gen)
         await attempt(shipment, folder / OUT, stop, tail.add, run, tail, candidate=number)
     except asyncio.CancelledError as exc:
         why.append("interrupted (the worker was stopped)")
         interrupted = exc
-    except OSError as exc:
+    except (OSError, GenjobError) as exc:
         run.error = f"cannot stage candidate {number}: {exc}"
     ending = verdict(run)
     committed = await asyncio.shield(

@@ -58,6 +58,7 @@ from core.snapshot_records import (
     Listing,
     TreeStamp,
 )
+from core.tree import make_folder
 
 __all__ = ["JobRow", "Scanner", "Snapshot", "keys_from_paths", "take_snapshot"]
 
@@ -200,8 +201,8 @@ class Scanner:
             volatile=self._volatile,
             leases=self._leases,
         )
-        with contextlib.suppress(OSError, ValueError):
-            self.layout.cache.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError, ValueError, GenjobError):  # a cache not saved costs a rescan
+            make_folder(self.layout.cache, self.layout.gen)
             write_index(self._cache_path, self._gen, self._device(), index)
             self._dirty = False
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from core.layout import Layout
 from core.mint import build_job
 from core.paths import RESERVED_TOP
 from core.queue import Enqueued, enqueue
+from core.scratch import git_files
 
 
 def submit_job(
@@ -22,16 +22,17 @@ def submit_job(
 
 def repo_files(root: Path, limit: int = 20000) -> list[str]:
     """The repository's files a job may name: git's tracked and untracked-but-not-ignored
-    files when it is a git work tree, else a walk that skips `.git/` and `.gen/`."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            check=True,
-            timeout=20,
-        ).stdout
-        names = sorted({n for n in out.decode("utf-8", "surrogateescape").split("\0") if n})
-    except (OSError, subprocess.SubprocessError):
+    files when it is a git work tree, else a walk that skips `.git/` and `.gen/`.
+
+    GenjobError, with git's words, when git fails in a work tree: a walk instead would
+    offer the files git ignores (`.env`).
+    """
+    names = git_files(
+        root,
+        ["--cached", "--others", "--exclude-standard"],
+        "no file is listed, as a listing of every file would offer those git ignores (.env)",
+    )
+    if names is None:
         names = []
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if d not in RESERVED_TOP)
@@ -40,4 +41,6 @@ def repo_files(root: Path, limit: int = 20000) -> list[str]:
                 names.append(name if rel_dir == "." else f"{rel_dir}/{name}")
             if len(names) >= limit:
                 break
+    else:
+        names = sorted(set(names))
     return [n for n in names if not n.startswith((".gen/", ".git/"))][:limit]

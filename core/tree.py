@@ -8,6 +8,13 @@ mkdir, link and rename is made relative to that descriptor (``dir_fd=``): a comp
 swapped for a symlink at any moment is refused, never followed. Files are opened with
 ``O_NOFOLLOW | O_NONBLOCK`` and must be regular, so a FIFO put in a file's place is
 refused instead of blocking, and a link is refused instead of read.
+
+Every folder genjob makes under `.gen/` is made here (`make_folder`, or `open_folder`
+asked to make what is missing) with `DIR_MODE`, and every file with an explicit mode
+(`FILE_MODE` unless it is secret): a mode given to mkdir or open is only ever narrowed
+by the umask, so under any umask nothing genjob makes there is writable by the group or
+by others. A folder that a fresh clone or an archive dropped (neither keeps an empty
+folder) is made again by whoever writes into it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from typing import Any
 
 from core.errors import BadInput
 
+# What genjob makes under `.gen/`: writable by its owner only.
+DIR_MODE = 0o755
+FILE_MODE = 0o644
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CHUNK = 1 << 20
@@ -58,7 +68,7 @@ def _why(exc: OSError) -> str:
 def open_folder(base_fd: int, parts: list[str], where: str, created: list[str] | None = None) -> int:
     """Open the folder `parts` below `base_fd`, one component at a time, never through a link.
 
-    With `created` given, a missing folder is made (0755) and its relative path appended
+    With `created` given, a missing folder is made (`DIR_MODE`) and its relative path appended
     to `created`; without it, a missing folder raises FileNotFoundError. A component that
     is a symlink or not a folder raises BadInput naming `where` and the component.
     """
@@ -73,7 +83,7 @@ def open_folder(base_fd: int, parts: list[str], where: str, created: list[str] |
                 if created is None:
                     raise
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
+                    os.mkdir(part, DIR_MODE, dir_fd=fd)
                     created.append("/".join(done))
                 next_fd = _open_sub(fd, part, where, done)
             except OSError as exc:
@@ -84,6 +94,19 @@ def open_folder(base_fd: int, parts: list[str], where: str, created: list[str] |
         os.close(fd)
         raise
     return fd
+
+
+def make_folder(path: Path, anchor: Path) -> Path:
+    """`path`, a folder inside `anchor` (one the caller trusts by its path, such as `.gen/`),
+    made with `DIR_MODE` where missing, every folder from `anchor` down reached through
+    the descriptor of the one above it; a link or a file on the way raises BadInput."""
+    parts = list(path.relative_to(anchor).parts)
+    base = open_dir(anchor)
+    try:
+        os.close(open_folder(base, parts, str(path), []))
+    finally:
+        os.close(base)
+    return path
 
 
 def _open_sub(fd: int, part: str, where: str, done: list[str]) -> int:

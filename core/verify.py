@@ -10,7 +10,8 @@ makes it meaningless), with its reason. Apply may run only when every step passe
  5. status    its status is "ok"
  6. paths     every output is a safe path among the job's allowed paths
  7. present   every output exists under .gen/out/<digest>/ (a candidate's: under its
-              own out/), through no link
+              own out/), through no link, and no other user could have written the
+              receipt, its outputs or a folder that holds them (StrictModes)
  8. regular   every output is a regular file
  9. size      every output, and all of them together, are within the limits
 10. hashes    every output's bytes hash to what the receipt says
@@ -33,6 +34,7 @@ from core.config import Config
 from core.errors import BadInput
 from core.layout import Layout
 from core.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
+from core.ownership import repository_owners, untrusted_because
 from core.paths import check_relpath, lstat_inside
 from core.standing import FAILED, PASSED, SKIPPED
 
@@ -187,16 +189,19 @@ def _check_receipt(
         else f"receipt names digest {rec.job_digest[:16]}…, the job is {digest[:16]}…",
     )
     v.add("status", rec.status is ReceiptStatus.OK, f"status is {rec.status.value!r}")
-    _check_outputs(v, files.out, job, rec, config)
+    _check_outputs(v, layout, files, job, rec, config)
     _check_signature(v, layout, files.signature, rec, config)
 
 
-def _check_outputs(v: Verification, out: Path, job: Job, rec: Receipt, config: Config) -> bool:
+def _check_outputs(
+    v: Verification, layout: Layout, files: ReceiptFiles, job: Job, rec: Receipt, config: Config
+) -> bool:
     """Steps 6 to 10, in order; the first that fails skips the rest, with its reason."""
     stats: dict[str, os.stat_result] = {}
+    out = files.out
     steps: list[tuple[str, Callable[[], tuple[bool, str]], str]] = [
         ("paths", lambda: _paths_step(job, rec), "outputs name paths outside the job"),
-        ("present", lambda: _present_step(out, job, rec, stats), "outputs missing"),
+        ("present", lambda: _present_step(layout, files, job, rec, stats), "outputs missing"),
         ("regular", lambda: _regular_step(stats), "outputs not regular"),
         ("size", lambda: _size_step(stats, config), "outputs over the limits"),
         ("hashes", lambda: _hashes_step(out, rec, stats), ""),
@@ -226,7 +231,10 @@ def _paths_step(job: Job, rec: Receipt) -> tuple[bool, str]:
     return True, f"{len(rec.outputs)} output(s), all allowed"
 
 
-def _present_step(out: Path, job: Job, rec: Receipt, stats: dict[str, os.stat_result]) -> tuple[bool, str]:
+def _present_step(
+    layout: Layout, files: ReceiptFiles, job: Job, rec: Receipt, stats: dict[str, os.stat_result]
+) -> tuple[bool, str]:
+    out = files.out
     missing = []
     for rel in sorted(rec.outputs):
         try:
@@ -240,8 +248,32 @@ def _present_step(out: Path, job: Job, rec: Receipt, stats: dict[str, os.stat_re
             stats[rel] = st
     if missing:
         return False, f"missing or reached through a link: {', '.join(missing)}"
+    why = writable_by_others(layout, files, stats)
+    if why is not None:
+        return False, f"another user could have replaced them, so they are not trusted: {why}"
     where = f"out/{job.digest[:12]}…" if out.name == job.digest else f"{out.parent.name}/{out.name}"
     return True, f"all under {where}/"
+
+
+def writable_by_others(layout: Layout, files: ReceiptFiles, stats: dict[str, os.stat_result]) -> str | None:
+    """Why a user other than the repository's owner could have written the receipt, its
+    signature, an output (`stats`: their lstat) or a folder up to `.gen/` that holds one,
+    with the command that fixes it; None when none could.
+
+    A candidate folder its group can write is one a member of the group can swap with
+    another candidate's after the operator reviewed it: both are signed.
+    """
+    owners = repository_owners(layout.root)
+    folders = sorted({rel.rpartition("/")[0] for rel in stats} - {""})
+    for path in (files.receipt, files.signature, files.out, *(files.out / f for f in folders)):
+        why = untrusted_because(path, layout.gen, owners)
+        if why is not None:
+            return why
+    for rel, st in sorted(stats.items()):
+        # A link is refused by the `regular` step, with its own reason.
+        if (st.st_uid not in owners or st.st_mode & 0o022) and not stat.S_ISLNK(st.st_mode):
+            return untrusted_because(files.out / rel, files.out, owners)
+    return None
 
 
 def _regular_step(stats: dict[str, os.stat_result]) -> tuple[bool, str]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import pytest
 from corekit import make_repo, mint, receive
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -112,3 +114,16 @@ def unique_sleep() -> str:
 
 def lines(text: str) -> Iterable[str]:
     return (line.strip() for line in text.splitlines() if line.strip())
+
+
+def refuse_git(root: Path, how: str) -> None:
+    """Make git refuse to list `root`'s files: `.git` owned by another user ("dubious
+    ownership", what git says of a clone another account made), or `.git` a file naming
+    a repository that is not there."""
+    if how == "dubious":
+        if os.geteuid() != 0:
+            pytest.skip("giving .git to another user takes root")
+        os.chown(root / ".git", 4242, 4242)
+    else:
+        shutil.rmtree(root / ".git")
+        (root / ".git").write_text("gitdir: /nonexistent/repository.git\n")

@@ -145,3 +145,14 @@ def disarm() -> bool:
     fired = FAULTS.countdown == 0 and FAULTS.seen > 0
     FAULTS.countdown = 0
     return fired
+
+
+def first_crash_where(
+    template: Path, work: Path, operation: Callable[[Path], object], holds: Callable[[Path], bool]
+) -> Path:
+    """The copy at `work` after `operation` was killed before the first of its mutations
+    at which the state satisfies `holds` (such as: the first of two files is written)."""
+    for root, killed in every_crash(template, work, operation):
+        if killed and holds(root):
+            return root
+    raise AssertionError("no kill of the operation left the state asked for")

@@ -8,6 +8,7 @@ before and after.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import core.apply
 from core.apply import apply_job
 from core.canonical import canonical
-from core.errors import ApplyConflict, BadInput, Stale, VerificationFailed
+from core.errors import ApplyConflict, BadInput, DurabilityError, RolledBack, Stale, VerificationFailed
 from core.layout import Layout
 from core.lifecycle import State
 from core.models import Job
@@ -147,21 +148,28 @@ def test_a_journal_that_does_not_match_the_verified_receipt_is_refused(
     targets = [t.to_dict() for t in core.apply.plan(received, locate_receipt(repo, received))]
     forge_journal(repo, received.key, change(targets))
     tree = tree_files(repo.root)
-    with pytest.raises(VerificationFailed, match="does not name exactly the outputs of the verified receipt"):
+    with pytest.raises(
+        VerificationFailed,
+        match=r"does not name exactly the outputs of the verified receipt|not the job's paths at",
+    ):
         apply_job(repo, received.key)
     assert tree_files(repo.root) == tree
     assert state_of(repo, received.key) is State.RECEIVED
 
 
-def test_a_journal_is_refused_when_the_receipt_no_longer_verifies(repo: Layout, received: Job) -> None:
+def test_a_journal_whose_receipt_no_longer_verifies_is_closed_and_nothing_written(
+    repo: Layout, received: Job
+) -> None:
     targets = [t.to_dict() for t in core.apply.plan(received, locate_receipt(repo, received))]
     forge_journal(repo, received.key, targets)
     for key_file in repo.trusted_keys.iterdir():
         key_file.unlink()
     tree = tree_files(repo.root)
-    with pytest.raises(VerificationFailed, match=r"the receipt does not verify now: signature"):
+    with pytest.raises(RolledBack, match=r"the receipt does not verify now \(signature: ") as err:
         apply_job(repo, received.key)
+    assert "nothing of it had been written" in str(err.value)
     assert tree_files(repo.root) == tree
+    assert os.listdir(repo.journal) == []
 
 
 def test_the_apply_record_names_the_signer_that_verified_not_the_journal(repo: Layout, received: Job) -> None:
@@ -181,9 +189,11 @@ def test_a_group_writable_journal_is_not_trusted(repo: Layout, received: Job) ->
     path = forge_journal(repo, received.key, targets)
     os.chmod(path, 0o664)
     tree = tree_files(repo.root)
-    with pytest.raises(VerificationFailed, match=r"is writable by its group .*chmod go-w"):
+    with pytest.raises(VerificationFailed, match=r"is writable by its group .*chmod go-w.*left in place"):
         apply_job(repo, received.key)
     assert tree_files(repo.root) == tree
+    os.chmod(path, 0o644)  # what the message says to do: then the apply finishes
+    assert apply_job(repo, received.key).changed
 
 
 def locate_receipt(layout: Layout, job: Job) -> Any:
@@ -409,3 +419,32 @@ def test_apply_commit_commits_only_the_literal_path(
     assert committed == [name] or committed == [json.dumps(name)]
     status = git(repo.root, "status", "--porcelain")
     assert " M src/app.py" in status and " M docs/guide.md" in status
+
+
+# --- 6. A fault right after a swap loses no original ------------------------------------------
+
+
+@pytest.mark.parametrize("atomic", [True, False], ids=["exchange", "link-and-rename"])
+def test_a_fault_just_after_a_swap_loses_no_original(
+    repo: Layout, received: Job, monkeypatch: pytest.MonkeyPatch, atomic: bool
+) -> None:
+    """The last swap (src/util.py) is made, then moving what it displaced into
+    `.gen/journal/` fails (an I/O error): the original goes back, and so does every other
+    target; the apply says what failed, in one line."""
+    if not atomic:
+        monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
+    real = core.apply.rename_at
+    last = ("2", "util.py")  # its original's name in the journal's folder, and in the tree
+
+    def failing(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        if dst in last and src.endswith("-2.tmp"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), dst)
+        real(src_fd, src, dst_fd, dst)
+
+    monkeypatch.setattr(core.apply, "rename_at", failing)
+    tree = tree_files(repo.root)
+    with pytest.raises(DurabilityError, match="input/output error"):
+        apply_job(repo, received.key)
+    assert tree_files(repo.root) == tree
+    assert os.listdir(repo.journal) == []
+    assert state_of(repo, received.key) is State.RECEIVED

@@ -21,6 +21,7 @@ from checkkit import (
     processes_left,
     project,
     received,
+    refuse_git,
     unique_sleep,
 )
 from corekit import sha, tree_files, tree_state, write_receipt
@@ -38,7 +39,7 @@ from core.checks import (
     running_since,
 )
 from core.config import load_config
-from core.errors import BadInput, Stale, VerificationFailed, WrongState
+from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
 from core.layout import Layout
 from core.models import Job
 from core.queue import locate
@@ -428,3 +429,26 @@ def test_a_thread_reading_states_while_checks_run(repo: Layout, signer: Ed25519P
         done.set()
         watcher.join()
     assert seen <= {CheckState.NOT_RUN, CheckState.RUNNING, CheckState.PASSED}
+
+
+@pytest.mark.parametrize("how", ["dubious", "broken"])
+def test_a_check_refuses_to_run_when_git_cannot_say_which_files_it_tracks(
+    repo: Layout, signer: Ed25519PrivateKey, how: str
+) -> None:
+    """Never a fallback to every file: the untracked `.env` would be in the check's tree."""
+    (repo.root / ".env").write_text("API_TOKEN=hunter2\n")
+    configure(repo, {"tests": 'run = "cat .env"'})
+    job = received(repo, signer, {"calc.py": CALC_BETTER})
+    refuse_git(repo.root, how)
+    before = user_files(repo)
+    try:
+        [run] = check(repo, job.key)
+    except GenjobError as exc:
+        message = str(exc)
+    else:
+        pytest.fail(f"the check ran, and its output was: {run.finished.tail.decode()!r}")
+    assert message.startswith(f"{repo.root}: git ls-files failed") and "the check did not run" in message
+    assert read_record(repo, job.key, "tests") is None
+    assert os.listdir(repo.scratch) == []
+    assert user_files(repo) == before
+    assert locate(repo, job.key).folder == "running"

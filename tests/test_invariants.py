@@ -14,7 +14,7 @@ from corekit import cli, mint, receive, sha, tree_files, tree_state, write_jobs,
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.errors import KeyConflict, NothingToClaim, VerificationFailed, WrongState
+from core.errors import BadInput, KeyConflict, NothingToClaim, VerificationFailed, WrongState
 from core.layout import Layout
 from core.mint import build_job
 from core.models import V1, Job, job_bytes
@@ -199,9 +199,10 @@ def test_5_apply_is_all_or_nothing_and_idempotent(repo: Layout, signer: Ed25519P
     blocker = repo.root / "src" / f".genjob-{job.key[:16]}-2.tmp"  # the copy of src/util.py
     blocker.mkdir()
     (blocker / "keep").write_text("in the way")
-    with pytest.raises(OSError):
+    with pytest.raises(BadInput, match=r"src/util\.py: a folder \.genjob-.*-2\.tmp beside it"):
         apply_job(repo, job.key)
     assert {p: b for p, b in tree_files(repo.root).items() if ".genjob-" not in p} == old_tree
+    assert (blocker / "keep").read_text() == "in the way"
     shutil.rmtree(blocker)
     res = apply_job(repo, job.key)
     assert sorted(res.changed) == sorted(new)

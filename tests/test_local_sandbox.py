@@ -201,7 +201,7 @@ def test_hosts_and_ship_say_whether_a_local_host_is_sandboxed(
         'generator = "python3 -m core.demo_generator"\n',
     )
     listed = cli("hosts", root=repo.root).output
-    assert "sandboxed (bwrap): no network, only its workspace writable" in listed
+    assert "sandboxed (bwrap): no network, no unix sockets, only its workspace writable" in listed
     assert 'UNSANDBOXED (sandbox = "none")' in listed
     views = {v.name: v for v in fleet(repo, load_config(repo.config))}
     assert (views["boxed"].sandboxed, views["open"].sandboxed) == (True, False)
@@ -249,3 +249,60 @@ def test_a_bad_sandbox_setting_names_the_file_and_the_fault(repo: Layout, settin
     with pytest.raises(BadInput, match=str(repo.config)) as err:
         load_config(repo.config)
     assert fault in str(err.value)
+
+
+def local_host(repo: Layout, generator: str, read_only: Path) -> None:
+    write_config(
+        repo,
+        f'[hosts.gen]\ntransport = "local"\nsandbox = "bwrap"\ngenerator = {toml_str(generator)}\n'
+        f"read_only = [{toml_str(str(read_only))}]\ntimeout = 60\n",
+    )
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_a_read_only_path_that_leads_into_ssh_through_a_link_refuses_the_run(
+    repo: Layout, signer: Ed25519PrivateKey, home: Path, tmp_path: Path, where: str
+) -> None:
+    """Judged as what it resolves to, whichever component is the link."""
+    if where == "last":
+        (tmp_path / "keys").symlink_to(home / ".ssh")
+        given = tmp_path / "keys"
+    else:
+        (tmp_path / "tools").symlink_to(home)
+        given = tmp_path / "tools" / ".ssh"
+    local_host(repo, "cat id_ed25519 > src/app.py", given)
+    job = mint(repo)
+    shipped = cli("ship", job.key, root=repo.root)
+    assert shipped.exit_code == 1 and "aborted" in shipped.output
+    assert f".gen/config.toml: [hosts.gen]: read-only path {given} (it leads to {home / '.ssh'})" in (
+        shipped.output.replace("\n", " ")
+    )
+    assert "would show ~/.ssh" in shipped.output
+    assert "PRIVATE KEY" not in (repo.root / "src/app.py").read_text()
+
+
+async def test_a_read_only_folder_swapped_for_a_link_to_ssh_after_it_was_judged_shows_what_was_judged(
+    repo: Layout,
+    signer: Ed25519PrivateKey,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "tool.txt").write_text("the tool that was judged\n")
+    local_host(repo, f"cat {tools}/* > src/app.py", tools)
+    job = mint(repo)
+    start = sandbox.start
+
+    async def swapped_then_started(how: sandbox.Launch, **kwargs: int) -> sandbox.Started:
+        tools.rename(tmp_path / "tools-judged")
+        tools.symlink_to(home / ".ssh")
+        return await start(how, **kwargs)
+
+    monkeypatch.setattr(sandbox, "start", swapped_then_started)
+    res = await ship_gen(repo, job.key)
+    assert res.status == "ok", res.reason
+    got = (repo.out_dir(job.digest) / "src/app.py").read_text()
+    assert "PRIVATE KEY" not in got
+    assert got == "the tool that was judged\n"

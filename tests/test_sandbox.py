@@ -283,3 +283,49 @@ def test_an_overlay_needs_the_sandbox(tmp_path: Path) -> None:
 
 def test_this_machine_can_sandbox() -> None:
     assert sandbox.bwrap_problem() is None
+
+
+def open_descriptors() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def test_the_command_holds_no_descriptor_of_what_was_bound(box: Path, tmp_path: Path) -> None:
+    """bwrap binds read-only paths from descriptors and must close them: an open folder
+    from outside the sandbox would let the command climb out of it (openat(fd, ".."))."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    before = open_descriptors()
+    code = (
+        "import os\n"
+        "held = []\n"
+        "for fd in range(3, 1024):\n"
+        "    try:\n"
+        "        os.fstat(fd)\n"
+        "        held.append(fd)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(held)\n"
+    )
+    how = launch(Confinement(box, read_only=(tools,)), ["python3", "-c", code])
+    assert how.fds, "the read-only paths are bound from descriptors"
+    done = asyncio.run(run(how, 60))
+    assert out(done) == "[]\n"
+    assert open_descriptors() == before, "nothing is left open here either"
+
+
+def test_a_refused_read_only_path_leaves_no_descriptor_open(box: Path, home: Path, tmp_path: Path) -> None:
+    fine = tmp_path / "fine"
+    fine.mkdir()
+    before = open_descriptors()
+    with pytest.raises(SandboxError, match=r"would show ~/\.ssh"):
+        launch(Confinement(box, read_only=(fine, home / ".ssh")), ["/bin/true"])
+    assert open_descriptors() == before
+
+
+def test_a_launch_that_is_never_started_is_closed_by_its_owner(box: Path, tmp_path: Path) -> None:
+    before = open_descriptors()
+    how = launch(Confinement(box, read_only=(tmp_path,)), ["/bin/true"])
+    assert open_descriptors() > before
+    how.close()
+    how.close()
+    assert open_descriptors() == before

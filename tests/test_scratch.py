@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from checkkit import CALC, CALC_BETTER, PROJECT, project, received
+from checkkit import CALC, CALC_BETTER, PROJECT, project, received, refuse_git
 from corekit import git, sha, tree_files, tree_state
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.errors import Stale, VerificationFailed
+from core.errors import GenjobError, Stale, VerificationFailed
 from core.layout import Layout
 from core.models import Job, Receipt, receipt_from_bytes
 from core.scratch import Scratch, scratch_tree, sweep
@@ -187,3 +187,29 @@ def test_the_scratch_is_cheap_hard_links_in_overlay_mode(repo: Layout, signer: E
         assert made.linked == 3 and made.copied == 0
     with scratch_tree(repo, job, receipt_of(repo, job), "copy", LIMIT) as made:
         assert made.linked == 0 and made.copied == 3
+
+
+@pytest.mark.parametrize("how", ["dubious", "broken"])
+@pytest.mark.parametrize("mode", ["overlay", "copy"])
+def test_when_git_cannot_list_the_tracked_files_no_tree_is_made_and_git_says_why(
+    repo: Layout, signer: Ed25519PrivateKey, how: str, mode: str
+) -> None:
+    (repo.root / ".env").write_text("API_TOKEN=hunter2\n")  # untracked: no check may see it
+    job = received(repo, signer, {"calc.py": CALC_BETTER})
+    refuse_git(repo.root, how)
+    before = tree_state(repo.root)
+    tree = scratch_tree(repo, job, receipt_of(repo, job), mode, LIMIT)  # type: ignore[arg-type]
+    try:
+        with tree as made:
+            pytest.fail(f"a scratch tree was made of {sorted(files_in(made.tree))}")
+    except GenjobError as exc:
+        message = str(exc)
+    assert message.startswith(f"{repo.root}: git ls-files failed, so which files git tracks is unknown; ")
+    assert "the check did not run" in message
+    if how == "dubious":
+        assert "dubious ownership" in message
+        assert f"git config --global --add safe.directory {repo.root}" in message
+    else:
+        assert "not a git repository: /nonexistent/repository.git" in message
+    assert os.listdir(repo.scratch) == []
+    assert tree_state(repo.root) == before

@@ -60,6 +60,16 @@ class GenjobApp(App[None]):
                 self.call_later(board.run_action, action)
 
             yield SystemCommand(f"{binding.description} ({key})", binding.tooltip or binding.description, run)
+        if not board.readonly:
+
+            def recover() -> None:
+                self.call_later(board.run_action, "recover")
+
+            yield SystemCommand(
+                "Recover",
+                "Finish interrupted applies and resolve inconsistent pairs (genjob recover)",
+                recover,
+            )
         for state, digit in DIGITS.items():
 
             def only(name: str = state.value) -> None:

@@ -3,8 +3,10 @@
 A generator is code genjob did not write, and on this machine it would otherwise run
 with all of the operator's rights. So the runner (and the generator it starts) runs
 under bubblewrap (`core.sandbox`) whenever that works here: no network unless the host
-allows it, nothing of the user's home, SSH keys or genjob's key folder, and one writable
-folder, made for the run and removed after it, that holds the job's workspace. Where
+allows it, no unix socket (`core.seccomp`), nothing of the user's home, SSH keys or
+genjob's key folder, and one writable folder, made for the run and removed after it,
+that holds the job's workspace. The host's `read_only` paths are opened and judged as
+what they lead to, and bound as opened (`core.read_only`). Where
 bwrap cannot run, a host left at `sandbox = "auto"` runs unsandboxed and every place that
 names the host says so (`isolation`); `sandbox = "bwrap"` refuses instead.
 """
@@ -55,16 +57,19 @@ def local_env(python: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class LocalSandbox:
-    """How a local host's runs are confined (the host's `sandbox`, `network`, `read_only`)."""
+    """How a local host's runs are confined (the host's `sandbox`, `network`, `read_only`);
+    `named_by` names the host's table, for a message that refuses one of its paths."""
 
     kind: Literal["auto", "bwrap", "none"] = "auto"
     network: bool = False
     read_only: tuple[Path, ...] = ()
+    named_by: str = "this local host"
 
     @classmethod
-    def of(cls, host: Host) -> LocalSandbox:
+    def of(cls, host: Host, name: str | None = None) -> LocalSandbox:
         paths = tuple(Path(os.path.expanduser(p)) for p in host.read_only)
-        return cls(host.sandbox, host.network, paths)
+        named = f".gen/config.toml: [hosts.{name}]" if name is not None else cls.named_by
+        return cls(host.sandbox, host.network, paths, named)
 
     def kind_now(self) -> sandbox.Kind:
         """ "bwrap" or "none" for a run starting now; SandboxError when "bwrap" was asked
@@ -98,7 +103,7 @@ class LocalSandbox:
         if problem is not None:
             return f'refuses to run: sandbox = "bwrap" and {problem}'
         net = "network shared" if self.network else "no network"
-        return f"sandboxed (bwrap): {net}, only its workspace writable"
+        return f"sandboxed (bwrap): {net}, no unix sockets, only its workspace writable"
 
 
 class LocalTransport:
@@ -126,6 +131,7 @@ class LocalTransport:
         spec = sandbox.Confinement(
             folder,
             read_only=(PROJECT_ROOT, *self.confine.read_only),
+            named_by=self.confine.named_by,
             network=self.confine.network,
             # The workspace goes in the writable folder, on disk, not in the sandbox's /tmp.
             env={"PYTHONPATH": str(PROJECT_ROOT), "TMPDIR": str(folder)},

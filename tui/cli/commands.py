@@ -102,8 +102,11 @@ def resolve_key(layout: Layout, given: str) -> str:
         raise GenjobError(f"{given!r}: not a job key; `genjob ls` lists the jobs")
     found = set()
     for folder in JOB_FOLDERS:
-        with os.scandir(layout.gen / folder) as it:
-            found.update(e.name[:32] for e in it if e.name.startswith(given) and e.name.endswith(".json"))
+        try:
+            names = os.listdir(layout.gen / folder)
+        except FileNotFoundError:  # a folder a clone dropped holds no job
+            continue
+        found.update(n[:32] for n in names if n.startswith(given) and n.endswith(".json"))
     if not found:
         raise NotFound(f"{given}: no job key starts with this; `genjob ls` lists the jobs")
     if len(found) > 1:

@@ -78,7 +78,12 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
 
     @work(thread=True, exclusive=True, group="newjob-files")
     def _load_files(self) -> None:
-        self.post_message(self.FilesListed(repo_files(self.repo.root)))
+        try:
+            files = repo_files(self.repo.root)
+        except (GenjobError, OSError) as exc:
+            self.post_message(self.Refused(str(exc)))
+            return
+        self.post_message(self.FilesListed(files))
 
     def on_new_job_dialog_files_listed(self, message: FilesListed) -> None:
         self.files = message.files

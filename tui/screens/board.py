@@ -30,6 +30,7 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from core.board_view import BoardView
+from core.errors import GenjobError
 from core.events import actor
 from core.layout import Layout
 from core.lifecycle import STATE_ORDER, State
@@ -676,6 +677,28 @@ class BoardScreen(Screen[None]):
     @on(Say)
     def _said(self, message: Say) -> None:
         self._say(message.text, message.title, message.severity)
+
+    def action_recover(self) -> None:
+        """`genjob recover` from the palette: each line it reports is a notification."""
+        if self.readonly:
+            self._say("read-only board: recover refused", severity="warning")
+            return
+        self.run_worker(self._recover, thread=True, group="actions")
+
+    def _recover(self) -> None:
+        from core.recover import recover
+
+        try:
+            report = recover(self.repo)
+        except (GenjobError, OSError) as exc:
+            self.post_message(Say(str(exc), "error", "recover failed"))
+            return
+        for line in report.done:
+            self.post_message(Say(line, "information", "recover"))
+        for line in report.left:
+            self.post_message(Say(line, "error", "recover: left to do"))
+        if not report.lines:
+            self.post_message(Say("nothing to recover", "information", "recover"))
 
     def action_new_job(self) -> None:
         from tui.dialogs.new_job import NewJobDialog
