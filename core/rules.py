@@ -421,7 +421,8 @@ def checked_members(
             check.header(bytes(buf))
             return info
 
-    announced: typing.Any = _Announced(source, check)  # tarfile's stubs want a whole file; it reads
+    # Any: tarfile's stubs ask for a whole file object, and a stream is only ever read.
+    announced: typing.Any = _Announced(source, check)
     with tarfile.open(
         fileobj=announced,
         mode="r|",

@@ -46,7 +46,7 @@ MAX_LINE_CHARS = 4096
 class _Visible:
     """Generator output for the operator's terminal: UTF-8 decoded across chunk boundaries,
     every control and format character shown, so a generator can never drive the terminal,
-    and each line cut at MAX_LINE_CHARS (the full tail is kept in `.gen/logs/`)."""
+    and each line cut at MAX_LINE_CHARS (the evidence in `.gen/logs/` keeps its tail as it came)."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
