@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -51,7 +52,7 @@ class PreflightDialog(ModalScreen[Approval | None]):
                 )
             with Horizontal(classes="dialog-buttons"):
                 if p.may_choose:
-                    yield Button(f"Choose {p.candidate} (y)", id="yes", variant="primary")
+                    yield Button(Text(f"Choose {p.candidate} (y)"), id="yes", variant="primary")
                 else:
                     yield Button("Apply (y)", id="yes", variant="success", disabled=not p.may_apply)
                 yield Button("Cancel (n)", id="no")
@@ -75,7 +76,7 @@ class PreflightDialog(ModalScreen[Approval | None]):
 
     def action_answer(self, value: bool) -> None:
         if value and not self.preflight.verified:
-            self.notify("the receipt does not verify: apply would be refused", severity="error")
+            self.notify("the receipt does not verify: apply would be refused", severity="error", markup=False)
             return
         if value and self.preflight.may_choose:
             self.dismiss(Approval(False, self.preflight.candidate, choose_only=True))
@@ -83,7 +84,9 @@ class PreflightDialog(ModalScreen[Approval | None]):
         if value and self.preflight.checks_missing:
             missing = ", ".join(self.preflight.checks_missing)
             self.notify(
-                f"required checks have not passed ({missing}): apply would be refused", severity="error"
+                f"required checks have not passed ({missing}): apply would be refused",
+                severity="error",
+                markup=False,
             )
             return
         self.dismiss(Approval(self.commit) if value else None)
