@@ -8,8 +8,10 @@ so the runner checks a bundle by the very rules the client checks a result by.
  - JSON: `loads_strict` (no duplicate keys, NaN, Infinity, huge integers or deep nesting)
  - limits: `Limits`, what a job may ship and bring back
  - tar members: `MemberCheck`, `checked_members`, `read_tar` (regular files only, each name
-   once, within the count and sizes, validated before a byte is written)
- - output tails: `TailBuffer`, the last bytes of a generator's output
+   once, within the count and sizes, validated before a byte is written; each raw header
+   checked before tarfile reads what it announces)
+ - output tails: `TailBuffer`, the last bytes of a generator's output; `LineCap`, a live
+   view of it whose lines are cut at a length
 """
 
 from __future__ import annotations
@@ -227,6 +229,51 @@ class TailBuffer:
         return len(self.data)
 
 
+class LineCap:
+    """A live view of a stream of text (a generator's output) in which no line is longer
+    than `limit` characters: what passes the cap is dropped as it arrives, never kept, and
+    the line shows where it was cut. Nothing but the current line's length is held."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.column = 0  # characters of the current line shown so far
+        self.cutting = False  # the current line passed the cap: the rest is dropped
+
+    def feed(self, text: str) -> str:
+        """What of `text` to show now, in order."""
+        *ended, rest = text.split("\n")
+        if ended and self._fit(ended):
+            self.column = 0
+            return text[: len(text) - len(rest)] + self._part(rest)
+        shown = []
+        for piece in ended:
+            shown.append(self._part(piece) + "\n")
+            self.column, self.cutting = 0, False
+        shown.append(self._part(rest))
+        return "".join(shown)
+
+    def _fit(self, ended: list[str]) -> bool:
+        """Whether these whole lines, the first one continuing the current line, all fit."""
+        first_fits = not self.cutting and self.column + len(ended[0]) <= self.limit
+        return first_fits and len(max(ended, key=len)) <= self.limit
+
+    def _part(self, piece: str) -> str:
+        """The shown part of the next `piece` of the current line (no newline in it)."""
+        if self.cutting:
+            return ""
+        room = self.limit - self.column
+        if len(piece) <= room:
+            self.column += len(piece)
+            return piece
+        self.column, self.cutting = self.limit, True
+        return piece[:room] + f" … [line cut at {self.limit} characters]"
+
+
+def cut_lines(text: str, limit: int) -> str:
+    """`text` with every line longer than `limit` characters cut there, marked as cut."""
+    return LineCap(limit).feed(text)
+
+
 # A member's type flag, as the tar formats define it (`tarfile` names them REGTYPE,
 # AREGTYPE, DIRTYPE, ...). `tarfile` itself is imported where a tar is read: `genjob ls`
 # loads this module and reads none.
@@ -241,25 +288,92 @@ _TAR_KINDS = {
     b"7": "contiguous file",
     b"S": "sparse file",
 }
+# The headers whose data blocks describe the next member (or, `g`, every later one): tarfile
+# reads each one whole, and before CPython 3.11.10 parses a pax one in quadratic time.
+_EXTENSIONS = {
+    b"x": "pax header",
+    b"X": "pax header",  # Solaris' name for it, read the same way
+    b"g": "pax global header",
+    b"L": "GNU long name",
+    b"K": "GNU long link",
+}
+# The longest extension genjob writes is one pax record holding a path of MAX_PATH_BYTES
+# under outputs/ or files/: this leaves room for its prefix, length and keyword. The worst
+# such header costs a vulnerable interpreter about 20 ms, not minutes.
+MAX_EXTENSION_BYTES = MAX_PATH_BYTES + 512
+BLOCK = 512
+
+
+def _blocks(size: int) -> int:
+    """`size` bytes rounded up to whole tar blocks."""
+    return -(-size // BLOCK) * BLOCK
+
+
+def header_number(field: bytes) -> int:
+    """A tar header's number field, read as tarfile reads it: base-256 when its first byte
+    is 0x80 (0xff: negative), else octal text up to the first NUL. Raises ValueError."""
+    if field[:1] in (b"\x80", b"\xff"):
+        value = int.from_bytes(field[1:], "big")
+        return value - (1 << (8 * (len(field) - 1))) if field[:1] == b"\xff" else value
+    text = field.split(b"\0", 1)[0].decode("ascii").strip()
+    return int(text or "0", 8)
 
 
 class MemberCheck:
     """What every tar member must be, in archive order: a plain regular file, not named
-    before, within the count and the per-member and total sizes. Raises ValueError."""
+    before, within the count and the per-member and total sizes. Raises ValueError.
+
+    `header` sees each raw 512-byte header before tarfile reads anything it announces;
+    `__call__` sees each member as tarfile made it (after pax and GNU long names).
+    `announced` counts the bytes of the archive that the headers accepted so far account
+    for: tarfile may read no further (`_Announced`)."""
 
     def __init__(self, max_members: int, max_member_bytes: int, max_total_bytes: int) -> None:
         self.limits = (max_members, max_member_bytes, max_total_bytes)
         self.seen: set[str] = set()
         self.total = 0
+        self.members = 0
+        self.extensions: set[str] = set()  # the kinds seen since the last member
+        self.announced = 0
+
+    def header(self, block: bytes) -> None:
+        """Refuse, before its data is read, a header that announces an extension over its
+        cap, a second extension of one kind for one member, a sparse file, or one member
+        too many."""
+        max_members = self.limits[0]
+        name = block[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        self.announced += BLOCK
+        kind = _EXTENSIONS.get(block[156:157])
+        if kind is None:
+            self.members += 1
+            self.extensions.clear()
+            if self.members > max_members:
+                raise ValueError(f"{name!r}: more than {max_members} members")
+            if block[156:157] == b"S":  # its map runs on in further header blocks
+                raise ValueError(f"{name!r}: sparse file, not a regular file")
+            return
+        where = f"member {self.members + 1} ({kind} {name!r})"
+        try:
+            size = header_number(block[124:136])
+        except ValueError:
+            raise ValueError(f"{where}: unreadable size field") from None
+        if size < 0:
+            raise ValueError(f"{where}: negative size {size}")
+        if size > MAX_EXTENSION_BYTES:
+            raise ValueError(f"{where}: {size} bytes, over the cap of {MAX_EXTENSION_BYTES} bytes")
+        if kind in self.extensions:
+            raise ValueError(f"{where}: a second {kind} for one member")
+        self.extensions.add(kind)
+        self.announced += _blocks(size)
 
     def __call__(self, info: tarfile.TarInfo) -> None:
-        max_members, max_member_bytes, max_total_bytes = self.limits
+        _, max_member_bytes, max_total_bytes = self.limits
         name = info.name
-        if len(self.seen) >= max_members:
-            raise ValueError(f"{name!r}: more than {max_members} members")
         if info.type not in _REGULAR:
             kind = _TAR_KINDS.get(info.type, f"member type {info.type!r}")
             raise ValueError(f"{name!r}: {kind}, not a regular file")
+        if info.sparse is not None:
+            raise ValueError(f"{name!r}: sparse file, not a regular file")
         if name in self.seen:
             raise ValueError(f"{name!r}: duplicate member")
         self.seen.add(name)
@@ -268,17 +382,54 @@ class MemberCheck:
         self.total += info.size
         if self.total > max_total_bytes:
             raise ValueError(f"{name!r}: archive content over the limit of {max_total_bytes} bytes")
+        self.announced += _blocks(info.size)
+
+
+class _Announced:
+    """A tar's source as tarfile reads it, never past what the headers accepted so far
+    account for (and the end-of-archive block): no header can make tarfile read and keep
+    data none announced, such as a GNU sparse map running on through the stream."""
+
+    def __init__(self, source: typing.Any, check: MemberCheck) -> None:
+        self.source = source
+        self.check = check
+        self.taken = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if self.taken >= self.check.announced + 2 * BLOCK:
+            raise ValueError(f"member {self.check.members}: tar data beyond what its headers announce")
+        data: bytes = self.source.read(n)
+        self.taken += len(data)
+        return data
 
 
 def checked_members(
     source: typing.Any, check: MemberCheck
 ) -> typing.Iterator[tuple[str, int, typing.BinaryIO]]:
     """Each member of the tar read from ``source`` as it arrives, once ``check`` accepts
-    it: its name, its size and a reader of its content (good until the next member)."""
+    it: its name, its size and a reader of its content (good until the next member).
+
+    Every raw header goes through ``check.header`` first: through `TarInfo.frombuf`, which
+    tarfile calls with each 512-byte block before it reads the data that block announces.
+    """
     import tarfile
 
+    class CheckedInfo(tarfile.TarInfo):
+        @classmethod
+        def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> typing.Any:
+            info = super().frombuf(buf, encoding, errors)
+            check.header(bytes(buf))
+            return info
+
+    # Any: tarfile's stubs ask for a whole file object, and a stream is only ever read.
+    announced: typing.Any = _Announced(source, check)
     with tarfile.open(
-        fileobj=source, mode="r|", bufsize=1 << 16, encoding="utf-8", errors="surrogateescape"
+        fileobj=announced,
+        mode="r|",
+        bufsize=1 << 16,
+        tarinfo=CheckedInfo,
+        encoding="utf-8",
+        errors="surrogateescape",
     ) as archive:
         for info in archive:
             check(info)
@@ -296,27 +447,20 @@ def read_tar(
 
     Returns ``(name, content)`` pairs in archive order. Raises ValueError naming the member
     and the fault on: a member that is not a plain regular file, a duplicate name, too many
-    members, a member or total over its size limit, or a damaged archive. Names are
-    returned as stored (after pax/GNU long-name headers); callers check them.
+    members, a member or total over its size limit, an extension header over its cap, or
+    a damaged archive. Names are returned as stored (after pax/GNU long-name headers);
+    callers check them.
     """
     import tarfile
 
     members: list[tuple[str, bytes]] = []
     check = MemberCheck(max_members, max_member_bytes, max_total_bytes)
     try:
-        with tarfile.open(
-            fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape"
-        ) as archive:
-            while True:
-                info = archive.next()
-                if info is None:
-                    break
-                check(info)
-                handle = archive.extractfile(info)
-                content = handle.read() if handle is not None else b""
-                if len(content) != info.size:
-                    raise ValueError(f"{info.name!r}: truncated member")
-                members.append((info.name, content))
+        for name, size, handle in checked_members(io.BytesIO(data), check):
+            content = handle.read()
+            if len(content) != size:
+                raise ValueError(f"{name!r}: truncated member")
+            members.append((name, content))
     except tarfile.TarError as exc:
         raise ValueError(f"damaged tar: {exc}") from None
     except EOFError:

@@ -144,7 +144,13 @@ def read_inputs(layout: Layout, claim: Claim) -> dict[str, bytes]:
 
 
 def verdict(run: Run) -> Ending:
-    """The receipt status and its reason, most decisive cause first."""
+    """The receipt status and its reason, most decisive cause first. The reason may quote
+    what the host sent (its violations, its error): it is cut as a recorded field is."""
+    status, reason = _verdict(run)
+    return status, None if reason is None else str(bounded(reason))
+
+
+def _verdict(run: Run) -> Ending:
     info = run.info
     if run.stopped:
         return ReceiptStatus.ABORTED, run.stopped[0]

@@ -27,6 +27,7 @@ from core.errors import VerificationFailed
 from core.events import attempts
 from core.layout import Layout
 from core.models import Job
+from core.runner import write_tar
 from core.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,6 +195,17 @@ def sleeper(folder: Path) -> tuple[str, Path]:
     return gen, report
 
 
+def endless_line(folder: Path, megabytes: int = 80) -> str:
+    """A generator that writes `megabytes` MB without a newline, then a line "done"."""
+    code = (
+        "import sys\n"
+        f"for _ in range({megabytes}):\n"
+        "    sys.stdout.write('x' * (1 << 20))\n"
+        "sys.stdout.write('\\ndone\\n')\n"
+    )
+    return script(folder, "endless_line", code)
+
+
 def hang_once(folder: Path, output: str) -> tuple[str, Path]:
     """A generator that hangs the first time it runs (recording itself like `sleeper`)
     and on every later run writes `output` to src/app.py."""
@@ -209,6 +221,30 @@ def hang_once(folder: Path, output: str) -> tuple[str, Path]:
         f"open('src/app.py', 'w').write({output!r})\n"
     )
     return script(folder, "hang_once", code), report
+
+
+def hostile_host(tmp: Path, name: str, stdout: bytes) -> str:
+    """A `[hosts.NAME]` command host that sends `stdout` back as its runner's result."""
+    sent = tmp / f"{name}.out"
+    sent.write_bytes(stdout)
+    program = tmp / f"{name}.py"
+    program.write_text(f"import sys\nsys.stdout.buffer.write(open({str(sent)!r}, 'rb').read())\n")
+    argv = ", ".join(toml_str(a) for a in (sys.executable, str(program)))
+    return (
+        f"[hosts.{name}]\n"
+        'transport = "command"\n'
+        f"command = [{argv}]\n"
+        'command_mode = "argv"\n'
+        'generator = "true"\n'
+        "timeout = 1.0\n"
+    )
+
+
+def runner_result(**fields: object) -> bytes:
+    """A runner's result tar with no outputs: `result.json` alone, `fields` in it."""
+    body = {"exit_code": 0, "timed_out": False, "cancelled": False, "violations": [], "tail": ""}
+    body.update({"error": None, "outputs": {}, **fields})
+    return write_tar([("result.json", json.dumps(body).encode())])
 
 
 def alive(pid: int) -> bool:

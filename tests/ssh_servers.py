@@ -208,8 +208,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _sshd_config(folder: Path, port: int) -> Path:
+def _sshd_config(folder: Path, port: int, forwarding: bool) -> Path:
     config = folder / "sshd_config"
+    allow = "yes" if forwarding else "no"
     config.write_text(
         f"Port {port}\n"
         f"ListenAddress {HOST}\n"
@@ -223,8 +224,8 @@ def _sshd_config(folder: Path, port: int) -> Path:
         "UsePAM no\n"
         "StrictModes no\n"
         "UseDNS no\n"
-        "AllowAgentForwarding no\n"
-        "AllowTcpForwarding no\n"
+        f"AllowAgentForwarding {allow}\n"
+        f"AllowTcpForwarding {allow}\n"
         "X11Forwarding no\n"
         "PermitTTY no\n"
         "PrintMotd no\n"
@@ -284,11 +285,12 @@ def sshd_connection_pids(listener: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def run_sshd(folder: Path) -> Iterator[SSHServer]:
+def run_sshd(folder: Path, *, forwarding: bool = False) -> Iterator[SSHServer]:
     """Run ``/usr/sbin/sshd -D -e`` on 127.0.0.1 with keys and config written to ``folder``.
 
     Plain code, so benchmarks start the same server the tests do. On exit every
-    connection is dropped and sshd is stopped.
+    connection is dropped and sshd is stopped. With `forwarding`, it allows what a hostile
+    generator host would: agent and TCP forwarding.
     """
     host_key, identity = _server_key_setup(folder)
     with contextlib.suppress(PermissionError):
@@ -296,7 +298,7 @@ def run_sshd(folder: Path) -> Iterator[SSHServer]:
     log = folder / "sshd.log"
     for _attempt in range(5):
         port = _free_port()
-        config = _sshd_config(folder, port)
+        config = _sshd_config(folder, port, forwarding)
         with log.open("wb") as log_file:
             proc = subprocess.Popen(
                 [SSHD, "-D", "-e", "-f", str(config)],

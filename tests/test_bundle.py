@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from core.bundle import BundleError, extract_result, make_bundle, make_header
-from core.rules import Limits, check_relpath
+from core.rules import MAX_EXTENSION_BYTES, Limits, check_relpath, header_number
 
 SMALL = Limits(max_file_bytes=1000, max_total_bytes=2500, max_files=3, max_tail_bytes=100)
 
@@ -394,3 +394,139 @@ def test_damaged_archives_raise_only_bundle_error(
         extract_result(io.BytesIO(damaged), ["a"], SMALL, dest)
     except BundleError:
         assert not dest.exists()
+
+
+# --- extract_result: headers a host may forge -------------------------------------
+# Every raw header is checked before tarfile reads the data it announces: an extension
+# header (pax `x`/`X`/`g`, GNU long name `L` and long link `K`) over its cap is refused
+# unread, so neither the quadratic pax parse of CVE-2024-6232 nor a header buffered whole
+# can hold the worker, whatever the interpreter.
+
+EXTENSIONS = {
+    tarfile.XHDTYPE: "pax header",
+    tarfile.SOLARIS_XHDTYPE: "pax header",
+    tarfile.XGLTYPE: "pax global header",
+    tarfile.GNUTYPE_LONGNAME: "GNU long name",
+    tarfile.GNUTYPE_LONGLINK: "GNU long link",
+}
+HEADER_CAP = MAX_EXTENSION_BYTES
+# tarfile reads its stream this much at a time: what it may take beyond the header it parses.
+READ_AHEAD = 1 << 16
+
+
+def raw_header(kind: bytes, size: int | bytes, name: str = "././@PaxHeader") -> bytes:
+    """One header block as a host may write it: any type flag, and a size field given as
+    a number (written in octal) or as the field's own 12 bytes; the checksum is right."""
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    block = bytearray(info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict"))
+    block[124:136] = size if isinstance(size, bytes) else b"%011o\0" % size
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+def padded(data: bytes) -> bytes:
+    return data + bytes(-len(data) % 512)
+
+
+class Taken:
+    """A host's stdout that counts how much the reader took of it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = io.BytesIO(data)
+        self.taken = 0
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.data.read(n)
+        self.taken += len(chunk)
+        return chunk
+
+
+def refuse(data: bytes, tmp_path: Path, fault: str, allowed: tuple[str, ...] = ("a.py",)) -> Taken:
+    """Feed `data` to extract_result: it must refuse with `fault`, leaving no folder."""
+    source, dest = Taken(data), tmp_path / "out"
+    with pytest.raises(BundleError, match=fault):
+        extract_result(source, list(allowed), SMALL, dest)
+    assert not dest.exists()
+    return source
+
+
+@pytest.mark.parametrize("kind", list(EXTENSIONS))
+def test_an_extension_header_over_its_cap_is_refused_unread(tmp_path: Path, kind: bytes) -> None:
+    """A megabyte of digits: what CPython before 3.11.10 parses in quadratic time."""
+    size = 1 << 20
+    data = raw_header(kind, size) + b"1" * size + result_tar({})
+    what = re.escape(f"member 1 ({EXTENSIONS[kind]} '././@PaxHeader'): {size} bytes")
+    source = refuse(data, tmp_path, rf"^result: {what}, over the cap of {HEADER_CAP} bytes$")
+    assert source.taken <= READ_AHEAD, "the header's data was read"
+
+
+def test_an_oversized_header_after_a_valid_member_is_refused(tmp_path: Path) -> None:
+    first = member("outputs/a.py", b"new").tobuf() + padded(b"new")
+    size = 1 << 22
+    data = first + raw_header(tarfile.XHDTYPE, size) + b"1" * size
+    source = refuse(data, tmp_path, rf"member 2 \(pax header '././@PaxHeader'\): {size} bytes, over the cap")
+    assert source.taken <= len(first) + READ_AHEAD
+
+
+def test_a_header_claiming_500_mb_then_the_end_is_refused_at_once(tmp_path: Path) -> None:
+    refuse(
+        raw_header(tarfile.XHDTYPE, 500 << 20), tmp_path, f"{500 << 20} bytes, over the cap of {HEADER_CAP}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "fault"),
+    [
+        (b"\x80" + (500 << 20).to_bytes(11, "big"), f"{500 << 20} bytes, over the cap"),
+        (b"\x80" + (1 << 80).to_bytes(11, "big"), f"{1 << 80} bytes, over the cap"),
+        (b"\xff" * 11 + b"\x00", "negative size -256"),
+    ],
+)
+def test_a_base_256_size_field_is_read_as_tarfile_reads_it(tmp_path: Path, field: bytes, fault: str) -> None:
+    refuse(raw_header(tarfile.GNUTYPE_LONGNAME, field) + result_tar({}), tmp_path, fault)
+
+
+@given(
+    st.binary(min_size=12, max_size=12)
+    | st.builds(lambda n: b"\x80" + n.to_bytes(11, "big"), st.integers(0, 2**88 - 1))
+)
+def test_header_number_reads_a_size_field_as_tarfile_does(field: bytes) -> None:
+    try:
+        expected: int | None = tarfile.nti(field)
+    except tarfile.InvalidHeaderError:
+        expected = None
+    try:
+        got: int | None = header_number(field)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+def test_a_chain_of_extension_headers_is_refused(tmp_path: Path) -> None:
+    """tarfile follows a chain of them by recursion: thousands would raise RecursionError."""
+    record = b"12 a=bcdefg\n"
+    chain = b"".join(raw_header(tarfile.XHDTYPE, len(record)) + padded(record) for _ in range(3000))
+    refuse(
+        chain + result_tar({}), tmp_path, r"member 1 \(pax header .*\): a second pax header for one member"
+    )
+
+
+def test_a_sparse_map_running_on_through_the_stream_is_refused_unread(tmp_path: Path) -> None:
+    """A GNU sparse 1.0 map is read from the member's data, as long as it claims to run."""
+    info = member("outputs/a.py", b"x" * 512)
+    info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "10"}
+    head = tar_of((info, b"x" * 512))[: 3 * 512]  # pax header, its records, the member's header
+    source = refuse(
+        head + b"100000000\n" + b"1\n" * (4 << 20), tmp_path, "tar data beyond what its headers announce"
+    )
+    assert source.taken <= len(head) + READ_AHEAD
+
+
+def test_a_sparse_member_is_refused(tmp_path: Path) -> None:
+    mapped = member("outputs/a.py", b"x")
+    mapped.pax_headers = {"GNU.sparse.map": "0,1", "GNU.sparse.realsize": "1"}
+    refuse(tar_of((mapped, b"x")), tmp_path, r"'outputs/a.py': sparse file, not a regular file")
+    old_gnu = raw_header(tarfile.GNUTYPE_SPARSE, 0, "outputs/a.py")
+    refuse(old_gnu + result_tar({}), tmp_path, r"'outputs/a.py': sparse file, not a regular file")

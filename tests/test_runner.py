@@ -19,7 +19,7 @@ import pytest
 from shipkit import wait_dead
 
 from core.bundle import make_bundle, make_header
-from core.rules import Limits, check_relpath, read_tar
+from core.rules import MAX_EXTENSION_BYTES, Limits, check_relpath, read_tar
 from core.runner import BOOTSTRAP, MAX_OPEN_OUTPUTS, collect, render_command, write_result, write_tar
 from core.transport.base import header_line, runner_preamble, runner_source
 
@@ -423,6 +423,21 @@ def test_runner_refuses_link_members(tmp_path: Path) -> None:
     bundle = buf.getvalue()
     result, _ = Run(stdin_payload(make_header("true", 5, LIMITS, bundle), bundle), tmp_path).finish()
     assert "'files/a': symlink, not a regular file" in result["error"]
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_runner_refuses_an_oversized_extension_header_unread(tmp_path: Path, kind: bytes) -> None:
+    """The bundle is read by the same rules as a result: a header over its cap is refused
+    before the megabyte it claims is read (only a few bytes of it follow here)."""
+    first = write_tar([("job.json", b'{"allowed_paths": ["a"]}')])[:1024]  # its header and data
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type, info.size = kind, 1 << 20
+    bundle = first + info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict") + b"1" * 4096
+    result, _ = Run(stdin_payload(make_header("true", 5, LIMITS, bundle), bundle), tmp_path).finish()
+    assert result["error"].startswith("bundle: member 2 (") and result["exit_code"] is None
+    assert result["error"].endswith(
+        f"'././@PaxHeader'): {1 << 20} bytes, over the cap of {MAX_EXTENSION_BYTES} bytes"
+    )
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ from core.contract import KEY_RE
 from core.errors import GenjobError
 from core.layout import Layout
 from core.lifecycle import State
+from core.rules import cut_lines
 from core.snapshot import JobRow, Scanner, keys_from_paths
 from tui.heap import release_free_memory
 
@@ -63,6 +64,9 @@ SCAN_BATCH = 512
 FIRST_PAINT_WAIT = 2.0
 # Receipts verified per message while a scan finds many.
 VERDICT_BATCH = 64
+# The longest line of a job's generator log the detail shows (the log is the host's to
+# write: one line can be its whole tail); longer ones are cut there, marked.
+LOG_LINE_CHARS = 2000
 
 
 def _watch_filter(change: Change, path: str) -> bool:
@@ -369,7 +373,9 @@ class BoardFeed(Widget):
         from core.inspect_job import job_detail
 
         try:
-            detail: JobDetail | str = job_detail(self.repo, key)
+            found = job_detail(self.repo, key)
+            found.log_tail = cut_lines(found.log_tail, LOG_LINE_CHARS)
+            detail: JobDetail | str = found
         except GenjobError as exc:
             detail = str(exc)
         except Exception as exc:

@@ -30,12 +30,18 @@ from core.errors import BadInput, GenjobError
 from core.rules import DEFAULT_LIMITS, Limits, TailBuffer
 
 OutputCallback = Callable[[bytes], None]
+# The runner's stdout, a chunk at a time; an awaitable it returns holds reading back until
+# it is done, so a host can send no faster than what it sent is taken.
+ResultCallback = Callable[[bytes], "Awaitable[None] | None"]
 T = TypeVar("T")
 # The runner's header line, as a mapping, and the bundle it announces.
 Prepared = tuple[Mapping[str, Any], bytes]
 
 STDERR_TAIL_BYTES = 64 << 10
 CHUNK = 1 << 16
+# The most of a result read from the host and not yet taken by the thread that writes it:
+# past it, reading waits until that thread has taken it down to half.
+MAX_RESULT_WAITING = 8 << 20
 STOP_WAIT = runner.KILL_GRACE + 8.0
 
 
@@ -69,7 +75,7 @@ class Transport(Protocol):
     async def run(
         self,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome: ...
@@ -188,7 +194,7 @@ class _TooLarge(Exception):
 async def drive(
     session: Session,
     job: Awaitable[Prepared],
-    on_result: OutputCallback,
+    on_result: ResultCallback,
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
     slack: float,
@@ -248,7 +254,7 @@ class _Streams:
         self,
         session: Session,
         payload: tuple[bytes, ...],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None,
         limit: int,
     ) -> None:
@@ -291,7 +297,9 @@ class _Streams:
             self.received += len(chunk)
             if self.received > self.limit:
                 raise _TooLarge(f"runner output over {self.limit} bytes")
-            self.on_result(chunk)
+            room = self.on_result(chunk)
+            if room is not None:
+                await room
 
 
 async def _first_of(running: asyncio.Future[Any], cancel: asyncio.Event | None, timeout: float) -> None:
@@ -391,13 +399,13 @@ async def run_job(
     # Threads keep the event loop (heartbeats, other jobs' streams) moving while big
     # files are read and bundled, and while the outputs are written as they arrive.
     prepared = asyncio.ensure_future(asyncio.to_thread(spec.prepare))
-    pipe = _Pipe()
+    pipe = _Pipe(asyncio.get_running_loop())
 
     def extract() -> ResultInfo:
         try:
             return extract_result(pipe, spec.allowed_paths, spec.limits, dest_dir)
         finally:
-            pipe.abandoned = True
+            pipe.abandon()
 
     # Its own thread, not the shared pool: it waits for the result through the whole
     # run, and jobs enough to fill the pool would leave none to prepare the bundles.
@@ -455,22 +463,52 @@ def _in_own_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
 
 
 class _Pipe:
-    """The runner's stdout, from the event loop to the thread that extracts it: `put`
-    never blocks, `read` blocks until there is data or the end. Once the reader stops
-    (the result was refused), what still arrives is dropped."""
+    """The runner's stdout, from the event loop to the thread that extracts it: `read`
+    blocks until there is data or the end. `put` never blocks; with more than
+    MAX_RESULT_WAITING bytes not yet read, it returns a future that `read` settles once
+    it has taken them down to half. Once the reader stops (the result was refused), what
+    still arrives is dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._head = memoryview(b"")
         self._ended = False
+        self._lock = threading.Lock()  # over `waiting`, `_room` and `abandoned`
+        self.waiting = 0
+        self._room: asyncio.Future[None] | None = None
         self.abandoned = False
 
-    def put(self, chunk: bytes) -> None:
-        if not self.abandoned:
+    def put(self, chunk: bytes) -> asyncio.Future[None] | None:
+        with self._lock:
+            if self.abandoned:
+                return None
             self._chunks.put(chunk)
+            self.waiting += len(chunk)
+            if self.waiting <= MAX_RESULT_WAITING:
+                return None
+            self._room = self._loop.create_future()
+            return self._room
 
     def close(self) -> None:
         self._chunks.put(None)
+
+    def abandon(self) -> None:
+        """The reader stops: drop what comes, and let a `put` waiting for room go on."""
+        with self._lock:
+            self.abandoned = True
+            self._make_room()
+
+    def _took(self, size: int) -> None:
+        with self._lock:
+            self.waiting -= size
+            if self.waiting <= MAX_RESULT_WAITING // 2:
+                self._make_room()
+
+    def _make_room(self) -> None:
+        if self._room is not None:
+            room, self._room = self._room, None
+            self._loop.call_soon_threadsafe(_settle, room)
 
     def read(self, n: int = -1) -> bytes:
         while not self._head:
@@ -480,7 +518,13 @@ class _Pipe:
             if chunk is None:
                 self._ended = True
                 return b""
+            self._took(len(chunk))
             self._head = memoryview(chunk)
         n = len(self._head) if n is None or n < 0 else n
         out, self._head = self._head[:n], self._head[n:]
         return bytes(out)
+
+
+def _settle(room: asyncio.Future[None]) -> None:
+    if not room.done():  # a run stopped meanwhile cancelled it
+        room.set_result(None)

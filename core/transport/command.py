@@ -15,6 +15,12 @@ The protocol on the pipe is the one every transport speaks (`core.transport.base
 limits, validation, cancel and the result tar are the same as over asyncssh. The client
 runs in its own session with no controlling terminal, so it can never stop to prompt
 for a password or a host key: it fails instead, and its own message is the reason.
+
+A generator host is untrusted, so OpenSSH's client gets ``-a -x -o ClearAllForwardings=yes``
+before the template's own options: no agent, X11 display or port forwarding that the
+user's ssh config sets up for every host reaches it. A template that asks for one itself
+keeps that one: ``-A`` or ``-o ForwardAgent=...`` the agent, ``-X``, ``-Y`` or
+``-o ForwardX11=yes`` the display, ``-L``, ``-R``, ``-D`` or their ``-o`` forms its ports.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from core.transport.base import (
     HostKeyError,
     OutputCallback,
     Prepared,
+    ResultCallback,
     RunOutcome,
     Session,
     drive,
@@ -58,8 +65,67 @@ def guess_mode(argv: Sequence[str]) -> CommandMode:
     return "shell" if os.path.basename(argv[0]) == "ssh" else "argv"
 
 
+# OpenSSH's client options that take an argument (ssh(1), OpenSSH 9); the rest are flags.
+# It reads options before and after the destination, up to the remote command or "--".
+_SSH_ARGUMENTS = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+# What the user's ssh config may forward to every host: how to turn it off, and how a
+# template asks for it, by a flag or by an `-o` keyword (lowercase) set to anything but no.
+_FORWARDS = (
+    (("-a",), frozenset("A"), frozenset({"forwardagent"})),
+    (("-x",), frozenset("XY"), frozenset({"forwardx11"})),
+    (
+        ("-o", "ClearAllForwardings=yes"),
+        frozenset("LRD"),
+        frozenset({"localforward", "remoteforward", "dynamicforward"}),
+    ),
+)
+_NO = frozenset({"no", "false"})
+_OPTION = re.compile(r"\s*([A-Za-z0-9]+)\s*(?:=|\s)\s*(.*)", re.DOTALL)
+
+
+def ssh_options(args: Sequence[str]) -> tuple[set[str], dict[str, str]]:
+    """The flags and the ``-o`` settings (keyword lowercased, the first one kept, as ssh
+    keeps it) that OpenSSH's client reads from `args`, its arguments after the program."""
+    flags: set[str] = set()
+    settings: dict[str, str] = {}
+    words = iter(args)
+    destination = False
+    for word in words:
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-":
+            if destination:
+                break  # the remote command
+            destination = True
+            continue
+        for at, letter in enumerate(word[1:], start=1):
+            flags.add(letter)
+            if letter in _SSH_ARGUMENTS:
+                value = word[at + 1 :] or next(words, "")
+                if letter == "o" and (match := _OPTION.fullmatch(value)):
+                    settings.setdefault(match.group(1).lower(), match.group(2).strip().lower())
+                break
+    return flags, settings
+
+
+def without_forwarding(argv: Sequence[str]) -> list[str]:
+    """`argv` with OpenSSH's forwardings turned off, each one unless `argv` asks for it;
+    any other program's argv as it is."""
+    if os.path.basename(argv[0]) != "ssh":
+        return list(argv)
+    flags, settings = ssh_options(argv[1:])
+    off: list[str] = []
+    for option, asking_flags, keywords in _FORWARDS:
+        asked = flags & asking_flags or any(settings.get(k, "no") not in _NO for k in keywords)
+        if not asked:
+            off.extend(option)
+    return [argv[0], *off, *argv[1:]]
+
+
 def runner_argv(argv: Sequence[str], python: str, mode: CommandMode) -> list[str]:
-    """The full command line: the template, then the runner's start as `mode` wants it."""
+    """The full command line: the template (OpenSSH's forwardings off), then the runner's
+    start as `mode` wants it."""
+    argv = without_forwarding(argv)
     if mode == "shell":
         return [*argv, remote_command(python)]
     return [*argv, *runner_start(python)]
@@ -111,7 +177,7 @@ class CommandTransport:
     async def run(
         self,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:

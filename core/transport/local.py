@@ -30,6 +30,7 @@ from core.transport.base import (
     STOP_WAIT,
     OutputCallback,
     Prepared,
+    ResultCallback,
     RunOutcome,
     Session,
     drive,
@@ -140,7 +141,7 @@ class LocalTransport:
     async def run(
         self,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:
@@ -154,7 +155,7 @@ class LocalTransport:
         self,
         folder: Path,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None,
         cancel: asyncio.Event | None,
     ) -> RunOutcome:
@@ -176,7 +177,7 @@ class LocalTransport:
         self,
         proc: asyncio.subprocess.Process,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None,
         cancel: asyncio.Event | None,
     ) -> RunOutcome:

@@ -23,6 +23,7 @@ from core.transport.base import (
     HostKeyError,
     OutputCallback,
     Prepared,
+    ResultCallback,
     RunOutcome,
     Session,
     drive,
@@ -193,7 +194,7 @@ class SSHTransport:
     async def run(
         self,
         job: Awaitable[Prepared],
-        on_result: OutputCallback,
+        on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunOutcome:

@@ -21,6 +21,7 @@ from textual.message import Message
 from textual.notifications import Notify
 from textual.pilot import Pilot
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Static
 
 from tui.app import GenjobApp, make_app
@@ -150,16 +151,28 @@ async def run_board(
     key: str | None = None,
     readonly: bool = False,
     jobs: bool = True,
+    notifications: bool = False,
 ) -> AsyncIterator[Driver]:
-    """The board on `root`, scanned (and with the cursor on `key`, its detail loaded)."""
+    """The board on `root`, scanned (and with the cursor on `key`, its detail loaded);
+    with `notifications`, its toasts are drawn too."""
     inbox = Inbox()
     app = make_app(root, readonly=readonly)
-    async with app.run_test(size=size, message_hook=inbox) as pilot:
+    async with app.run_test(size=size, message_hook=inbox, notifications=notifications) as pilot:
         driver = Driver(pilot, inbox)
         await driver.loaded(jobs)
         if key is not None:
             await driver.select(key)
         yield driver
+
+
+def drawn(widget: Widget) -> list[tuple[str, set[str]]]:
+    """What `widget` draws, line by line: the text, and the actions a click there runs."""
+    lines = []
+    for y in range(widget.size.height):
+        strip = widget.render_line(y)
+        actions = {str(seg.style.meta["@click"]) for seg in strip if seg.style and "@click" in seg.style.meta}
+        lines.append((strip.text, actions))
+    return lines
 
 
 def plain(static: Static) -> str:

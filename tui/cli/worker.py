@@ -17,6 +17,7 @@ from core.config import load_config
 from core.demo_generator import STAND_IN
 from core.layout import Layout
 from core.queue import locate
+from core.rules import LineCap
 from core.terminal import visible
 from core.verify import verify
 from tui.cli.commands import layout_of, print_checks, resolve_key
@@ -38,16 +39,24 @@ def run_until_signal(make: Callable[[asyncio.Event], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
+# The longest line of generator output `genjob ship` streams; the rest is dropped as it comes.
+MAX_LINE_CHARS = 4096
+
+
 class _Visible:
     """Generator output for the operator's terminal: UTF-8 decoded across chunk boundaries,
-    every control and format character shown, so a generator can never drive the terminal."""
+    every control and format character shown, so a generator can never drive the terminal,
+    and each line cut at MAX_LINE_CHARS (the evidence in `.gen/logs/` keeps its tail as it came)."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._lines = LineCap(MAX_LINE_CHARS)
 
     def __call__(self, chunk: bytes) -> None:
-        sys.stderr.write(visible(self._decoder.decode(chunk), keep_newlines=True))
-        sys.stderr.flush()
+        shown = self._lines.feed(self._decoder.decode(chunk))
+        if shown:
+            sys.stderr.write(visible(shown, keep_newlines=True))
+            sys.stderr.flush()
 
 
 def _echo_visible(line: str) -> None:

@@ -67,9 +67,9 @@ class BulkShipDialog(ModalScreen[str]):
         self.counts: dict[str, int] = {**dict.fromkeys(ReceiptStatus, 0), "refused": 0, "skipped": 0}
 
     def compose(self) -> ComposeResult:
-        where = ", ".join(self.hosts) if self.hosts else "every host"
+        where = ", ".join(map(visible, self.hosts)) if self.hosts else "every host"
         with Vertical(classes="dialog wide tall"):
-            yield Static(f"Shipping {len(self.keys)} jobs to {where}", classes="dialog-title")
+            yield Static(Text(f"Shipping {len(self.keys)} jobs to {where}"), classes="dialog-title")
             yield Static(Text("starting…", style="dim"), id="bulk-status")
             with VerticalScroll(id="bulk-scroll"):
                 yield Static(id="bulk-jobs")

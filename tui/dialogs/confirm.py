@@ -38,8 +38,8 @@ class ConfirmDialog(ModalScreen[bool]):
             with VerticalScroll(classes="dialog-body"):
                 yield Static(self.body)
             with Horizontal(classes="dialog-buttons"):
-                yield Button(f"{self.yes} (y)", id="yes", variant="error" if self.danger else "primary")
-                yield Button(f"{self.no} (n)", id="no")
+                yield Button(Text(f"{self.yes} (y)"), id="yes", variant="error" if self.danger else "primary")
+                yield Button(Text(f"{self.no} (n)"), id="no")
 
     def on_mount(self) -> None:
         fit_to_terminal(self)

@@ -20,6 +20,7 @@ from core.queue import Enqueued
 from core.submit import repo_files, submit_job
 from core.terminal import visible
 from tui.dialogs import fit_to_terminal
+from tui.text import literal
 
 MAX_SHOWN = 500
 
@@ -93,7 +94,8 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
         needle = needle.strip().casefold()
         shown = [f for f in self.files if needle in f.casefold()][:MAX_SHOWN]
         pick.clear_options()
-        pick.add_options([(visible(f), f, f in self.chosen) for f in shown])
+        # A file name is the repository's to choose: shown as the characters it is, never markup.
+        pick.add_options([(literal(f, keep_newlines=False), f, f in self.chosen) for f in shown])
         if shown:
             pick.highlighted = 0
 

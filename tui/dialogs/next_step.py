@@ -33,7 +33,7 @@ class NextStepDialog(ModalScreen[bool]):
             with VerticalScroll(classes="dialog-body"):
                 yield Static(self.body, id="nextstep-body")
             with Horizontal(classes="dialog-buttons"):
-                yield Button(f"{self.step} ({self.key})", id="step", variant="primary")
+                yield Button(Text(f"{self.step} ({self.key})"), id="step", variant="primary")
                 yield Button("Close (esc)", id="close")
 
     def on_mount(self) -> None:

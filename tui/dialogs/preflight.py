@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -54,7 +55,7 @@ class PreflightDialog(ModalScreen[Approval | None]):
                 yield Checkbox("I read the diff: write its protected paths too (p)", False, id="protected")
             with Horizontal(classes="dialog-buttons"):
                 if p.may_choose:
-                    yield Button(f"Choose {p.candidate} (y)", id="yes", variant="primary")
+                    yield Button(Text(f"Choose {p.candidate} (y)"), id="yes", variant="primary")
                 else:
                     yield Button("Apply (y)", id="yes", variant="success", disabled=not p.may_apply)
                 yield Button("Cancel (n)", id="no")
@@ -87,7 +88,7 @@ class PreflightDialog(ModalScreen[Approval | None]):
 
     def action_answer(self, value: bool) -> None:
         if value and not self.preflight.verified:
-            self.notify("the receipt does not verify: apply would be refused", severity="error")
+            self.notify("the receipt does not verify: apply would be refused", severity="error", markup=False)
             return
         if value and self.preflight.may_choose:
             self.dismiss(Approval(False, self.preflight.candidate, choose_only=True))
@@ -95,7 +96,9 @@ class PreflightDialog(ModalScreen[Approval | None]):
         if value and self.preflight.checks_missing:
             missing = ", ".join(self.preflight.checks_missing)
             self.notify(
-                f"required checks have not passed ({missing}): apply would be refused", severity="error"
+                f"required checks have not passed ({missing}): apply would be refused",
+                severity="error",
+                markup=False,
             )
             return
         if value and self.preflight.protected and not self.protected:

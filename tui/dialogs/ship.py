@@ -3,11 +3,16 @@
 While it runs, escape (or "Cancel ship") stops it: the runner kills the generator and
 the job ends in an aborted receipt. Once it ends, the dialog says how, and for a receipt
 that came back ok offers to approve it (`a`), which opens the approve preflight.
+
+The generator's output is the host's to choose, so the tail holds it within bounds: each
+line is cut at MAX_LINE_CHARS as it arrives, the log keeps MAX_LOG_LINES, and what waits
+to be drawn is at most MAX_UNSHOWN_CHARS (the oldest dropped, and said to be).
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -23,6 +28,7 @@ from core.contract import ReceiptStatus
 from core.demo_generator import stand_in_note
 from core.errors import GenjobError
 from core.layout import Layout
+from core.rules import LineCap
 from core.terminal import visible
 from tui.dialogs import fit_to_terminal
 
@@ -31,6 +37,43 @@ if TYPE_CHECKING:
     from core.ship import ShipResult
 
 MAX_LOG_LINES = 5000
+MAX_LINE_CHARS = 1000
+MAX_UNSHOWN_CHARS = 1 << 20
+
+
+class Unshown:
+    """Generator output on its way to the log: decoded across chunks, its lines cut as
+    they arrive, at most MAX_UNSHOWN_CHARS of it held until the screen takes it."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._lines = LineCap(MAX_LINE_CHARS)
+        self._parts: list[str] = []
+        self.size = 0
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        text = self._lines.feed(self._decoder.decode(data))
+        self._parts.append(text)
+        self.size += len(text)
+        if self.size > MAX_UNSHOWN_CHARS:
+            # Keep the newest half: trimming then waits for as much again, so each
+            # character is copied a bounded number of times.
+            held = "".join(self._parts)
+            kept = held[-(MAX_UNSHOWN_CHARS // 2) :]
+            self.dropped += len(held) - len(kept)
+            self._parts, self.size = [kept], len(kept)
+
+    def take(self) -> str:
+        """Everything held, oldest first (after a note of what was dropped); then none."""
+        text = "".join(self._parts)
+        if self.dropped:
+            text = (
+                f"\n[genjob] {self.dropped} characters of output came faster than they could be shown\n"
+                + text
+            )
+        self._parts, self.size, self.dropped = [], 0, 0
+        return text
 
 
 class ShipDialog(ModalScreen[str]):
@@ -43,9 +86,7 @@ class ShipDialog(ModalScreen[str]):
     ]
 
     class Output(Message):
-        def __init__(self, data: bytes) -> None:
-            super().__init__()
-            self.data = data
+        """Output is waiting in `unshown` (posted once until it is shown)."""
 
     def __init__(
         self, layout: Layout, key: str, host: str | None, worker_id: str, claimed: Claim | None = None
@@ -59,11 +100,13 @@ class ShipDialog(ModalScreen[str]):
         self.cancel = asyncio.Event()
         self.done = False
         self.succeeded = False
-        self._partial = ""
+        self.unshown = Unshown()
+        self._output_posted = False
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide tall"):
-            yield Static(f"Shipping {self.key} to {self.host or 'the default host'}", classes="dialog-title")
+            where = visible(self.host or "the default host")
+            yield Static(Text(f"Shipping {self.key} to {where}"), classes="dialog-title")
             yield Static(Text("starting…", style="dim"), id="ship-status")
             yield Log(id="ship-log", max_lines=MAX_LOG_LINES, auto_scroll=True)
             with Horizontal(classes="dialog-buttons"):
@@ -84,7 +127,9 @@ class ShipDialog(ModalScreen[str]):
     async def _ship(self) -> None:
         from core.ship import ship  # asyncssh is slow to import: only when shipping
 
-        self._status(Text(f"claiming and shipping to {self.host or 'the default host'}…", style="bold"))
+        self._status(
+            Text(f"claiming and shipping to {visible(self.host or 'the default host')}…", style="bold")
+        )
         try:
             spread, stand_ins = await asyncio.to_thread(self._plan)
             if len(spread) > 1:
@@ -94,7 +139,7 @@ class ShipDialog(ModalScreen[str]):
                 self.repo,
                 self.key,
                 self.host,
-                on_output=lambda data: self.post_message(self.Output(data)),
+                on_output=self._output,
                 cancel=self.cancel,
                 worker_id=self.worker_id,
                 claimed=self.claimed,
@@ -126,13 +171,13 @@ class ShipDialog(ModalScreen[str]):
         """Best-of-N: a line in the log as each candidate ends; then `a` compares them."""
         from core.ship_candidates import CandidateRequest, ship_candidates
 
-        self._status(Text(f"running {len(spread)} candidates on {spread[0]}…", style="bold"))
+        self._status(Text(f"running {len(spread)} candidates on {visible(spread[0])}…", style="bold"))
 
         def ended(res: ShipResult) -> None:
             why = f" ({res.reason})" if res.reason else ""
             lost = "" if res.won else "; the lease was lost, so it was kept aside"
             line = f"[genjob] candidate {res.candidate} on {res.host}: {res.status}{why}{lost}\n"
-            self.post_message(self.Output(line.encode()))
+            self._output(line.encode())
 
         results = await ship_candidates(
             self.repo,
@@ -164,12 +209,16 @@ class ShipDialog(ModalScreen[str]):
             return self.done and self.succeeded
         return True
 
+    def _output(self, data: bytes) -> None:
+        """Called on the event loop as output arrives: held, bounded, until it is drawn."""
+        self.unshown.add(data)
+        if not self._output_posted:
+            self._output_posted = True
+            self.post_message(self.Output())
+
     def on_ship_dialog_output(self, message: Output) -> None:
-        text = self._partial + message.data.decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        self._partial = lines.pop()
-        log = self.query_one("#ship-log", Log)
-        log.write_lines([visible(line) for line in lines])
+        self._output_posted = False
+        self.query_one("#ship-log", Log).write(visible(self.unshown.take(), keep_newlines=True))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "ship-cancel":

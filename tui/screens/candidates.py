@@ -254,7 +254,7 @@ class CandidatesScreen(Screen[Approval | None]):
     async def action_approve(self) -> None:
         """The highlighted candidate's preflight; approved, the screen returns it."""
         if self.readonly:
-            self.notify("read-only board: approving is off", severity="warning")
+            self.notify("read-only board: approving is off", severity="warning", markup=False)
             return
         number = self.highlighted
         if number is None:
@@ -268,7 +268,7 @@ class CandidatesScreen(Screen[Approval | None]):
         try:
             p = await asyncio.to_thread(read)
         except GenjobError as exc:
-            self.notify(visible(str(exc)), severity="error")
+            self.notify(visible(str(exc)), severity="error", markup=False)
             return
         answer = await self.app.push_screen_wait(PreflightDialog(p, self.repo.root))
         if isinstance(answer, Approval):
@@ -279,7 +279,7 @@ class CandidatesScreen(Screen[Approval | None]):
         """Run the configured checks on the highlighted candidate, one after another; each
         ends in that candidate's own record, and the marks are read again."""
         if self.readonly:
-            self.notify("read-only board: running checks is off", severity="warning")
+            self.notify("read-only board: running checks is off", severity="warning", markup=False)
             return
         number = self.highlighted
         if number is None or self.checking is not None:
@@ -291,19 +291,23 @@ class CandidatesScreen(Screen[Approval | None]):
         try:
             runs = await run_checks(self.repo, self.key, cancel=self._stop_checks, candidate=number)
         except GenjobError as exc:
-            self.notify(visible(str(exc)), severity="error")
+            self.notify(visible(str(exc)), severity="error", markup=False)
         else:
             failed = [r.name for r in runs if not r.passed]
             if not runs:
                 self.notify(
-                    "no checks are configured ([checks.NAME] in .gen/config.toml)", severity="warning"
+                    "no checks are configured ([checks.NAME] in .gen/config.toml)",
+                    severity="warning",
+                    markup=False,
                 )
             elif failed:
                 self.notify(
-                    f"candidate {number}: {', '.join(map(visible, failed))} failed", severity="warning"
+                    f"candidate {number}: {', '.join(map(visible, failed))} failed",
+                    severity="warning",
+                    markup=False,
                 )
             else:
-                self.notify(f"candidate {number}: {len(runs)} check(s) passed")
+                self.notify(f"candidate {number}: {len(runs)} check(s) passed", markup=False)
         finally:
             self.checking = None
             self.reload()

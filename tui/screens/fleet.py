@@ -156,7 +156,11 @@ class FleetScreen(Screen[None]):
     async def action_probe(self) -> None:
         """Probe every host at once through its own transport, then show the times."""
         if self.readonly:
-            self.notify("read-only board: probes run jobs on the hosts, so they are off", severity="warning")
+            self.notify(
+                "read-only board: probes run jobs on the hosts, so they are off",
+                severity="warning",
+                markup=False,
+            )
             return
         from core.fleet import probe
         from core.ship import Hosts  # the transports: only when a probe runs
