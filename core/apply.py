@@ -80,6 +80,7 @@ from core.evidence import set_aside
 from core.layout import FOLDER_STATE, Layout
 from core.models import Job, Receipt
 from core.ownership import repository_owners, require_trusted
+from core.protected import ProtectedPaths, require_approval
 from core.queue import Located, locate, read_job_file
 from core.repo import is_git_work_tree
 from core.tree import (
@@ -140,8 +141,11 @@ def plan(job: Job, receipt: Receipt) -> list[Target]:
     ]
 
 
-def apply_job(layout: Layout, key: str, commit: bool = False) -> Applied:
-    """Verify and apply one job's outputs to the tree; idempotent and crash-safe."""
+def apply_job(layout: Layout, key: str, commit: bool = False, *, protected: bool = False) -> Applied:
+    """Verify and apply one job's outputs to the tree; idempotent and crash-safe.
+
+    `protected`: the operator approved this job explicitly, so its outputs may include
+    paths `policy.protected_paths` covers (`core.protected`)."""
     config = load_config(layout.config)
     with flocked(layout.lock):
         loc = locate(layout, key)
@@ -170,11 +174,16 @@ def apply_job(layout: Layout, key: str, commit: bool = False) -> Applied:
             if failed or v.receipt is None:
                 why = "; ".join(f"{c.name}: {c.detail}" for c in failed) or "the receipt was not read"
                 resumed.roll_back(f"the receipt does not verify now ({why})")
+            try:
+                require_approval(key, v.receipt.outputs, config.policy.protected_paths, protected)
+            except ProtectedPaths as exc:
+                resumed.roll_back(f"it is not approved now ({exc})")
             _same_filesystem(layout)
             changed = resumed.run()
         else:
             targets = _checked_plan(layout, loc, v)
             require_checks(layout, loc.job, config, v)
+            require_approval(key, [t.path for t in targets], config.policy.protected_paths, protected)
             changed = _Apply(layout, loc.job, targets, config, resuming=False).run()
         _record(layout, loc.job, targets, changed, v)
     result = Applied(key, changed, False, layout.job_file("applied", key), v)

@@ -396,15 +396,17 @@ def _promote(layout: Layout, job: Job, candidate: Candidate) -> None:
         raise WrongState(f"{key}: a receipt appeared while the candidate was chosen")
 
 
-def apply_choice(layout: Layout, key: str, number: int | None, commit: bool = False) -> Applied:
+def apply_choice(
+    layout: Layout, key: str, number: int | None, commit: bool = False, *, protected: bool = False
+) -> Applied:
     """`genjob apply KEY [--candidate N]`: choose `number` first when given; refuse, with
-    the way on, a job whose candidates wait for a choice."""
+    the way on, a job whose candidates wait for a choice. `protected` as `apply_job`'s."""
     if number is not None:
         if commit:
             check_commit_ready(layout)  # or the choice would be made and the commit refused
         choose(layout, key, number)
         try:
-            return apply_job(layout, key, commit=commit)
+            return apply_job(layout, key, commit=commit, protected=protected)
         except ChecksRequired as exc:
             # The choice stands: checks run on the job's chosen receipt, not on a candidate.
             raise ChecksRequired(f"chose candidate {number} as the job's receipt; {exc}") from exc
@@ -413,7 +415,7 @@ def apply_choice(layout: Layout, key: str, number: int | None, commit: bool = Fa
             f"{key}: has {have} candidate(s) and none is chosen; `genjob candidates {key}` compares "
             f"them and `genjob apply {key} --candidate N` applies one"
         )
-    return apply_job(layout, key, commit=commit)
+    return apply_job(layout, key, commit=commit, protected=protected)
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,16 @@ from core.events import actor, bounded, record_event
 from core.layout import FOLDER_STATE, Layout
 from core.models import Job, Receipt, TextEnum
 from core.ownership import repository_owners, require_trusted
+from core.protected import flagged
 from core.queue import locate
 from core.scratch import Mode, Scratch, scratch_tree
+from core.seal import seal, sealed_here
 from core.standing import CheckState, CheckStatus, Standing
 from core.tree import closing, open_folder, open_regular
 from core.verify import Verification, verify
 
 RECORD_SCHEMA: Literal["genjob.check.v1"] = "genjob.check.v1"
+_SEAL = "check record"
 MAX_RECORD_BYTES = 4 << 20
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 # The verification steps that say the receipt's outputs are the bytes it names.
@@ -127,7 +130,8 @@ def receipt_standing(layout: Layout, key: str, config: Config) -> Standing:
         return Standing(None, (), None)
     outputs = sha256_bytes(canonical(v.receipt.outputs)) if v.receipt is not None else None
     checks = tuple(check_statuses(layout, loc.job, config, v)) if loc.folder == "running" else ()
-    return Standing(v.ok, checks, outputs)
+    written = v.receipt.outputs if v.receipt is not None else {}
+    return Standing(v.ok, checks, outputs, flagged(tuple(written), tuple(config.policy.protected_paths)))
 
 
 def run_hint(key: str, names: Sequence[str], candidate: int | None = None) -> str:
@@ -143,8 +147,10 @@ def read_record(layout: Layout, key: str, name: str, candidate: int | None = Non
     None when there is none.
 
     A record is a claim that policy acts on, so like an apply journal it counts only if
-    no one but the repository's owner could have written it; a record that does not
-    parse, is reached through a link or fails that test raises BadInput.
+    no one but the repository's owner could have written it, and only if genjob wrote it
+    on this machine (its seal, `core.seal`: a record can arrive with a repository); a
+    record that does not parse, is reached through a link or fails either test raises
+    BadInput.
     """
     path = layout.check_record(key, name, candidate)
     try:
@@ -163,6 +169,12 @@ def read_record(layout: Layout, key: str, name: str, candidate: int | None = Non
         raise BadInput(f"{path}: over the {MAX_RECORD_BYTES}-byte limit of a check record")
     require_trusted(path, layout.gen, repository_owners(layout.root), "a check record")
     obj = loads_strict(data, str(path))
+    tag = obj.pop("seal", None) if isinstance(obj, dict) else None
+    if not sealed_here(_SEAL, _sealed_part(layout, path, obj), tag):
+        raise BadInput(
+            f"{path}: not written by genjob on this machine (its seal does not verify: it may have "
+            "come with the repository), so it counts for nothing"
+        )
     try:
         record = CheckRecord.model_validate(obj)
     except ValidationError as exc:
@@ -173,15 +185,22 @@ def read_record(layout: Layout, key: str, name: str, candidate: int | None = Non
     return record
 
 
+def _sealed_part(layout: Layout, path: Path, obj: object) -> bytes:
+    """What a record's seal covers: where it lives below `.gen/`, and its document."""
+    return str(path.relative_to(layout.gen)).encode() + b"\0" + canonical(obj)
+
+
 def write_record(layout: Layout, record: CheckRecord, candidate: int | None = None) -> Path:
-    """Write a record (of the job's receipt, or of its candidate `candidate`) atomically
-    and durably, through real folders only."""
+    """Write a record (of the job's receipt, or of its candidate `candidate`), sealed,
+    atomically and durably, through real folders only."""
     where = layout.check_dir(record.key, candidate)
     with folder(layout.gen) as gen:
         fd = open_folder(gen, layout.check_parts(record.key, candidate), str(where), [])
     with closing(fd):
         path = layout.check_record(record.key, record.name, candidate)
-        atomic_write_at(fd, path.name, canonical(record.document()), path)
+        doc = record.document()
+        doc["seal"] = seal(_SEAL, _sealed_part(layout, path, doc))
+        atomic_write_at(fd, path.name, canonical(doc), path)
     return path
 
 
@@ -193,8 +212,16 @@ def check_statuses(
 ) -> list[CheckStatus]:
     """Every configured check of `job`, in the config's order: passed, failed, not run,
     stale or running, judged against the receipt and tree that `v` verified just now.
-    With `candidate`, that candidate's records are judged (`v` verified its receipt)."""
-    return [_status(layout, job, name, check, config, v, candidate) for name, check in config.checks.items()]
+    With `candidate`, that candidate's records are judged (`v` verified its receipt).
+    A required check the config may not run yet (`Config.held`) is listed as not run."""
+    statuses = [
+        _status(layout, job, name, check, config, v, candidate) for name, check in config.checks.items()
+    ]
+    waiting = config.held.hint if config.held is not None else f"{layout.config}: not configured"
+    for name in config.policy.require_checks:
+        if name not in config.checks:
+            statuses.append(CheckStatus(name, CheckState.NOT_RUN, True, waiting, True))
+    return statuses
 
 
 def _status(
@@ -415,6 +442,8 @@ def _head(root: Path) -> str | None:
 def _named(layout: Layout, config: Config, name: str) -> Check:
     """The check called `name`; BadInput, naming the ones there are, when none is."""
     if name not in config.checks:
+        if config.held is not None and name in config.held.checks:
+            raise BadInput(config.held.hint)
         known = ", ".join(config.checks) or "none"
         raise BadInput(f"{layout.config}: no check named {name!r} (configured: {known})")
     return config.checks[name]
@@ -515,6 +544,8 @@ def _keep(layout: Layout, record: CheckRecord, candidate: int | None) -> None:
 
 def selected(config: Config, names: Sequence[str], where: Path) -> list[str]:
     """The checks to run: `names`, or every configured one; BadInput for an unknown name."""
+    if config.held is not None and config.held.checks:  # a held config has no check to run
+        raise BadInput(config.held.hint)
     if not config.checks:
         raise BadInput(f'{where}: no checks configured; add a [checks.NAME] table with run = "..."')
     unknown = [n for n in names if n not in config.checks]

@@ -2,8 +2,12 @@
 
 The repository's config decides what a generator runs and whether signatures are
 required, so it counts only if no user other than the repository's owner could have
-written it (`core.ownership`). The operator's `config.toml` in the user config folder
-(beside the worker key) sets a floor that nothing in a repository can lower.
+written it (`core.ownership`). Even then it may have arrived with the repository: what it
+would run (its hosts and checks) and every setting that lowers a default counts only
+once the operator allowed exactly that (`genjob allow`, pinned in `core.pins`); until
+then the config runs nothing and lowers nothing, and `Config.held` says what waits.
+The operator's `config.toml` in the user config folder (beside the worker key) sets a
+floor that nothing in a repository can lower.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import re
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -22,6 +27,7 @@ from pydantic import (
     Field,
     GetCoreSchemaHandler,
     PositiveInt,
+    PrivateAttr,
     ValidationError,
     create_model,
     field_validator,
@@ -29,19 +35,21 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
-from core.canonical import read_bytes
+from core.canonical import canonical, read_bytes, sha256_bytes
 from core.contract import MAX_CANDIDATES
 from core.errors import BadInput
 from core.freshness import MAX_TTL
 from core.layout import user_config_dir
 from core.ownership import operator_owners, repository_owners, require_trusted
+from core.pins import read_pins
+from core.protected import DEFAULT_PROTECTED
 from core.rules import DEFAULT_LIMITS, Limits
 
 MAX_CONFIG_BYTES = 1 << 20
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-DEFAULT_CONFIG = """\
+_CONFIG_TEMPLATE = """\
 # genjob configuration. Everything here is local policy; nothing in it is shipped.
 
 [policy]
@@ -59,6 +67,14 @@ commit_on_approve = false
 # Best-of-N: ship every job as this many candidates at once, spread over the hosts it is
 # shipped to, each with its own signed receipt; `genjob apply KEY --candidate N` picks one.
 # candidates = 1
+# What judges or runs a job: its tests, CI, git hooks, files an editor or shell runs on
+# opening, coding agents' settings, lock files. A job that may write one is flagged when
+# minted, listed and approved; apply writes such an output only when you approve that job
+# explicitly (`genjob apply KEY --protected`, or `p` in the board's preflight). Patterns
+# as in .gitignore: `*` within a name, `**` across folders, no `/` for a name anywhere.
+protected_paths = [
+{protected}
+]
 
 [limits]
 # What a generator may send back, per file and in all, and how many files.
@@ -141,6 +157,8 @@ concurrency = 2
 # on_receipt = true          # the board runs every check as a receipt arrives
 # concurrency = 2            # checks at once
 """
+# The config `genjob init` writes: the template with the protected paths' defaults filled in.
+DEFAULT_CONFIG = _CONFIG_TEMPLATE.replace("{protected}", "\n".join(f'    "{p}",' for p in DEFAULT_PROTECTED))
 
 
 CheckName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -156,6 +174,12 @@ class Policy(BaseModel):
     # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
     # shipped to; a host's own `candidates` wins for a job shipped to that host alone.
     candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] = 1
+    # What judges or runs a job (its tests, CI, hooks, agent settings, lock files): a job
+    # that may write one is flagged, and apply writes it only when approved explicitly.
+    protected_paths: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]],
+        Field(max_length=256),
+    ] = list(DEFAULT_PROTECTED)
 
 
 # The `[limits]` table: the names and defaults of `core.rules.Limits` (their one home, shipped
@@ -263,6 +287,32 @@ class CheckRuns(BaseModel):
     concurrency: Annotated[int, Field(gt=0, le=64)] = 2
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a repository's config would run or lower, held back until the operator allows it."""
+
+    path: Path
+    changed: bool
+    hosts: tuple[str, ...]
+    checks: tuple[str, ...]
+    lowers: tuple[str, ...]
+
+    @property
+    def what(self) -> str:
+        parts = [f"host{'s' * (len(self.hosts) > 1)} {', '.join(self.hosts)}"] if self.hosts else []
+        parts += [f"check{'s' * (len(self.checks) > 1)} {', '.join(self.checks)}"] if self.checks else []
+        parts += [f"lowers {', '.join(self.lowers)}"] if self.lowers else []
+        return "; ".join(parts)
+
+    @property
+    def hint(self) -> str:
+        state = "changed since you allowed it" if self.changed else "waits for your approval"
+        return (
+            f"{self.path} {state}: until you allow it, it runs and lowers nothing ({self.what}); "
+            "see what it would run and allow it with: genjob allow"
+        )
+
+
 class Config(BaseModel):
     model_config = _STRICT
     policy: Policy = Policy()
@@ -270,6 +320,14 @@ class Config(BaseModel):
     hosts: dict[str, Host] = {}
     checks: dict[CheckName, Check] = {}
     check_runs: CheckRuns = CheckRuns()
+    # Set by `load_config` when the repository's hosts, checks or lowered settings wait for
+    # the operator's consent; never read from TOML.
+    _held: Held | None = PrivateAttr(default=None)
+
+    @property
+    def held(self) -> Held | None:
+        """What this config would run or lower and may not yet: None when nothing waits."""
+        return self._held
 
     @model_validator(mode="after")
     def _required_checks_exist(self) -> Config:
@@ -298,6 +356,9 @@ class OperatorPolicy(BaseModel):
     require_signature: bool = False
     # false: only the operator's own pinned keys count, never a repository's trusted_keys/.
     trust_repository_keys: bool = True
+    # Repositories (their root folders) owned by another user that genjob may use anyway,
+    # as git's safe.directory; read by `core.layout.safe_directories`.
+    safe_directories: list[Annotated[str, Field(min_length=1)]] = []
 
 
 class OperatorConfig(BaseModel):
@@ -363,13 +424,89 @@ def load_operator_config() -> OperatorConfig:
     return _parse_toml(path, OperatorConfig)
 
 
+# The settings of a host and of a check that decide what runs, with which rights, and where
+# the job's files go: what the operator's consent is pinned to. (A timeout or a
+# concurrency changes how much, not what: changing one does not ask again.)
+_HOST_RUNS = (
+    "transport",
+    "generator",
+    "command",
+    "command_mode",
+    "address",
+    "port",
+    "identity",
+    "known_hosts",
+    "python",
+    "sandbox",
+    "network",
+    "read_only",
+)
+_CHECK_RUNS = ("run", "sandbox", "read_only")
+
+
+def _lowered(config: Config) -> dict[str, object]:
+    """The settings of `config` that are less safe than genjob's defaults."""
+    lowered: dict[str, object] = {}
+    if not config.policy.require_signature:
+        lowered["policy.require_signature"] = False
+    unprotected = sorted(set(DEFAULT_PROTECTED) - set(config.policy.protected_paths))
+    if unprotected:
+        lowered["policy.protected_paths"] = unprotected
+    defaults = DEFAULT_LIMITS.as_dict()
+    for name, value in config.limits.as_dict().items():
+        if value > defaults[name]:
+            lowered[f"limits.{name}"] = value
+    return lowered
+
+
+def what_runs(config: Config) -> dict[str, dict[str, Any]]:
+    """What a repository's config would run and lower: the part the operator consents to."""
+    return {
+        "hosts": {n: {f: getattr(h, f) for f in _HOST_RUNS} for n, h in sorted(config.hosts.items())},
+        "checks": {n: {f: getattr(c, f) for f in _CHECK_RUNS} for n, c in sorted(config.checks.items())},
+        "lowers": _lowered(config),
+    }
+
+
+def runs_digest(config: Config) -> str | None:
+    """The sha256 of `what_runs`; None for a config that runs and lowers nothing."""
+    runs = what_runs(config)
+    return sha256_bytes(canonical(runs)) if any(runs.values()) else None
+
+
+def read_repository_config(path: Path) -> Config:
+    """A repository's config.toml as it is written, before consent and the operator's
+    floor: the defaults when there is none; a bad one, or one another user could have
+    written, a BadInput."""
+    if not os.path.lexists(path):
+        return Config()
+    require_trusted(path, path.parent, repository_owners(path.parent.parent), "a config.toml")
+    return _parse_toml(path, Config)
+
+
+def _held_back(declared: Config, path: Path, pinned: str | None) -> Config:
+    """`declared` with what it would run removed and what it would lower at the defaults."""
+    runs = what_runs(declared)
+    protected = [*declared.policy.protected_paths]
+    protected += [p for p in DEFAULT_PROTECTED if p not in protected]
+    policy = declared.policy.model_copy(update={"require_signature": True, "protected_paths": protected})
+    limits = Limits(**{n: min(v, getattr(DEFAULT_LIMITS, n)) for n, v in declared.limits.as_dict().items()})
+    config = declared.model_copy(update={"hosts": {}, "checks": {}, "policy": policy, "limits": limits})
+    config._held = Held(
+        path, pinned is not None, tuple(runs["hosts"]), tuple(runs["checks"]), tuple(runs["lowers"])
+    )
+    return config
+
+
 def load_config(path: Path) -> Config:
-    """Read a repository's config.toml with the operator's floor applied: a missing file
-    means the defaults; a bad one, or one another user could have written, a BadInput."""
-    config = Config()
-    if os.path.lexists(path):
-        require_trusted(path, path.parent, repository_owners(path.parent.parent), "a config.toml")
-        config = _parse_toml(path, Config)
+    """Read a repository's config.toml as it may act: consent and the operator's floor
+    applied (a config that waits for `genjob allow` runs and lowers nothing)."""
+    config = read_repository_config(path)
+    digest = runs_digest(config)
+    if digest is not None:
+        pinned = read_pins(path.parent.parent).config
+        if pinned != digest:
+            config = _held_back(config, path, pinned)
     if load_operator_config().policy.require_signature and not config.policy.require_signature:
         policy = config.policy.model_copy(update={"require_signature": True})
         config = config.model_copy(update={"policy": policy})

@@ -10,12 +10,13 @@ from typing import Any
 
 from core.canonical import read_bytes, sha256_bytes
 from core.checks import check_statuses
-from core.config import load_config
+from core.config import Config, load_config
 from core.errors import BadInput, GenjobError, TooLarge
 from core.events import attempts, job_events
 from core.evidence import newest_log_tail
 from core.layout import Layout
 from core.lease import Lease, read_lease
+from core.protected import DEFAULT_PROTECTED, protected_among
 from core.queue import Located, cancel_requested_at, locate
 from core.snapshot import JobRow, Scanner
 from core.standing import CheckStatus
@@ -65,6 +66,8 @@ class JobDetail:
     # Best-of-N: how many candidates the job has, and which one was chosen, if one was.
     candidates: int = 0
     chosen: int | None = None
+    # The allowed paths that `policy.protected_paths` covers, each with its pattern.
+    protected: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +84,7 @@ class JobDetail:
             "checks": [c.to_dict() for c in self.checks],
             "candidates": self.candidates,
             "chosen": self.chosen,
+            "protected": self.protected,
         }
 
 
@@ -144,9 +148,14 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
     verification = None
     diffs: list[FileDiff] = []
     checks: list[CheckStatus] = []
-    if located is not None and layout.receipt(key).exists():
+    config: Config | None = None
+    try:
+        config = load_config(layout.config)
+    except GenjobError as exc:
+        errors.append(str(exc))
+    patterns = config.policy.protected_paths if config is not None else DEFAULT_PROTECTED
+    if located is not None and config is not None and layout.receipt(key).exists():
         try:
-            config = load_config(layout.config)
             verification = verify(layout, located.job, config)
             if located.folder == "running":
                 checks = check_statuses(layout, located.job, config, verification)
@@ -172,4 +181,5 @@ def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobD
         checks=checks,
         candidates=candidates.count(layout, key),
         chosen=candidates.chosen(layout, key),
+        protected=protected_among(row.allowed_paths, patterns),
     )

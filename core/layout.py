@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tomllib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from core.errors import BadInput, NotFound
+from core.errors import BadInput, NotFound, Untrusted
+from core.ownership import operator_owners, require_trusted, user_name
 
 GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
@@ -32,6 +35,17 @@ def user_config_dir() -> Path:
     """The operator's genjob folder: `$XDG_CONFIG_HOME/genjob` (default `~/.config/genjob`)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "genjob"
+
+
+def config_folder(*parts: str) -> Path:
+    """The operator's genjob folder, or a folder in it, each level genjob makes there
+    0700 whatever the umask (a level made with the umask's mode would not be trusted)."""
+    folder = user_config_dir()
+    folder.parent.mkdir(parents=True, exist_ok=True)  # $XDG_CONFIG_HOME itself is the user's
+    for level in (folder, *(folder.joinpath(*parts[: i + 1]) for i in range(len(parts)))):
+        with contextlib.suppress(FileExistsError):
+            level.mkdir(mode=0o700)
+    return folder.joinpath(*parts)
 
 
 # The state a job in each folder is in, by the name the user sees (before what leases,
@@ -182,7 +196,11 @@ class Layout:
 
 
 def find_root(start: Path | None = None, explicit: Path | None = None) -> Layout:
-    """The repository whose `.gen/` holds `start` (default: cwd), found by walking up."""
+    """The repository whose `.gen/` holds `start` (default: cwd), found by walking up.
+
+    The walk stops at the top of the git repository it starts in: a `.gen/` above it
+    belongs to some other folder (perhaps another user's), never to this repository.
+    """
     if explicit is not None:
         root = Path(os.path.abspath(explicit))
         if not (root / GEN).is_dir():
@@ -192,15 +210,59 @@ def find_root(start: Path | None = None, explicit: Path | None = None) -> Layout
     for candidate in (here, *here.parents):
         if (candidate / GEN).is_dir():
             return _checked(Layout(candidate))
+        if os.path.lexists(candidate / ".git"):
+            raise NotFound(
+                f"{candidate}: a git repository with no {GEN}/ "
+                "(run `genjob init` there, or name another with --root)"
+            )
     raise NotFound(f"{here}: not inside a genjob repository (no {GEN}/ above; run `genjob init`)")
+
+
+def safe_directories() -> frozenset[str]:
+    """The repositories of other users the operator chose to use anyway, as git's
+    `safe.directory`: `safe_directories` under `[policy]` in the operator's config.toml
+    (read here with tomllib alone: finding the root must stay cheap; `core.config`
+    validates the whole file where it is loaded)."""
+    folder = user_config_dir()
+    path = folder / "config.toml"
+    if not os.path.lexists(path):
+        return frozenset()
+    require_trusted(path, folder, operator_owners(), "an operator config")
+    try:
+        with open(path, "rb") as fh:
+            listed = tomllib.load(fh).get("policy", {}).get("safe_directories", [])
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, AttributeError) as exc:
+        raise BadInput(f"{path}: not valid TOML ({exc})") from None
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        raise BadInput(f"{path}: policy.safe_directories: a list of folder paths")
+    return frozenset(os.path.abspath(os.path.expanduser(p)) for p in listed)
+
+
+def require_own_root(layout: Layout) -> None:
+    """Refuse a repository root or `.gen/` owned by another user, unless the operator
+    listed it in `safe_directories`: its config, keys and jobs are that user's to set."""
+    me = os.geteuid()
+    for path in (layout.root, layout.gen):
+        try:
+            uid = os.lstat(path).st_uid
+        except FileNotFoundError:
+            continue
+        if uid != me and str(layout.root) not in safe_directories():
+            raise Untrusted(
+                f"{path}: owned by {user_name(uid)}, not you ({user_name(me)}); genjob uses only a "
+                f"repository of your own. If you trust it, add it to {user_config_dir() / 'config.toml'}: "
+                f'[policy] safe_directories = ["{layout.root}"]'
+            )
 
 
 def _checked(layout: Layout) -> Layout:
     """Refuse at once a `.gen/` that is a symlink (state lives in a real folder at the
-    repository root, on the tree's filesystem), and one whose audit log is not a regular
-    file: most commands append to it after their work is done, and would fail then."""
+    repository root, on the tree's filesystem), one of another user's, and one whose audit
+    log is not a regular file: most commands append to it after their work is done, and
+    would fail then."""
     if os.path.islink(layout.gen):
         raise BadInput(f"{layout.gen}: a symlink; genjob keeps its state in a real folder at the repo root")
+    require_own_root(layout)
     try:
         st = os.lstat(layout.events)
     except FileNotFoundError:

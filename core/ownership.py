@@ -27,7 +27,7 @@ def operator_owners() -> frozenset[int]:
     return frozenset({os.getuid(), 0})
 
 
-def _user(uid: int) -> str:
+def user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -45,7 +45,7 @@ def untrusted_because(path: Path, anchor: Path, owners: frozenset[int]) -> str |
     while here != anchor and anchor in here.parents:
         here = here.parent
         chain.append(here)
-    owner = _user(min(owners - {0}, default=0))
+    owner = user_name(min(owners - {0}, default=0))
     for item in chain:
         try:
             st = os.lstat(item)
@@ -54,7 +54,7 @@ def untrusted_because(path: Path, anchor: Path, owners: frozenset[int]) -> str |
         if stat.S_ISLNK(st.st_mode):
             return f"{item} is a symlink; replace it with the file or folder itself"
         if st.st_uid not in owners:
-            return f"{item} is owned by {_user(st.st_uid)}, not {owner}; fix with: chown {owner} {item}"
+            return f"{item} is owned by {user_name(st.st_uid)}, not {owner}; fix with: chown {owner} {item}"
         if st.st_mode & 0o022:
             return (
                 f"{item} is writable by {'its group' if st.st_mode & 0o020 else 'others'} "

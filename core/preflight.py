@@ -8,7 +8,7 @@ fresh, every verification step that would refuse the apply, and the job's checks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.config import load_config
 from core.errors import GenjobError
@@ -50,6 +50,9 @@ class Preflight:
     checks_missing: tuple[str, ...] = ()
     # The best-of-N candidate this preflight is for (its receipt, signature and outputs).
     candidate: int | None = None
+    # The outputs `policy.protected_paths` covers, each with its pattern: apply writes them
+    # only when the operator approves this job explicitly.
+    protected: dict[str, str] = field(default_factory=dict)
 
     @property
     def may_apply(self) -> bool:
@@ -97,6 +100,9 @@ def preflight(layout: Layout, detail: JobDetail) -> Preflight:
         commit_default=commit_default,
         checks=tuple(detail.checks),
         checks_missing=tuple(c.name for c in detail.checks if c.required and not c.satisfied),
+        protected={
+            p: pattern for p, pattern in detail.protected.items() if any(d.path == p for d in detail.diffs)
+        },
     )
 
 

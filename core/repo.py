@@ -5,14 +5,20 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from core.config import DEFAULT_CONFIG
+from core.config import DEFAULT_CONFIG, read_repository_config, runs_digest
 from core.durable import atomic_write
-from core.layout import GEN, Layout
+from core.layout import GEN, Layout, require_own_root
+from core.pins import pin_config
 
 
 def init_repo(root: Path) -> tuple[Layout, list[str]]:
-    """Create `.gen/` under `root` (idempotent); returns the layout and what was made."""
+    """Create `.gen/` under `root` (idempotent); returns the layout and what was made.
+
+    The config it writes is genjob's own, so what it runs is allowed at once; a config
+    that was there already (it may have come with the repository) stays as it waits.
+    """
     layout = Layout(root.resolve())
+    require_own_root(layout)
     made = []
     for folder in [layout.gen, *layout.all_dirs()]:
         if not folder.is_dir():
@@ -22,6 +28,9 @@ def init_repo(root: Path) -> tuple[Layout, list[str]]:
     if not layout.config.exists():
         atomic_write(layout.config, DEFAULT_CONFIG.encode())
         made.append(f"{GEN}/config.toml")
+        digest = runs_digest(read_repository_config(layout.config))
+        if digest is not None:
+            pin_config(layout.root, digest)
     # Made here so that no later command, even a refused one, adds a file to `.gen/`.
     layout.lock.touch(mode=0o644, exist_ok=True)
     if _ignore_in_git(layout.root):

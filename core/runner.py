@@ -575,11 +575,16 @@ def remove_tree(path: str) -> None:
 
 
 def generator_env(home: str, work: str, instruction_file: str, job_file: str) -> dict[str, str]:
-    """The generator's whole environment: nothing of the runner's beyond PATH/PYTHONPATH."""
+    """The generator's whole environment: nothing of the runner's beyond PATH/PYTHONPATH.
+
+    PYTHONSAFEPATH keeps a Python generator from importing the job's files in place of
+    its own modules: `python3 -m ruff` in a workspace holding the job's `ruff/__main__.py`
+    would otherwise run that file (Python 3.11 and later honour it)."""
     env = {
         "PATH": os.environ.get("PATH") or os.defpath,
         "HOME": home,
         "LANG": "C.UTF-8",
+        "PYTHONSAFEPATH": "1",
         "GENJOB_INSTRUCTION_FILE": instruction_file,
         "GENJOB_JOB_FILE": job_file,
         "GENJOB_WORKDIR": work,

@@ -80,6 +80,9 @@ class Hosts:
         self._slots: dict[str, asyncio.Semaphore] = {}
 
     def pick(self, name: str | None) -> str:
+        held = self.config.held
+        if held is not None and held.hosts and (name is None or name in held.hosts):
+            raise BadInput(held.hint)
         if name is None:
             if not self.config.hosts:
                 raise BadInput("config.toml: no [hosts.*] configured (genjob init writes `local`)")

@@ -8,6 +8,8 @@ Keys are pinned in two places: the repository's `.gen/trusted_keys/` and the ope
 own `trusted_keys/` beside the worker key. A pinned key counts only if no user other
 than the owner of its place could have written it (`core.ownership`), and the
 operator's policy can turn the repository's list off (`trust_repository_keys = false`).
+A key file in `.gen/trusted_keys/` counts only if the operator pinned its fingerprint for
+this repository (`core.pins`): one that arrived with the repository is data, not trust.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from core.canonical import loads_strict, read_bytes
 from core.config import load_operator_config
 from core.durable import atomic_write, create_exclusive
 from core.errors import BadInput, GenjobError
-from core.layout import user_config_dir
+from core.layout import Layout, config_folder, user_config_dir
 from core.ownership import operator_owners, repository_owners, untrusted_because
+from core.pins import pin_key, read_pins
 
 KEY_NAME = "worker_ed25519"
 
@@ -62,7 +65,7 @@ def keygen(force: bool = False) -> Path:
     priv_path = private_key_path()
     if priv_path.exists() and not force:
         raise GenjobError(f"{priv_path}: a worker key exists already (use --force to replace)")
-    priv_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    config_folder()
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
@@ -100,15 +103,36 @@ def parse_public_key(data: bytes, source: str) -> Ed25519PublicKey:
     return key
 
 
-def trust(trusted_dir: Path, pub_file: Path) -> tuple[Path, str]:
-    """Pin a worker public key; returns where it was stored and its fingerprint."""
+def store_key(trusted_dir: Path, pub_file: Path) -> tuple[Path, str]:
+    """Copy a worker public key into `trusted_dir` (a copy already there is kept); returns
+    where it is and its fingerprint."""
     data = read_bytes(pub_file, 16 * 1024)
     key = parse_public_key(data, str(pub_file))
     fp = fingerprint(key)
     name = fp.removeprefix("SHA256:").replace("/", "_").replace("+", "-")[:16] + ".pub"
     dest = trusted_dir / name
-    trusted_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    create_exclusive(dest, data.strip() + b"\n")
+    if trusted_dir == operator_keys_dir():
+        config_folder(trusted_dir.name)
+    else:
+        trusted_dir.mkdir(mode=0o700, exist_ok=True)
+    if not create_exclusive(dest, data.strip() + b"\n"):
+        there = parse_public_key(read_bytes(dest, 16 * 1024), str(dest))
+        if fingerprint(there) != fp:
+            raise BadInput(f"{dest}: holds another key than {pub_file}; move it away and pin again")
+    return dest, fp
+
+
+def trust_operator(pub_file: Path) -> tuple[Path, str]:
+    """Pin a worker public key for every repository, in the operator's own folder."""
+    return store_key(operator_keys_dir(), pub_file)
+
+
+def trust_repository(layout: Layout, pub_file: Path) -> tuple[Path, str]:
+    """Pin a worker public key for this repository: its file in `.gen/trusted_keys/`, its
+    fingerprint in the operator's pins. A key file that is there already (it may have come
+    with the repository) is pinned by naming it."""
+    dest, fp = store_key(layout.trusted_keys, pub_file)
+    pin_key(layout.root, fp)
     return dest, fp
 
 
@@ -160,7 +184,12 @@ def trust_anchors(repo_keys: Path, root: Path) -> Anchors:
     mine, owners = config_dir(), operator_owners()
     keys = _pinned(operator_keys_dir(), lambda p: untrusted_because(p, mine, owners), refused)
     gen, repo_owners = root / ".gen", repository_owners(root)
-    repo = _pinned(repo_keys, lambda p: untrusted_because(p, gen, repo_owners), refused)
+    pinned = read_pins(root).keys
+    repo = [
+        k
+        for k in _pinned(repo_keys, lambda p: untrusted_because(p, gen, repo_owners), refused)
+        if k.fingerprint in pinned or _not_pinned(k, refused)
+    ]
     if load_operator_config().policy.trust_repository_keys:
         keys += repo
     else:
@@ -171,6 +200,15 @@ def trust_anchors(repo_keys: Path, root: Path) -> Anchors:
                 "pin it with: genjob trust --operator <its .pub file>"
             )
     return Anchors(keys, refused)
+
+
+def _not_pinned(key: TrustedKey, refused: dict[str, str]) -> bool:
+    """Refuse a key whose file is in `.gen/trusted_keys/` but whose pin is not the operator's."""
+    refused[key.fingerprint] = (
+        f"its key file {key.path} was not pinned by you for this repository (it may have come with "
+        f"it); if you run that worker, pin it with: genjob trust {key.path}"
+    )
+    return False
 
 
 def trusted_keys(trusted_dir: Path) -> list[TrustedKey]:

@@ -42,6 +42,8 @@ from core.freshness import LeaseState, Verdict
 from core.layout import Layout, user_config_dir
 from core.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.paths import lstat_inside
+from core.pins import pins_file
+from core.protected import DEFAULT_PROTECTED
 from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, read_leases, share
 from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
 from core.snapshot_index import read_index, write_index
@@ -79,6 +81,8 @@ class Snapshot:
     config_error: str | None = None
     counts: Counter[State] = field(default_factory=Counter)
     unsandboxed_checks: tuple[str, ...] = ()
+    config_held: str | None = None
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED
 
     def __post_init__(self) -> None:
         self.counts = Counter(map(_state_of, self.rows.values()))
@@ -113,25 +117,33 @@ def _candidates(facts: FileFacts) -> str | None:
     return "ok" if facts.candidates_ok else "failed"
 
 
-def _config_policy(path: str) -> tuple[bool, str | None, tuple[str, ...]]:
-    """(require_signature, the fault of a bad config.toml, the checks run unsandboxed)."""
+def _config_policy(path: str) -> tuple[bool, str | None, tuple[str, ...], str | None, tuple[str, ...]]:
+    """(require_signature, the fault of a bad config.toml, the checks run unsandboxed, what
+    the config would run and may not yet, the protected paths)."""
     from core.config import load_config  # pydantic: loaded only when a config.toml changed
 
     try:
         config = load_config(Path(path))
     except GenjobError as exc:
-        return (True, str(exc), ())
+        return (True, str(exc), (), None, DEFAULT_PROTECTED)
     unsandboxed = tuple(name for name, check in config.checks.items() if check.sandbox == "none")
-    return (config.policy.require_signature, None, unsandboxed)
+    held = config.held.hint if config.held is not None else None
+    return (config.policy.require_signature, None, unsandboxed, held, tuple(config.policy.protected_paths))
 
 
-def _operator_stamp() -> tuple[int, ...]:
-    """The stamp of the operator's config.toml, () when there is none (or it cannot be read:
-    `load_config` then says why)."""
-    try:
-        return tuple(FileStamp.of(os.stat(user_config_dir() / "config.toml")))
-    except OSError:
-        return ()
+_NO_STAMP = (0, 0, 0, 0)
+
+
+def _operator_stamp(root: Path) -> tuple[int, ...]:
+    """The stamps of the operator's config.toml and of `root`'s pins, zeros for one that
+    is missing (or cannot be read: `load_config` then says why)."""
+    stamps: list[int] = []
+    for path in (user_config_dir() / "config.toml", pins_file(root)):
+        try:
+            stamps += FileStamp.of(os.stat(path))
+        except OSError:
+            stamps += _NO_STAMP
+    return tuple(stamps)
 
 
 Files = Mapping[str, Mapping[str, FileId]]
@@ -161,6 +173,8 @@ class Scanner:
         self.signature_required = True
         self.config_error: str | None = None
         self.unsandboxed_checks: tuple[str, ...] = ()
+        self.config_held: str | None = None
+        self.protected_paths: tuple[str, ...] = DEFAULT_PROTECTED
         # The index is loaded by the first call that needs it: a first scan lists
         # attempts/ in another process meanwhile.
         self._unloaded = disk_cache
@@ -236,7 +250,7 @@ class Scanner:
 
     def _read_config(self) -> None:
         path = str(self.layout.config)
-        self.unsandboxed_checks = ()
+        self.unsandboxed_checks, self.config_held, self.protected_paths = (), None, DEFAULT_PROTECTED
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -245,18 +259,22 @@ class Scanner:
         except OSError as exc:
             self.signature_required, self.config_error = True, f"{path}: {exc.strerror}"
             return
-        stamp, operator = FileStamp.of(st), _operator_stamp()
+        stamp, operator = FileStamp.of(st), _operator_stamp(self.layout.root)
         hit = self._config
         if hit is not None and hit.file == stamp and hit.operator == operator:
             self.signature_required, self.config_error = hit.signature_required, hit.fault
-            self.unsandboxed_checks = hit.unsandboxed
-            return
-        self.signature_required, self.config_error, self.unsandboxed_checks = _config_policy(path)
-        racy = racy_after()
-        if st.st_mtime_ns < racy and (not operator or operator[2] < racy):
-            self._config = ConfigStamp(
-                stamp, operator, self.signature_required, self.config_error, self.unsandboxed_checks
+            self.unsandboxed_checks, self.config_held, self.protected_paths = (
+                hit.unsandboxed,
+                hit.held,
+                hit.protected,
             )
+            return
+        policy = _config_policy(path)
+        self.signature_required, self.config_error, self.unsandboxed_checks, self.config_held = policy[:4]
+        self.protected_paths = policy[4]
+        racy = racy_after()
+        if st.st_mtime_ns < racy and operator[2] < racy and operator[6] < racy:
+            self._config = ConfigStamp(stamp, operator, *policy)
             self._dirty = True
 
     # -- scanning --------------------------------------------------------------------------
@@ -267,7 +285,13 @@ class Scanner:
         for batch in self.scan_batches(now=now):
             rows.update(batch)
         return Snapshot(
-            rows, now, self.signature_required, self.config_error, unsandboxed_checks=self.unsandboxed_checks
+            rows,
+            now,
+            self.signature_required,
+            self.config_error,
+            unsandboxed_checks=self.unsandboxed_checks,
+            config_held=self.config_held,
+            protected_paths=self.protected_paths,
         )
 
     def scan_batches(self, size: int = 4096, now: float | None = None) -> Iterator[dict[str, JobRow]]:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from core.durable import atomic_write
+from core.ownership import operator_owners, untrusted_because
 from core.snapshot_folders import GROWING
 from core.snapshot_records import (
     ConfigStamp,
@@ -62,7 +63,7 @@ from core.snapshot_records import (
 )
 from core.speedups import collector_paused
 
-HEADER = b"genjob snapshot index 8\n"
+HEADER = b"genjob snapshot index 9\n"
 SLICE = 1024
 # An index this large (some 3,000 jobs) is left out of the collector's walks once loaded
 # (`core.speedups.collector_paused`): what it holds lives as long as its scanner.
@@ -267,14 +268,26 @@ def _lease_keys(listing: Listing) -> tuple[str, ...] | None:
 
 # -- reading -----------------------------------------------------------------------------------
 def read_index(path: Path, gen: str, device: int, folders: tuple[str, ...]) -> Index | None:
-    """The index at `path` if it is a whole one of this `.gen/` (listing `folders`), else None."""
+    """The index at `path` if it is a whole one of this `.gen/` (listing `folders`), else None.
+
+    Only an index this user alone could have written is read: anything else (a file of
+    another user's, one in a folder others can write) is no index, read as none."""
+    if untrusted_because(path, Path(gen), operator_owners()) is not None:
+        return None
     try:
-        with open(path, "rb") as fh, collector_paused(os.fstat(fh.fileno()).st_size >= KEEP_BYTES):
+        with (
+            open(path, "rb", opener=_no_follow) as fh,
+            collector_paused(os.fstat(fh.fileno()).st_size >= KEEP_BYTES),
+        ):
             if fh.read(len(HEADER)) != HEADER:
                 return None
             return _read_frames(fh, gen, device, folders)
     except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError):
         return None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
 def _read_frame(fh: Any) -> tuple[Any, ...]:

@@ -212,10 +212,12 @@ class ConfigStamp(NamedTuple):
     read, and the policy read from them."""
 
     file: FileStamp
-    operator: tuple[int, ...]  # the operator's config.toml's `FileStamp`, () when there is none
+    operator: tuple[int, ...]  # `FileStamp`s of the operator's config.toml and this repository's pins
     signature_required: bool
     fault: str | None
     unsandboxed: tuple[str, ...]  # the checks configured with sandbox = "none"
+    held: str | None  # what the config would run and may not yet (`core.config.Held.hint`)
+    protected: tuple[str, ...]  # `policy.protected_paths`
 
 
 class Index(NamedTuple):

@@ -63,11 +63,17 @@ class Standing:
     verdict: bool | None
     checks: tuple[CheckStatus, ...]
     outputs: str | None
+    protected: bool = False  # it writes a path `policy.protected_paths` covers
 
     @property
     def approvable(self) -> bool:
-        """The receipt verifies and every required check passed on it."""
-        return self.verdict is True and all(c.satisfied for c in self.checks if c.required)
+        """The receipt verifies, every required check passed on it, and it writes no
+        protected path (such a job is approved alone, explicitly)."""
+        return (
+            self.verdict is True
+            and not self.protected
+            and all(c.satisfied for c in self.checks if c.required)
+        )
 
 
 def approvable(standings: Mapping[str, Standing]) -> tuple[list[str], dict[str, list[str]]]:
@@ -83,6 +89,8 @@ def approvable(standings: Mapping[str, Standing]) -> tuple[list[str], dict[str, 
             why = "no receipt (one with candidates is approved alone, to choose one)"
         elif standing.verdict is not True:
             why = "the receipt does not verify"
+        elif standing.protected:
+            why = "it writes protected paths (approved alone, explicitly)"
         else:
             states = {c.state for c in standing.checks if c.required and not c.satisfied}
             why = "required checks " + (

@@ -56,7 +56,8 @@ async def run_worker(
     pool = Hosts(config)
     names = [pool.pick(n) for n in host_names] if host_names else sorted(config.hosts)
     if not names:
-        raise GenjobError(f"{layout.config}: no hosts configured")
+        held = config.held
+        raise GenjobError(held.hint if held is not None else f"{layout.config}: no hosts configured")
     loop = _WorkerLoop(layout, config, pool, names, worker_id or actor(), report)
     report(f"worker {loop.worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
     try:

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import procfs
 from core.checks import CheckRun, run_checks
+from core.consent import allow_as_written
 from core.layout import Layout
 from core.models import Job
 
@@ -49,6 +50,7 @@ def configure(layout: Layout, checks: dict[str, str], extra: str = "", require: 
     for name, body in checks.items():
         lines += [f"[checks.{name}]", body]
     layout.config.write_text("\n".join(lines) + "\n" + extra)
+    allow_as_written(layout)
 
 
 def received(

@@ -49,10 +49,10 @@ def repo(tmp_path: Path) -> Layout:
 @pytest.fixture
 def signer(repo: Layout) -> Ed25519PrivateKey:
     """This machine's worker key (made under the private config) and pinned in `repo`."""
-    from core.signing import keygen, load_private_key, trust
+    from core.signing import keygen, load_private_key, trust_repository
 
     pub = keygen()
-    trust(repo.trusted_keys, pub)
+    trust_repository(repo, pub)
     return load_private_key()
 
 

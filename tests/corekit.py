@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,9 +18,12 @@ from click.testing import CliRunner, Result
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import snapshot_pool
+from core.consent import allow_as_written
+from core.errors import GenjobError
 from core.layout import Layout
 from core.mint import build_job
 from core.models import V2, Job, job_bytes, job_from_obj
+from core.pins import read_pins, update_pins
 from core.queue import Claimer, enqueue
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.repo import init_repo
@@ -57,6 +62,21 @@ def make_repo(root: Path, files: Mapping[str, bytes] = FILES, commit: bool = Tru
         git(root, "commit", "-q", "-m", "initial")
     layout, _ = init_repo(root)
     return layout
+
+
+def set_config(layout: Layout, text: str) -> None:
+    """Write `.gen/config.toml` as its operator would, and allow what it runs (as the
+    operator would after `genjob allow`); a config that does not parse is written as is."""
+    layout.config.write_text(text)
+    with contextlib.suppress(GenjobError):
+        allow_as_written(layout)
+
+
+def carry_pins(src: Path, dst: Path) -> None:
+    """Pin for `dst`, a copy of the repository at `src` a test made, what the operator
+    pinned for `src` (a copy at another path is another repository to the operator)."""
+    pins = read_pins(src)
+    update_pins(dst, lambda p: dataclasses.replace(p, config=pins.config, keys=pins.keys))
 
 
 def tree_state(root: Path) -> dict[str, str]:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from corekit import carry_pins
+
 # Audit events that change what is on disk (https://docs.python.org/3/library/audit_events.html).
 # `os.replace` raises "os.rename"; `os.unlink` raises "os.remove".
 MUTATING_EVENTS = frozenset(
@@ -97,6 +99,7 @@ def every_crash(
         if work.exists():
             shutil.rmtree(work)
         shutil.copytree(template, work, symlinks=True)
+        carry_pins(template, work)
         killed = run_killed_at(n, lambda: operation(work))
         yield work, killed
         if not killed:

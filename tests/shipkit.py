@@ -22,6 +22,7 @@ from ssh_servers import SSHServer
 
 from core.apply import apply_job
 from core.config import load_config
+from core.consent import allow_as_written
 from core.errors import VerificationFailed
 from core.events import attempts
 from core.layout import Layout
@@ -172,6 +173,7 @@ def write_config(
         "max_tail_bytes = 8192\n\n"
     )
     layout.config.write_text(text + "\n".join(hosts))
+    allow_as_written(layout)
     load_config(layout.config)
 
 

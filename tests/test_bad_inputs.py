@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from corekit import cli, mint, receive, sha, tree_state, v2_job, write_receipt
+from corekit import cli, mint, receive, set_config, sha, tree_state, v2_job, write_receipt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -133,14 +133,14 @@ def linked_output(layout: Layout, key: str, signer: Ed25519PrivateKey) -> None:
 
 def small_limits(layout: Layout, key: str, signer: Ed25519PrivateKey) -> None:
     text = layout.config.read_text()
-    layout.config.write_text(text.replace("max_file_bytes = 67108864", "max_file_bytes = 8"))
+    set_config(layout, text.replace("max_file_bytes = 67108864", "max_file_bytes = 8"))
 
 
 def config_case(text: str, *fault: str) -> Case:
     def make(layout: Layout, signer: Ed25519PrivateKey) -> tuple[list[str], list[str]]:
         v2 = v2_job("Waiting.", {"src/app.py": None})
         (layout.queue / f"{v2.key}.json").write_bytes(job_bytes(v2))
-        layout.config.write_text(text)
+        set_config(layout, text)
         return ["claim", "--worker", "w1"], [str(layout.config), *fault]
 
     return make

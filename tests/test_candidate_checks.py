@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from corekit import cli, mint
+from corekit import cli, mint, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import CommandHost, host_block, script, write_config
 
 from core.candidates import apply_choice, choose, chosen, views
-from core.checks import ChecksRequired, check_statuses, read_record, run_checks
+from core.checks import ChecksRequired, check_statuses, read_record, run_checks, write_record
 from core.config import load_config
 from core.errors import VerificationFailed
 from core.layout import Layout
@@ -40,7 +40,7 @@ async def two_candidates(repo: Layout, tmp: Path, require: bool = True) -> str:
     text = repo.config.read_text()
     if require:
         text = text.replace("[policy]\n", '[policy]\nrequire_checks = ["tests"]\n', 1)
-    repo.config.write_text(text + f'\n[checks.tests]\nrun = {json.dumps(WANTS_B)}\nsandbox = "none"\n')
+    set_config(repo, text + f'\n[checks.tests]\nrun = {json.dumps(WANTS_B)}\nsandbox = "none"\n')
     job = mint(repo)
     results = await ship_candidates(repo, CandidateRequest(job.key, ["a", "b"], 2), worker_id="tester")
     assert [r.status for r in results] == ["ok", "ok"]
@@ -86,10 +86,16 @@ async def test_a_candidates_passing_record_does_not_count_for_another(
 ) -> None:
     key = await two_candidates(repo, tmp_path)
     await run_checks(repo, key, candidate=2)
-    # Candidate 2's passing record, put where candidate 1's belongs, is bound to 2's bytes.
+    # Candidate 2's passing record, copied where candidate 1's belongs, is sealed for 2's place.
     moved = repo.check_record(key, "tests", 1)
     moved.parent.mkdir(parents=True)
     moved.write_bytes(repo.check_record(key, "tests", 2).read_bytes())
+    [one] = checks_of(repo, key)[1]
+    assert one.state is CheckState.NOT_RUN and "not written by genjob on this machine" in one.detail
+    # Written there by genjob itself, it is still bound to 2's bytes.
+    record = read_record(repo, key, "tests", 2)
+    assert record is not None
+    write_record(repo, record, 1)
     [one] = checks_of(repo, key)[1]
     assert one.state is CheckState.STALE and "other outputs" in one.detail
 
@@ -128,7 +134,7 @@ async def test_a_stale_candidate_record_is_not_carried(
     key = await two_candidates(repo, tmp_path)
     await run_checks(repo, key, candidate=2)
     text = repo.config.read_text().replace(json.dumps(WANTS_B), json.dumps(WANTS_B + " && true"))
-    repo.config.write_text(text)
+    set_config(repo, text)
     assert choose(repo, key, 2).carried == ()
     assert not repo.check_record(key, "tests").exists()
 

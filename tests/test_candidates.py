@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from corekit import cli, mint
+from corekit import cli, mint, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import (
     PY,
@@ -158,7 +158,7 @@ async def test_required_checks_run_on_the_chosen_candidate_before_it_is_applied(
     two_hosts(repo, tmp_path)
     wants_b = "python3 -c \"import sys; sys.exit(open('src/app.py').read() != 'from b\\\\n')\""
     text = repo.config.read_text().replace("[policy]\n", '[policy]\nrequire_checks = ["tests"]\n', 1)
-    repo.config.write_text(text + f'\n[checks.tests]\nrun = {json.dumps(wants_b)}\nsandbox = "none"\n')
+    set_config(repo, text + f'\n[checks.tests]\nrun = {json.dumps(wants_b)}\nsandbox = "none"\n')
     job = mint(repo)
     original = (repo.root / "src/app.py").read_bytes()
     await ship_candidates(repo, CandidateRequest(job.key, ["b"], 2), worker_id="tester")
@@ -313,7 +313,7 @@ def test_spread_and_counts(repo: Layout) -> None:
         candidate_hosts(config, ["a", "b"], 1)
     with pytest.raises(BadInput, match="between 1 and 16, not 17"):
         candidate_hosts(config, ["a"], 17)
-    repo.config.write_text(repo.config.read_text().replace("[hosts.b]", "[hosts.b]\ncandidates = 4"))
+    set_config(repo, repo.config.read_text().replace("[hosts.b]", "[hosts.b]\ncandidates = 4"))
     config = load_config(repo.config)
     assert candidate_hosts(config, ["b"], None) == ["b"] * 4, "a host's own setting"
     assert candidate_hosts(config, ["a"], None) == ["a"], "the policy's, for a host without one"
@@ -357,7 +357,7 @@ async def test_the_worker_runs_each_job_as_the_policys_candidates_over_its_hosts
         host_block("a", None, says(tmp_path, "a", "from a\n"), concurrency=2),
         host_block("b", CommandHost(None), says(tmp_path, "b", "from b\n"), concurrency=2),
     )
-    repo.config.write_text(repo.config.read_text().replace("[policy]", "[policy]\ncandidates = 2", 1))
+    set_config(repo, repo.config.read_text().replace("[policy]", "[policy]\ncandidates = 2", 1))
     first, second = mint(repo, "first"), mint(repo, "second")
     lines: list[str] = []
     results = await run_worker(repo, once=True, report=lines.append, worker_id="w")

@@ -10,7 +10,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from corekit import cli, dead_pid, git, make_repo, mint, receive, tree_state, write_jobs, write_receipt
+from corekit import (
+    cli,
+    dead_pid,
+    git,
+    make_repo,
+    mint,
+    receive,
+    set_config,
+    tree_state,
+    write_jobs,
+    write_receipt,
+)
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.layout import Layout
@@ -151,9 +162,9 @@ def test_ls_on_a_repository_with_invalid_files_never_crashes(repo: Layout) -> No
 
 def test_ls_says_when_signatures_are_not_required_or_config_is_bad(repo: Layout) -> None:
     text = repo.config.read_text()
-    repo.config.write_text(text.replace("require_signature = true", "require_signature = false"))
+    set_config(repo, text.replace("require_signature = true", "require_signature = false"))
     assert "signatures NOT required" in cli("ls", root=repo.root).stderr
-    repo.config.write_text("[policy\n")
+    set_config(repo, "[policy\n")
     res = cli("ls", root=repo.root)
     assert res.exit_code == 0 and f"warning: {repo.config}: not valid TOML" in res.stderr
 
@@ -338,7 +349,7 @@ def test_apply_commit_and_apply_again(repo: Layout, signer: Ed25519PrivateKey) -
 
 def test_apply_under_a_policy_without_signatures_says_so(repo: Layout) -> None:
     text = repo.config.read_text()
-    repo.config.write_text(text.replace("require_signature = true", "require_signature = false"))
+    set_config(repo, text.replace("require_signature = true", "require_signature = false"))
     job = mint(repo)
     receive(repo, job.key, {"src/app.py": b"new\n"})
     res = cli("apply", job.key, root=repo.root)

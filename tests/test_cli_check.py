@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from checkkit import CALC_BETTER, CALC_BROKEN, PYTEST, configure, project, received
-from corekit import cli
+from corekit import cli, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import sandbox
@@ -97,7 +97,7 @@ def test_check_refusals_are_one_line(repo: Layout, signer: Ed25519PrivateKey) ->
     job = received(repo, signer, {"calc.py": CALC_BETTER})
     res = cli("check", job.key, "--name", "nope", root=repo.root)
     assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "no check named nope" in res.stderr
-    repo.config.write_text("[checks.tests]\n")
+    set_config(repo, "[checks.tests]\n")
     res = cli("check", job.key, root=repo.root)
     assert res.exit_code == 2 and "checks.tests.run: Field required" in res.stderr
 

@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from corekit import cli, mint, receive
+from corekit import cli, mint, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.layout import Layout
+from core.pins import pins_file
 from tui.cli.plain import plain_board, plain_ls
 
 GENJOB = Path(sys.executable).parent / "genjob"
@@ -50,13 +51,14 @@ def run_genjob(layout: Layout, *args: str) -> tuple[subprocess.CompletedProcess[
 
 @pytest.fixture
 def small_queue(repo: Layout, signer: Ed25519PrivateKey) -> tuple[Layout, str, str]:
-    """A queued job and a received one whose signed receipt verifies; config.toml was
-    written a minute ago, and listed once since (its policy is in the snapshot index)."""
+    """A queued job and a received one whose signed receipt verifies; config.toml and the
+    operator's pins were written a minute ago, and listed once since (its policy is in the snapshot index)."""
     queued = mint(repo, "Queued, waiting.", ["README.md"])
     received = mint(repo, "Received, signed.", ["src/app.py"])
     receive(repo, received.key, {"src/app.py": b"def main():\n    return 2\n"}, signer)
     then = time.time() - 60
     os.utime(repo.config, (then, then))
+    os.utime(pins_file(repo.root), (then, then))
     assert run_genjob(repo, "ls")[0].returncode == 0
     return repo, queued.key, received.key
 
@@ -234,7 +236,7 @@ def test_a_scan_gives_its_first_rows_before_reading_a_changed_config(
     layout, _, _ = small_queue
     text = layout.config.read_text()
     assert "\nrequire_signature = true\n" in text
-    layout.config.write_text(text.replace("\nrequire_signature = true\n", "\nrequire_signature = false\n"))
+    set_config(layout, text.replace("\nrequire_signature = true\n", "\nrequire_signature = false\n"))
     code = (
         "import sys\n"
         "from pathlib import Path\n"

@@ -68,6 +68,7 @@ def test_end_to_end_over_sshd(openssh_server: SSHServer, tmp_path: Path) -> None
     layout = Layout(root.resolve())
     with layout.config.open("a") as config:
         config.write("\n" + host_block("sshd", openssh_server, DEMO + " {paths}"))
+    assert "host sshd: over ssh to" in ok("allow", "--yes")
     key = ok("mint", "-m", "Document main.", "src/app.py").strip()
 
     shipped = ok("ship", key, "--host", "sshd", "-q")

@@ -4,6 +4,7 @@ have written. (Check settings: test_cli_check.py; the operator's floor: test_tru
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from core.config import (
     load_config,
     load_operator_config,
 )
-from core.errors import BadInput, TooLarge, Untrusted
+from core.consent import allow_as_written
+from core.errors import BadInput, GenjobError, TooLarge, Untrusted
 from core.layout import Layout, user_config_dir
 from core.repo import init_repo
 
@@ -31,9 +33,12 @@ def gen(tmp_path: Path) -> Layout:
 
 
 def write(layout: Layout, text: str | bytes) -> Path:
+    """Write the config as its operator would, and allow what it runs (`genjob allow`)."""
     data = text.encode() if isinstance(text, str) else text
     layout.config.write_bytes(data)
     os.chmod(layout.config, 0o644)
+    with contextlib.suppress(GenjobError):
+        allow_as_written(layout)
     return layout.config
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from corekit import FILES, cli, make_repo, mint, receive, tree_files, write_jobs
+from corekit import FILES, carry_pins, cli, make_repo, mint, receive, tree_files, write_jobs
 from crashkit import disarm, fail_at
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, write_config
@@ -66,6 +66,7 @@ def under_faults(
         if work.exists():
             shutil.rmtree(work)
         shutil.copytree(template, work, symlinks=True)
+        carry_pins(template, work)
         layout = Layout(work)
         err = FAULTS[n % len(FAULTS)]
         fail_at(n, err)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from corekit import FILES, cli, mint, tree_files
+from corekit import FILES, cli, mint, set_config, tree_files
 from crashkit import first_crash_where
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, script, write_config
@@ -25,7 +25,7 @@ from core.apply import apply_job
 from core.candidates import OUT, choose
 from core.layout import Layout
 from core.queue import locate
-from core.signing import keygen, trust
+from core.signing import keygen, trust_repository
 
 
 @contextlib.contextmanager
@@ -41,10 +41,9 @@ def umask(mask: int) -> Iterator[None]:
 def shipping(repo: Layout, monkeypatch: pytest.MonkeyPatch) -> Layout:
     """`repo` with this machine's worker key pinned, a local host running the demo
     generator, and one check; the current folder is its root."""
-    trust(repo.trusted_keys, keygen())
+    trust_repository(repo, keygen())
     write_config(repo, host_block("here", None, DEMO))
-    with repo.config.open("a") as config:
-        config.write('\n[checks.ok]\nrun = "true"\n')
+    set_config(repo, repo.config.read_text() + '\n[checks.ok]\nrun = "true"\n')
     monkeypatch.chdir(repo.root)
     return repo
 

@@ -67,3 +67,28 @@ def test_demo_no_tui_prints_commands_that_work_as_printed(tmp_path: Path) -> Non
     holder = re.search(r"lease holder \(pid (\d+)\)", out)
     if holder:
         os.kill(int(holder.group(1)), signal.SIGTERM)
+
+
+SHADOW = b"open('src/app.py', 'w').write('the job ran its own code as the generator\\n')\n"
+
+
+async def test_a_job_naming_the_generators_own_module_cannot_run_its_own_code(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    """`python3 -m core.demo_generator` (or `-m ruff`) runs in a workspace holding the
+    job's files: a job over `core/__init__.py` and `core/demo_generator.py` (a cloned
+    repository's, say) must not stand in for the generator's own module."""
+    for rel in ("core/__init__.py", "core/demo_generator.py", "ruff/__init__.py", "ruff/__main__.py"):
+        (repo.root / rel).parent.mkdir(exist_ok=True)
+        (repo.root / rel).write_bytes(SHADOW)
+    paths = ["core/__init__.py", "core/demo_generator.py", "src/app.py"]
+    for host in ("local", "tidy"):
+        job = mint(
+            repo,
+            f"Edit these ({host}).",
+            paths + (["ruff/__init__.py", "ruff/__main__.py"] if host == "tidy" else []),
+        )
+        res = await ship(repo, job.key, host)
+        assert res.status == "ok", res.reason
+        out = repo.out_dir(job.digest) / "src/app.py"
+        assert b"the job ran its own code" not in out.read_bytes()

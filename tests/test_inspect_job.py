@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from corekit import mint, receive, sha
+from corekit import mint, receive, set_config, sha
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import inspect_job
@@ -100,7 +100,7 @@ def test_an_applied_job_has_no_diffs(repo: Layout, signer: Ed25519PrivateKey) ->
 def test_a_bad_config_becomes_an_error_of_the_detail(repo: Layout, signer: Ed25519PrivateKey) -> None:
     job = mint(repo)
     receive(repo, job.key, {"src/app.py": b"new\n"}, signer)
-    repo.config.write_text("[policy]\nbogus = 1\n")
+    set_config(repo, "[policy]\nbogus = 1\n")
     detail = job_detail(repo, job.key)
     assert detail.errors == [f"{repo.config}: policy.bogus: unknown setting"]
     assert detail.verification is None and detail.diffs == []

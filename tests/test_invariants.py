@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from corekit import cli, mint, receive, sha, tree_files, tree_state, write_jobs, write_receipt
+from corekit import cli, mint, receive, set_config, sha, tree_files, tree_state, write_jobs, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
@@ -178,9 +178,7 @@ def test_4_nothing_is_written_without_every_condition(
 
 
 def test_4_the_signature_policy_can_be_turned_off_and_says_so(repo: Layout) -> None:
-    repo.config.write_text(
-        repo.config.read_text().replace("require_signature = true", "require_signature = false")
-    )
+    set_config(repo, repo.config.read_text().replace("require_signature = true", "require_signature = false"))
     job = mint(repo, "Unsigned.", ["src/app.py"])
     receive(repo, job.key, {"src/app.py": b"new\n"}, None)
     res = apply_job(repo, job.key)
@@ -260,7 +258,7 @@ def _device(layout: Layout, job: Job, outside: Path, signer: Ed25519PrivateKey) 
 def _oversize(layout: Layout, job: Job, outside: Path, signer: Ed25519PrivateKey) -> None:
     receive(layout, job.key, {"src/app.py": b"x" * 4096}, signer)
     text = layout.config.read_text().replace("max_file_bytes = 67108864", "max_file_bytes = 1024")
-    layout.config.write_text(text)
+    set_config(layout, text)
 
 
 @pytest.mark.parametrize(

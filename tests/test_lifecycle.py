@@ -32,7 +32,7 @@ from core.lifecycle import (
 from core.mint import build_job
 from core.queue import Claimer, enqueue, read_job_file, reject, requeue
 from core.receipts import commit_receipt, make_receipt
-from core.signing import trust
+from core.signing import trust_repository
 from core.snapshot import Scanner, take_snapshot
 
 FOLDERS = ("queue", "running", "applied", "rejected")
@@ -171,7 +171,7 @@ class Lifecycle(RuleBasedStateMachine):
                 serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
             )
         )
-        trust(self.layout.trusted_keys, pub)
+        trust_repository(self.layout, pub)
         self.edits = 0
         self.claims = 0
 

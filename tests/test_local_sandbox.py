@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from checkkit import processes_with, unique_sleep
-from corekit import cli, mint
+from corekit import cli, mint, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import toml_str, write_config
 
@@ -245,7 +245,7 @@ def test_without_bwrap_auto_runs_unsandboxed_and_says_so_and_bwrap_refuses(
     ],
 )
 def test_a_bad_sandbox_setting_names_the_file_and_the_fault(repo: Layout, setting: str, fault: str) -> None:
-    repo.config.write_text(f'[hosts.gen]\ngenerator = "true"\n{setting}\n')
+    set_config(repo, f'[hosts.gen]\ngenerator = "true"\n{setting}\n')
     with pytest.raises(BadInput, match=str(repo.config)) as err:
         load_config(repo.config)
     assert fault in str(err.value)

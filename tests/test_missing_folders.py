@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from corekit import cli, dead_pid, make_repo, mint, receive, sha
+from corekit import carry_pins, cli, dead_pid, make_repo, mint, receive, set_config, sha
 from shipkit import host_block, script, write_config
 
 from core.apply import plan
@@ -25,7 +25,7 @@ from core.canonical import canonical
 from core.layout import Layout
 from core.queue import Claimer, claim, reject
 from core.receipts import load_receipt, make_receipt
-from core.signing import keygen, load_private_key, trust
+from core.signing import keygen, load_private_key, trust_repository
 
 # The folders a clone or an archive may lose (each is empty on many a repository).
 FOLDERS = (
@@ -111,12 +111,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CONFIG_HOME", str(config_home))
         layout = make_repo(base / "repo")
-        trust(layout.trusted_keys, keygen())
+        trust_repository(layout, keygen())
         signer = load_private_key()
         generator = script(base, "gen", "open('src/app.py', 'a').write('# generated\\n')\n")
         write_config(layout, host_block("here", None, generator), lease_ttl=600.0)
-        with layout.config.open("a") as config:
-            config.write('\n[checks.ok]\nrun = "true"\n')
+        set_config(layout, layout.config.read_text() + '\n[checks.ok]\nrun = "true"\n')
         queued = mint(layout, "Queued.", ["src/app.py"]).key
         received = mint(layout, "Received.", ["src/app.py", "src/util.py"], ["src/pkg/new.py"])
         outputs = {"src/app.py": b"app, changed\n", "src/pkg/new.py": b"NEW = 1\n"}
@@ -168,6 +167,7 @@ COMMANDS: dict[str, Callable[[Template], list[str]]] = {
     "recover": lambda t: ["recover"],
     "keygen": lambda t: ["keygen", "--force"],
     "trust": lambda t: ["trust", pubkey(t)],
+    "allow": lambda t: ["allow", "--yes"],
     "schema": lambda t: ["schema", "receipt"],
     "candidates": lambda t: ["candidates", t.jobs.candidates],
     "candidates --diff": lambda t: ["candidates", t.jobs.candidates, "--diff", "1", "--against", "2"],
@@ -189,6 +189,7 @@ def copy(template: Template, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     config_home = tmp_path / "xdg"
     shutil.copytree(template.config_home, config_home)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
+    carry_pins(template.root, root)
     return Template(root, config_home, template.jobs)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from corekit import mint, receive
+from corekit import mint, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.inspect_job import job_detail
@@ -27,9 +27,7 @@ def test_a_verified_receipt_in_a_git_repository(repo: Layout, signer: Ed25519Pri
 
 
 def test_the_config_sets_whether_approve_commits(repo: Layout, signer: Ed25519PrivateKey) -> None:
-    repo.config.write_text(
-        repo.config.read_text().replace("commit_on_approve = false", "commit_on_approve = true")
-    )
+    set_config(repo, repo.config.read_text().replace("commit_on_approve = false", "commit_on_approve = true"))
     job = mint(repo)
     receive(repo, job.key, {"src/app.py": b"x\n"}, signer)
     assert preflight(repo, job_detail(repo, job.key)).commit_default is True

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corekit import FILES, cli, mint, receive, sha, tree_files
+from corekit import FILES, cli, mint, receive, set_config, sha, tree_files
 from crashkit import first_crash_where
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -101,8 +101,8 @@ CAUSES: dict[str, Callable[[Layout, Job], str]] = {
 def killed_apply(repo: Layout, tmp_path: Path, kill: str, signed: bool = True) -> tuple[Layout, Job]:
     """A copy of `repo` left by an apply of a three-target job killed at `kill`."""
     if not signed:
-        repo.config.write_text(
-            repo.config.read_text().replace("require_signature = true", "require_signature = false")
+        set_config(
+            repo, repo.config.read_text().replace("require_signature = true", "require_signature = false")
         )
     job = received(repo, _signer(signed))
     root = first_crash_where(

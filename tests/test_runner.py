@@ -144,6 +144,7 @@ json.dump({"env": dict(os.environ), "cwd": os.getcwd(), "ls": sorted(os.listdir(
         "PATH",
         "HOME",
         "LANG",
+        "PYTHONSAFEPATH",
         "GENJOB_INSTRUCTION_FILE",
         "GENJOB_JOB_FILE",
         "GENJOB_WORKDIR",

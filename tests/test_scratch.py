@@ -105,13 +105,13 @@ def test_outside_git_every_file_but_gen_and_git(
 def signer_outside(tmp_path: Path) -> tuple[Layout, Ed25519PrivateKey]:
     """A folder that is not a git repository, with genjob initialised and a pinned key."""
     from core.repo import init_repo
-    from core.signing import keygen, load_private_key, trust
+    from core.signing import keygen, load_private_key, trust_repository
 
     root = tmp_path / "plain"
     root.mkdir()
     (root / "main.py").write_text("print(1)\n")
     layout, _ = init_repo(root)
-    trust(layout.trusted_keys, keygen())
+    trust_repository(layout, keygen())
     return layout, load_private_key()
 
 

@@ -24,7 +24,7 @@ from core.signing import (
     parse_public_key,
     private_key_path,
     sign,
-    trust,
+    store_key,
     trusted_keys,
 )
 
@@ -69,7 +69,7 @@ def test_sign_and_check(tmp_path: Path) -> None:
     pub.write_bytes(ssh_public(key))
     trusted_dir = tmp_path / "trusted"
     trusted_dir.mkdir()
-    dest, fp = trust(trusted_dir, pub)
+    dest, fp = store_key(trusted_dir, pub)
     assert dest.parent == trusted_dir and fp == fingerprint(key.public_key())
     sig = sign(key, b"message")
     doc = json.loads(sig)
@@ -82,7 +82,7 @@ def test_a_forged_or_untrusted_signature_is_refused(tmp_path: Path) -> None:
     (tmp_path / "t.pub").write_bytes(ssh_public(trusted_key))
     trusted_dir = tmp_path / "trusted"
     trusted_dir.mkdir()
-    trust(trusted_dir, tmp_path / "t.pub")
+    store_key(trusted_dir, tmp_path / "t.pub")
     pinned = Anchors(trusted_keys(trusted_dir), {})
     with pytest.raises(BadInput, match=r"which is not a trusted key; .*genjob trust"):
         check_signature(sign(rogue, b"m"), "r.sig", b"m", pinned)
@@ -119,9 +119,9 @@ def test_trust_refuses_non_ed25519_and_garbage(tmp_path: Path) -> None:
     trusted_dir = tmp_path / "trusted"
     trusted_dir.mkdir()
     with pytest.raises(BadInput, match="not an Ed25519 public key"):
-        trust(trusted_dir, tmp_path / "rsa.pub")
+        store_key(trusted_dir, tmp_path / "rsa.pub")
     with pytest.raises(BadInput, match=r"junk\.pub: not an OpenSSH public key"):
-        trust(trusted_dir, tmp_path / "junk.pub")
+        store_key(trusted_dir, tmp_path / "junk.pub")
     assert os.listdir(trusted_dir) == []
 
 
@@ -130,8 +130,8 @@ def test_trusting_a_key_twice_keeps_one_file(tmp_path: Path) -> None:
     (tmp_path / "k.pub").write_bytes(ssh_public(key) + b" comment\n")
     trusted_dir = tmp_path / "trusted"
     trusted_dir.mkdir()
-    a, _ = trust(trusted_dir, tmp_path / "k.pub")
-    b, _ = trust(trusted_dir, tmp_path / "k.pub")
+    a, _ = store_key(trusted_dir, tmp_path / "k.pub")
+    b, _ = store_key(trusted_dir, tmp_path / "k.pub")
     assert a == b and os.listdir(trusted_dir) == [a.name]
 
 

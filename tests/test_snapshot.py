@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corekit import count_forks, dead_pid, make_repo, mint, receive, sha, write_jobs, write_receipt
+from corekit import (
+    count_forks,
+    dead_pid,
+    make_repo,
+    mint,
+    receive,
+    set_config,
+    sha,
+    write_jobs,
+    write_receipt,
+)
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +33,7 @@ from core import snapshot, snapshot_files, snapshot_index, snapshot_pool
 from core.apply import apply_job
 from core.layout import Layout
 from core.lifecycle import State
+from core.pins import pins_file
 from core.queue import claim, reject, requeue
 from core.snapshot import Scanner, keys_from_paths, take_snapshot
 
@@ -158,11 +169,11 @@ def test_a_receipt_with_no_job_is_inconsistent(repo: Layout) -> None:
 
 
 def test_a_bad_config_is_reported_not_raised(repo: Layout) -> None:
-    repo.config.write_text("[policy]\nrequire_signature = 'yes'\n")
+    set_config(repo, "[policy]\nrequire_signature = 'yes'\n")
     snap = take_snapshot(repo)
     assert snap.config_error is not None and "config.toml: policy.require_signature" in snap.config_error
     assert snap.signature_required
-    repo.config.write_text("[policy]\nrequire_signature = false\n")
+    set_config(repo, "[policy]\nrequire_signature = false\n")
     assert not take_snapshot(repo).signature_required
 
 
@@ -173,15 +184,14 @@ def test_the_policy_kept_in_the_index_follows_both_config_files(
     operator's config.toml, which sets a floor under it, changes."""
     from core import snapshot
 
-    repo.config.write_text(
-        '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\nsandbox = "none"\n'
-    )
+    set_config(repo, '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\nsandbox = "none"\n')
     age(repo.config)
+    age(pins_file(repo.root))
     snap = take_snapshot(repo)
     assert (snap.signature_required, snap.config_error, snap.unsandboxed_checks) == (False, None, ("lint",))
     parse = snapshot._config_policy
 
-    def not_again(path: str) -> tuple[bool, str | None, tuple[str, ...]]:
+    def not_again(path: str) -> tuple[bool, str | None, tuple[str, ...], str | None]:
         raise AssertionError("config.toml parsed again though neither file changed")
 
     monkeypatch.setattr(snapshot, "_config_policy", not_again)
@@ -195,7 +205,7 @@ def test_the_policy_kept_in_the_index_follows_both_config_files(
     assert take_snapshot(repo).signature_required
     operator.unlink()
     assert not take_snapshot(repo).signature_required
-    repo.config.write_text('[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\n')
+    set_config(repo, '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\n')
     assert take_snapshot(repo).unsandboxed_checks == ()
 
 

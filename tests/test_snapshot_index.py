@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import io
 import marshal
+import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,9 @@ def sample_index(rows: int = 3) -> Index:
     listed["attempts"] = Listing((4, 5, 6), {KEY: (8, 9, 10), "b" * 32: (11, 12, -(2**63))}, None)
     listed["candidates"] = Listing(None, {KEY: (13, 4096, 2**63 - 1)}, None)
     return Index(
-        config=ConfigStamp(FileStamp(1, 2, 3, 4), (5, 6, 7, 8), True, None, ("lint",)),
+        config=ConfigStamp(
+            FileStamp(1, 2, 3, 4), (5, 6, 7, 8), True, None, ("lint",), "it waits", ("*.lock",)
+        ),
         tree={"src/app.py": TreeStamp(FileStamp(5, 6, 7, 8), "e" * 64)},
         listed=listed,
         fixed=fixed,
@@ -200,6 +203,33 @@ def test_another_gen_or_device_is_no_index(tmp_path: Path) -> None:
     assert read_index(path, GEN, DEVICE + 1, LISTED) is None
     assert read_index(path, GEN, DEVICE, LISTED[:-1]) is None
     assert read_index(tmp_path / "missing", GEN, DEVICE, LISTED) is None
+
+
+def test_an_index_another_user_could_have_written_is_no_index(tmp_path: Path) -> None:
+    gen = tmp_path / ".gen"
+    (gen / "cache").mkdir(parents=True)
+    path = gen / "cache" / "snapshot.marshal"
+    write_index(path, str(gen), DEVICE, sample_index())
+    assert read_index(path, str(gen), DEVICE, LISTED) is not None
+    (gen / "cache").chmod(0o775)
+    assert read_index(path, str(gen), DEVICE, LISTED) is None
+    (gen / "cache").chmod(0o755)
+    path.chmod(0o646)
+    assert read_index(path, str(gen), DEVICE, LISTED) is None
+    path.chmod(0o644)
+    if os.geteuid() == 0:
+        os.lchown(path, 4242, 4242)
+        assert read_index(path, str(gen), DEVICE, LISTED) is None
+
+
+def test_a_fifo_or_a_link_in_the_index_place_is_no_index_and_never_blocks(tmp_path: Path) -> None:
+    real = stored(tmp_path, sample_index())
+    link = tmp_path / "link.marshal"
+    link.symlink_to(real)
+    assert load(link) is None
+    fifo = tmp_path / "fifo.marshal"
+    os.mkfifo(fifo)
+    assert load(fifo) is None
 
 
 def test_every_cut_and_every_flipped_byte_is_no_index(tmp_path: Path) -> None:

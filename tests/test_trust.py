@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from corekit import cli, mint, receive, tree_files
+from corekit import cli, mint, receive, set_config, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
@@ -20,7 +20,7 @@ from core.errors import Untrusted, VerificationFailed
 from core.layout import Layout
 from core.models import Job
 from core.ownership import repository_owners, untrusted_because
-from core.signing import keygen, load_private_key, operator_keys_dir, public_key_path, trust
+from core.signing import keygen, load_private_key, operator_keys_dir, public_key_path, trust_repository
 from core.verify import verify
 
 OTHER_UID = 54321
@@ -101,9 +101,7 @@ def test_a_config_others_could_have_written_is_refused(repo: Layout, received: J
 
 
 def test_the_operator_policy_sets_a_floor_the_repository_cannot_lower(repo: Layout, received: Job) -> None:
-    repo.config.write_text(
-        repo.config.read_text().replace("require_signature = true", "require_signature = false")
-    )
+    set_config(repo, repo.config.read_text().replace("require_signature = true", "require_signature = false"))
     repo.signature(received.key).unlink()
     assert verify(repo, received, load_config(repo.config)).ok
     user_config_dir().mkdir(parents=True, exist_ok=True)
@@ -140,7 +138,7 @@ def test_files_genjob_makes_are_trusted_whatever_the_umask(tmp_path: Path) -> No
     try:
         layout = make_repo(tmp_path / "shared-umask")
         pub = keygen()
-        trust(layout.trusted_keys, pub)
+        trust_repository(layout, pub)
     finally:
         os.umask(old)
     owners = repository_owners(layout.root)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corekit import mint, receive, sha, write_receipt
+from corekit import mint, receive, set_config, sha, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.config import load_config
@@ -47,7 +47,7 @@ def run(layout: Layout, job: Job) -> Verification:
 
 def policy_off(layout: Layout) -> None:
     text = layout.config.read_text()
-    layout.config.write_text(text.replace("require_signature = true", "require_signature = false"))
+    set_config(layout, text.replace("require_signature = true", "require_signature = false"))
 
 
 def statuses(v: Verification) -> dict[str, str]:
@@ -159,19 +159,20 @@ def test_an_output_that_is_a_fifo_or_folder(repo: Layout, received: Job) -> None
 
 def test_over_size_outputs(repo: Layout, received: Job) -> None:
     text = repo.config.read_text().replace("max_file_bytes = 67108864", "max_file_bytes = 10")
-    repo.config.write_text(text)
+    set_config(repo, text)
     v = run(repo, received)
     assert list(failed(v)) == ["size"]
     assert "over the limits: src/app.py" in failed(v)["size"]
     text = text.replace("max_file_bytes = 10", "max_file_bytes = 100").replace(
         "max_total_bytes = 536870912", "max_total_bytes = 20"
     )
-    repo.config.write_text(text)
+    set_config(repo, text)
     assert "bytes in all" in failed(run(repo, received))["size"]
-    repo.config.write_text(
+    set_config(
+        repo,
         text.replace("max_total_bytes = 20", "max_total_bytes = 1000").replace(
             "max_files = 1000", "max_files = 1"
-        )
+        ),
     )
     assert list(failed(run(repo, received))) == ["size"]
 
@@ -181,9 +182,7 @@ def test_an_unsigned_receipt_by_policy(repo: Layout, received: Job) -> None:
     v = run(repo, received)
     assert list(failed(v)) == ["signature"]
     assert "unsigned receipt; policy requires a trusted signature" in failed(v)["signature"]
-    repo.config.write_text(
-        repo.config.read_text().replace("require_signature = true", "require_signature = false")
-    )
+    set_config(repo, repo.config.read_text().replace("require_signature = true", "require_signature = false"))
     v = run(repo, received)
     assert v.ok and not v.signature_required
     assert "not required by policy" in next(c.detail for c in v.checks if c.name == "signature")
@@ -208,9 +207,7 @@ def test_a_receipt_signed_then_edited(repo: Layout, received: Job) -> None:
 
 
 def test_a_signature_policy_off_still_reports_a_bad_signature(repo: Layout, received: Job) -> None:
-    repo.config.write_text(
-        repo.config.read_text().replace("require_signature = true", "require_signature = false")
-    )
+    set_config(repo, repo.config.read_text().replace("require_signature = true", "require_signature = false"))
     repo.signature(received.key).write_bytes(b"garbage")
     v = run(repo, received)
     assert "policy does not require it" in failed(v)["signature"]

@@ -109,6 +109,7 @@ class Approval:
     commit: bool
     candidate: int | None = None
     choose_only: bool = False  # make the candidate the job's receipt, so its checks can run
+    protected: bool = False  # the operator approved writing its protected paths
 
 
 @dataclass
@@ -454,12 +455,14 @@ def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
         d.post_message(ChecksWanted(key, names))
         return f"{chose}: its checks run now; approve applies it once they pass"
     if approval.candidate is not None:
-        res = candidates.apply_choice(d.repo, key, approval.candidate, commit=approval.commit)
+        res = candidates.apply_choice(
+            d.repo, key, approval.candidate, commit=approval.commit, protected=approval.protected
+        )
         line = (
             f"chose candidate {approval.candidate} of {key[:12]} and applied it: {len(res.changed)} file(s)"
         )
         return line + (f", committed {res.commit[:12]}" if res.commit else "")
-    res = candidates.apply_choice(d.repo, key, None, commit=approval.commit)
+    res = candidates.apply_choice(d.repo, key, None, commit=approval.commit, protected=approval.protected)
     if res.already:
         return f"{key[:12]}: applied already"
     line = f"applied {key[:12]}: {len(res.changed)} file(s) changed"

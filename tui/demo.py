@@ -34,6 +34,7 @@ from core import sandbox
 from core.apply import apply_job
 from core.canonical import sha256_bytes
 from core.checks import CheckRun, run_checks
+from core.consent import allow_as_written
 from core.contract import ReceiptStatus
 from core.demo_generator import comment_block
 from core.durable import atomic_write
@@ -45,7 +46,7 @@ from core.models import Job
 from core.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
 from core.receipts import commit_receipt, make_receipt
 from core.repo import init_repo
-from core.signing import keygen, load_private_key, trust
+from core.signing import keygen, load_private_key, trust_repository
 
 CONFIG_DIR = ".demo-config"
 MARKER = "demo-built"
@@ -281,11 +282,13 @@ def build_demo(directory: Path | None = None, tied: bool = True) -> Demo:
         return _reopen(layout, config_home, tied)
     if root.exists() and any(root.iterdir()):
         raise GenjobError(f"{root}: not empty and not a genjob demo; give a new folder")
-    layout, demo, signer = _set_up(root, config_home)
-    _queue_jobs(layout, demo)
-    _receive_jobs(layout, demo, signer)
-    _check_and_apply(layout, demo, signer)
-    _end_jobs(layout, demo, config_home, tied)
+    # Built as the board will see it: the demo's own keys, pins and seals.
+    with _config_home(config_home):
+        layout, demo, signer = _set_up(root, config_home)
+        _queue_jobs(layout, demo)
+        _receive_jobs(layout, demo, signer)
+        _check_and_apply(layout, demo, signer)
+        _end_jobs(layout, demo, config_home, tied)
     (config_home / MARKER).write_text(demo.keys["running"] + "\n")
     return demo
 
@@ -298,9 +301,9 @@ def _set_up(root: Path, config_home: Path) -> tuple[Layout, Demo, Ed25519Private
     _exclude(root, CONFIG_DIR)
     atomic_write(layout.config, layout.config.read_bytes() + HOSTS.encode())
     unsandboxed = _configure_checks(layout)
-    with _config_home(config_home):
-        trust(layout.trusted_keys, keygen())
-        signer = load_private_key()
+    allow_as_written(layout)  # the demo's hosts and checks are genjob's own
+    trust_repository(layout, keygen())
+    signer = load_private_key()
     demo = Demo(root, config_home)
     if unsandboxed:
         demo.summary.append(
@@ -376,8 +379,8 @@ def _check_and_apply(layout: Layout, demo: Demo, signer: Ed25519PrivateKey) -> N
     verdict = {True: "pass", False: "FAIL (policy refuses to apply it)"}
     say(f"received, verified, its tests {verdict[passed[verified]]}: {verified}")
     say(f"received, verified, its tests {verdict[passed[broken]]}: {broken}")
-    apply_job(layout, applied.key)
-    say(f"applied (its tests passed first): {applied.key}")
+    apply_job(layout, applied.key, protected=True)  # a test file: approved explicitly
+    say(f"applied (its tests passed first; it writes a protected test file, approved): {applied.key}")
 
 
 def _end_jobs(layout: Layout, demo: Demo, config_home: Path, tied: bool) -> None:

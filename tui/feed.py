@@ -118,6 +118,8 @@ class BoardFeed(Widget):
         signature_required: bool
         config_error: str | None
         trusted_keys: int
+        config_held: str | None = None  # what the config would run and may not yet
+        protected: tuple[str, ...] = ()  # `policy.protected_paths`
 
     @dataclass
     class VerdictsFound(Message):
@@ -279,7 +281,8 @@ class BoardFeed(Widget):
             if gone:
                 self._emit(dict.fromkeys(gone))
             trusted = await asyncio.to_thread(self._count_trusted)
-            self.post_message(self.PolicyRead(scanner.signature_required, scanner.config_error, trusted))
+            policy = (scanner.signature_required, scanner.config_error, trusted, scanner.config_held)
+            self.post_message(self.PolicyRead(*policy, scanner.protected_paths))
             if any_rows and not self._rows_shown.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
@@ -313,10 +316,12 @@ class BoardFeed(Widget):
         )
 
     def _count_trusted(self) -> int:
-        """Pinned keys, counted by file (the detail pane verifies each signature properly)."""
+        """The pinned keys that count (the detail pane verifies each signature properly)."""
+        from core.signing import trust_anchors
+
         try:
-            return len(list(self.repo.trusted_keys.glob("*.pub")))
-        except OSError:
+            return len(trust_anchors(self.repo.trusted_keys, self.repo.root).keys)
+        except (OSError, GenjobError):
             return 0
 
     def _emit(self, changed: Mapping[str, JobRow | None]) -> None:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.board_view import age
+from core.protected import PROTECTED_HINT, PROTECTED_MARK
 from core.standing import FAILED, PASSED, CheckState, CheckStatus
 from core.terminal import visible
 from tui.text import STATE_STYLES, in_repo, literal, state_text
@@ -28,6 +29,7 @@ LABEL = Style(color="bright_black")
 OK = Style(color="green", bold=True)
 BAD = Style(color="red", bold=True)
 SKIP = Style(color="yellow")
+WARN = Style(color="yellow", bold=True)
 ADDED_BG = Style(bgcolor="#12361f")
 REMOVED_BG = Style(bgcolor="#3c1618")
 THEME = "monokai"
@@ -101,7 +103,11 @@ def job_text(detail: JobDetail, now: float | None = None, root: Path | None = No
             text.append(literal(path, Style(color="cyan")))
             digest = inputs[path]
             text.append(f"  {digest}" if digest else "  (new file: must not exist at apply)", LABEL)
+            if path in detail.protected:
+                text.append(f"  {PROTECTED_MARK} protected ({detail.protected[path]})", WARN)
             text.append("\n")
+    if detail.protected:
+        text.append(f"{PROTECTED_MARK} {PROTECTED_HINT}\n", WARN)
     if doc.get("replay_of"):
         _field(text, "replay of", str(doc["replay_of"]))
     record = detail.located.record if detail.located else None
@@ -384,6 +390,12 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     text.append(f"apply {what}\n", Style(bold=True))
     if p.may_apply:
         text.append("every check passed: y applies, n cancels\n", OK)
+        if p.protected:
+            text.append(
+                f"{PROTECTED_MARK} it writes protected paths (what judges or runs a job): read the diff, "
+                "then p approves writing them; without p, apply refuses\n",
+                WARN,
+            )
     else:
         text.append("apply would be refused:\n", BAD)
         for f in p.failures:
@@ -416,6 +428,8 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
         text.append(f"  {c.status}  ", LABEL)
         text.append(f"+{c.added}", Style(color="green"))
         text.append(f" -{c.removed}", Style(color="red"))
+        if c.path in p.protected:
+            text.append(f"  {PROTECTED_MARK} protected ({p.protected[c.path]})", WARN)
         text.append("  ⚠ not what the worker signed\n" if not c.signed else "\n", BAD)
     if not p.changes:
         text.append("  (no output files)\n", LABEL)

@@ -31,7 +31,7 @@ from shipkit import CommandHost, host_block, write_config  # noqa: E402
 
 from core.layout import Layout  # noqa: E402
 from core.repo import init_repo  # noqa: E402
-from core.signing import trust  # noqa: E402
+from core.signing import trust_repository  # noqa: E402
 
 NAMES = ("throughput_command", "candidates")
 HOSTS = 4
@@ -46,7 +46,7 @@ def command_repo(b: Bench, name: str, generator: str, hosts: int, concurrency: i
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     (root / "app.py").write_bytes(b"print('hello')\n")
     layout, _ = init_repo(root)
-    trust(layout.trusted_keys, b.folder / "xdg/genjob/worker_ed25519.pub")
+    trust_repository(layout, b.folder / "xdg/genjob/worker_ed25519.pub")
     target = CommandHost(b.server)
     blocks = [
         host_block(f"c{i}", target, generator, timeout=600, concurrency=concurrency, python=RUNNER_PYTHON)

@@ -37,7 +37,7 @@ from core.layout import Layout  # noqa: E402
 from core.mint import build_job  # noqa: E402
 from core.queue import enqueue  # noqa: E402
 from core.repo import init_repo  # noqa: E402
-from core.signing import trust  # noqa: E402
+from core.signing import trust_repository  # noqa: E402
 
 NAMES = ("ship", "throughput")
 # The generator host's own interpreter for the runner, as its [hosts] entry would name it
@@ -81,7 +81,7 @@ class Bench:
         for rel, data in files.items():
             (root / rel).write_bytes(data)
         layout, _ = init_repo(root)
-        trust(layout.trusted_keys, self.folder / "xdg/genjob/worker_ed25519.pub")
+        trust_repository(layout, self.folder / "xdg/genjob/worker_ed25519.pub")
         block = host_block(
             "sshd", self.server, generator, timeout=600, concurrency=concurrency, python=RUNNER_PYTHON
         )

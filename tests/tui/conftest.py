@@ -79,10 +79,17 @@ def hold_on_the_frozen_clock(demo: Demo) -> None:
 
 
 @pytest.fixture(scope="module")
-def still_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    """One frozen demo for every screenshot that changes nothing on disk."""
+def built_still_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     with frozen_demo(tmp_path_factory.mktemp("still")) as made:
         yield made
+
+
+@pytest.fixture
+def still_demo(built_still_demo: Demo, monkeypatch: pytest.MonkeyPatch) -> Demo:
+    """One frozen demo for every screenshot that changes nothing on disk, seen with its
+    own config folder (its keys, pins and seals), as `genjob demo` shows it."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(built_still_demo.config_home))
+    return built_still_demo
 
 
 @pytest.fixture

@@ -12,10 +12,12 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from boardkit import Driver, plain, run_board
+from corekit import set_config
 from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
 from textual.widgets import Input, Static, TextArea
 
+from core.layout import Layout
 from tui.demo import Demo
 from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
@@ -251,8 +253,10 @@ async def test_a_check_running_with_its_output(
     size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
 ) -> None:
     demo = fresh_frozen_demo
-    config = demo.root / ".gen" / "config.toml"
-    config.write_text(config.read_text() + '\n[checks.slow]\nrun = "echo started the slow one; sleep 600"\n')
+    layout = Layout(demo.root)
+    set_config(
+        layout, layout.config.read_text() + '\n[checks.slow]\nrun = "echo started the slow one; sleep 600"\n'
+    )
     key = demo.keys["verified"]
     async with run_board(demo.root, size) as d:
         await on_job(d, key, "verify")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from boardkit import plain, run_board
-from corekit import mint
+from corekit import mint, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import CommandHost, host_block, script, write_config
 from textual.widgets import DataTable, Static
@@ -112,7 +112,7 @@ async def test_a_candidate_whose_required_checks_have_not_run_is_chosen_and_then
     applying, the board starts its checks, and approve then applies it."""
     key = await three_candidates(repo, tmp_path)
     text = repo.config.read_text().replace("[policy]\n", '[policy]\nrequire_checks = ["tests"]\n', 1)
-    repo.config.write_text(text + '\n[checks.tests]\nrun = "true"\nsandbox = "none"\n')
+    set_config(repo, text + '\n[checks.tests]\nrun = "true"\nsandbox = "none"\n')
     async with run_board(repo.root, key=key) as d:
         await d.press("a")
         screen = await d.showing(CandidatesScreen)
@@ -143,7 +143,7 @@ async def test_t_runs_the_highlighted_candidates_checks_and_the_marks_show_each_
     """Before a choice: each candidate's checks are its own (passed on one, failed on another)."""
     key = await three_candidates(repo, tmp_path)
     checks = '\n[checks.says_b]\nrun = "grep -q \'from b\' src/app.py"\nsandbox = "none"\n'
-    repo.config.write_text(repo.config.read_text() + checks + "\n[check_runs]\non_receipt = false\n")
+    set_config(repo, repo.config.read_text() + checks + "\n[check_runs]\non_receipt = false\n")
     async with run_board(repo.root, key=key) as d:
         await d.press("a")
         screen = await d.showing(CandidatesScreen)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from boardkit import Driver, plain, run_board
 from checkkit import processes_left, processes_with, unique_sleep
+from corekit import set_config
 from textual.message import Message
 from textual.widgets import Button, Static
 
@@ -39,8 +40,8 @@ def layout_of(demo: Demo) -> Layout:
 
 
 def add_checks(demo: Demo, text: str) -> None:
-    config = layout_of(demo).config
-    config.write_text(config.read_text() + text)
+    layout = layout_of(demo)
+    set_config(layout, layout.config.read_text() + text)
 
 
 def verify_tab(d: Driver) -> str:
@@ -216,8 +217,8 @@ async def test_a_read_only_board_runs_no_check(demo: Demo) -> None:
 
 
 async def test_unsandboxed_checks_are_said_to_be_on_the_board(demo: Demo) -> None:
-    config = layout_of(demo).config
-    config.write_text(config.read_text().replace('sandbox = "bwrap"', 'sandbox = "none"'))
+    layout = layout_of(demo)
+    set_config(layout, layout.config.read_text().replace('sandbox = "bwrap"', 'sandbox = "none"'))
     key = demo.keys["verified"]
     async with run_board(demo.root, key=key) as d:
         await d.until(

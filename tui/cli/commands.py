@@ -19,6 +19,8 @@ from core.errors import GenjobError, NotFound
 from core.freshness import MAX_TTL
 from core.layout import JOB_FOLDERS, Layout, find_root
 from core.lifecycle import State
+from core.protected import PROTECTED_HINT, protected_among
+from core.protected import describe as describe_protected
 from core.terminal import visible
 from tui.cli.output import guarded, print_json, say
 
@@ -173,6 +175,7 @@ def mint(
     paths: tuple[str, ...],
 ) -> None:
     """Mint a job over PATHS into the queue and print its key."""
+    from core.config import load_config
     from core.mint import build_job
     from core.models import V1, V2
     from core.paths import repo_relative
@@ -190,6 +193,9 @@ def mint(
     say(res.key)
     if not res.created:
         say(f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True)
+    protected = protected_among(job.allowed_paths, load_config(layout.config).policy.protected_paths)
+    if protected:
+        say(f"note: {PROTECTED_HINT}: {visible(describe_protected(protected))}", err=True)
 
 
 class StateChoice(click.Choice):
@@ -246,6 +252,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         say("inputs:")
         for p, h in sorted(d.document["inputs"].items()):
             say(f"  {visible(p)}  {h or '(new file)'}")
+    if d.protected:
+        say(f"{PROTECTED_HINT}: {visible(describe_protected(d.protected))}")
     for p in dict.fromkeys(r.problems + tuple(d.errors)):  # each fault once, in order
         say(f"! {visible(p)}")
     if r.state is State.INVALID:
@@ -387,13 +395,18 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
 @click.argument("key")
 @click.option("--candidate", type=int, default=None, help="Choose candidate N as the job's receipt first.")
 @click.option("--commit", is_flag=True, help="Also make a git commit with a Genjob-Key: trailer.")
+@click.option(
+    "--protected",
+    is_flag=True,
+    help="You read its diff: write it even where it writes protected paths (tests, CI, hooks, ...).",
+)
 @click.pass_context
-def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool) -> None:
+def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool) -> None:
     """Verify, then write the job's outputs into the tree atomically."""
     from core.candidates import apply_choice
 
     layout = layout_of(ctx)
-    res = apply_choice(layout, resolve_key(layout, key), candidate, commit)
+    res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected)
     if res.already:
         say(f"{res.key}: applied already; nothing to do")
         return
@@ -480,18 +493,55 @@ def keygen_cmd(force: bool) -> None:
 )
 @click.pass_context
 def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
-    """Pin a worker public key in .gen/trusted_keys/ (or, with --operator, your own list)."""
+    """Pin a worker public key for this repository (or, with --operator, for every one).
+
+    The key file goes to .gen/trusted_keys/ and its fingerprint to your own pins: a key file
+    that came with the repository counts only once you pin it here."""
     from core.events import record_event
-    from core.signing import operator_keys_dir, trust
+    from core.signing import trust_operator, trust_repository
 
     if operator:
-        dest, fp = trust(operator_keys_dir(), pubkey_file)
+        dest, fp = trust_operator(pubkey_file)
         say(f"trusted {fp} for every repository ({visible(str(dest))})")
         return
     layout = layout_of(ctx)
-    dest, fp = trust(layout.trusted_keys, pubkey_file)
+    dest, fp = trust_repository(layout, pubkey_file)
     record_event(layout, "trusted", None, fingerprint=fp, file=dest.name)
     say(f"trusted {fp} ({visible(str(dest.relative_to(layout.root)))})")
+
+
+@main.command("allow")
+@click.option("--yes", is_flag=True, help="Allow it without asking (what it runs is printed all the same).")
+@click.option("--show", is_flag=True, help="Only show what the config would run; allow nothing.")
+@click.pass_context
+def allow_cmd(ctx: click.Context, yes: bool, show: bool) -> None:
+    """Show exactly what .gen/config.toml would run, and allow it (pinned to its sha256).
+
+    Until you allow it, a repository's config runs nothing (no host, no check) and lowers
+    nothing; any change to what it runs asks again."""
+    from core.consent import allow, consent
+
+    layout = layout_of(ctx)
+    now = consent(layout)
+    where = visible(str(layout.config.relative_to(layout.root)))
+    if now.digest is None:
+        say(f"{where} runs nothing and lowers nothing: there is nothing to allow")
+        return
+    state = "allowed" if now.allowed else "changed since you allowed it" if now.changed else "not allowed yet"
+    say(f"{where} ({state}) would run, with your rights:")
+    for line in now.lines:
+        say(f"  {visible(line)}")
+    say(f"sha256 of what it runs: {now.digest}")
+    if now.allowed or show:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise GenjobError(f"{where}: not allowed; confirm with `genjob allow --yes` (no terminal to ask)")
+        if not click.confirm("Allow it to run this?", default=False):
+            say("nothing allowed")
+            sys.exit(1)
+    allow(layout, now.digest)
+    say(f"allowed: {where} may run this until what it runs changes")
 
 
 @main.command("schema")

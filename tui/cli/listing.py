@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from core.layout import Layout
 from core.lifecycle import STATE_ORDER
+from core.protected import PROTECTED_MARK, protected_among
 from core.terminal import visible
 from tui.cli.output import print_json, say
 
@@ -27,7 +28,12 @@ def list_jobs(layout: Layout, states: Sequence[str], as_json: bool) -> None:
     order = {s: i for i, s in enumerate(STATE_ORDER)}
     rows.sort(key=lambda r: (order[r.state], -r.created_at, r.key))
     if as_json:
-        print_json([r.to_dict() for r in rows])
+        print_json(
+            [
+                {**r.to_dict(), "protected": protected_among(r.allowed_paths, snap.protected_paths)}
+                for r in rows
+            ]
+        )
         return
     _print_policy(snap)
     if not rows:
@@ -35,20 +41,31 @@ def list_jobs(layout: Layout, states: Sequence[str], as_json: bool) -> None:
         return
     now = time.time()
     say(f"{'KEY':32}  {'STATE':12} {'AGE':>5} {'ATT':>3}  {'WORKER':16} INSTRUCTION")
+    flagged = 0
     for r in rows:
         first = summary_line(r)
         when = age(now - r.created_at) if r.created_at else "-"
+        mark = ""
+        if protected_among(r.allowed_paths, snap.protected_paths):
+            mark, flagged = f"{PROTECTED_MARK} ", flagged + 1
         say(
             f"{r.key:32}  {r.state.value:12} {when:>5} {r.attempts:>3}  "
-            f"{clip(visible(r.worker or '-'), 16):16} {first[:80]}"
+            f"{clip(visible(r.worker or '-'), 16):16} {mark}{first[:80]}"
         )
     say("  ".join(f"{s.value}={snap.counts[s]}" for s in STATE_ORDER if snap.counts[s]))
+    if flagged:
+        say(
+            f"{PROTECTED_MARK} {flagged} job(s) may write protected paths (policy.protected_paths): "
+            "`genjob show KEY` names them; apply writes them only when approved explicitly"
+        )
 
 
 def _print_policy(snap: Snapshot) -> None:
     if snap.config_error:
         say(f"warning: {visible(snap.config_error)}", err=True)
         return
+    if snap.config_held:
+        say(f"note: {visible(snap.config_held)}", err=True)
     if not snap.signature_required:
         say("policy: signatures NOT required (require_signature = false)", err=True)
     if snap.unsandboxed_checks:

@@ -31,6 +31,7 @@ class PreflightDialog(ModalScreen[Approval | None]):
         Binding("y", "answer(True)", "Apply", id="preflight.yes"),
         Binding("n,escape", "answer(False)", "Cancel", id="preflight.no"),
         Binding("c", "toggle_commit", "Commit too", id="preflight.commit"),
+        Binding("p", "toggle_protected", "Write protected paths", id="preflight.protected"),
     ]
 
     def __init__(self, preflight: Preflight, root: Path | None = None) -> None:
@@ -50,6 +51,8 @@ class PreflightDialog(ModalScreen[Approval | None]):
                     p.commit_default,
                     id="commit",
                 )
+            if p.protected and p.may_apply:
+                yield Checkbox("I read the diff: write its protected paths too (p)", False, id="protected")
             with Horizontal(classes="dialog-buttons"):
                 if p.may_choose:
                     yield Button(Text(f"Choose {p.candidate} (y)"), id="yes", variant="primary")
@@ -66,8 +69,17 @@ class PreflightDialog(ModalScreen[Approval | None]):
     def commit(self) -> bool:
         return bool(self.query("#commit")) and self.query_one("#commit", Checkbox).value
 
+    @property
+    def protected(self) -> bool:
+        return bool(self.query("#protected")) and self.query_one("#protected", Checkbox).value
+
     def action_toggle_commit(self) -> None:
         for box in self.query("#commit"):
+            if isinstance(box, Checkbox):
+                box.toggle()
+
+    def action_toggle_protected(self) -> None:
+        for box in self.query("#protected"):
             if isinstance(box, Checkbox):
                 box.toggle()
 
@@ -89,4 +101,9 @@ class PreflightDialog(ModalScreen[Approval | None]):
                 markup=False,
             )
             return
-        self.dismiss(Approval(self.commit) if value else None)
+        if value and self.preflight.protected and not self.protected:
+            self.notify(
+                "it writes protected paths: read the diff, then p approves writing them", severity="warning"
+            )
+            return
+        self.dismiss(Approval(self.commit, protected=self.protected) if value else None)

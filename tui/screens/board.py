@@ -176,6 +176,7 @@ class BoardScreen(Screen[None]):
         self.view = BoardView(track=TIME_SENSITIVE)
         self.signature_required = True
         self.config_error: str | None = None
+        self.config_held: str | None = None
         self.trusted_keys = -1  # not read yet
         self.scanning = True
         self.watching = "starting"
@@ -343,7 +344,9 @@ class BoardScreen(Screen[None]):
     def _policy_read(self, message: BoardFeed.PolicyRead) -> None:
         self.signature_required = message.signature_required
         self.config_error = message.config_error
+        self.config_held = message.config_held
         self.trusted_keys = message.trusted_keys
+        self.table.set_protected(message.protected)
         pane = self.query_one(DetailPane)
         pane.signature_required = self.signature_required
         if not self.view.rows:  # else the first rows drawn are the moment
@@ -383,6 +386,8 @@ class BoardScreen(Screen[None]):
         if self.config_error:
             text.append("  config: ", style="bold red")
             text.append(visible(self.config_error), style="red")
+        if self.config_held:
+            text.append("  config waits for approval, runs nothing: genjob allow", style="bold red")
         if self.untrusted:
             text.append("  no trusted key: genjob trust", style="bold red")
         text.append("  ")
@@ -423,6 +428,8 @@ class BoardScreen(Screen[None]):
                 ('  genjob mint -m "Add a timeout to fetch_user" src/user.py', False),
                 ("then s ships it to a generator host and a approves its receipt.", False),
             ]
+        if self.config_held and not self.scanning:
+            lines += [("", False), (self.config_held, True)]
         if self.untrusted and not self.scanning:
             lines += [
                 ("", False),

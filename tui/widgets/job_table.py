@@ -30,6 +30,7 @@ from textual.strip import Strip
 
 from core.board_view import BoardView, age, summary_line
 from core.lifecycle import State
+from core.protected import PROTECTED_MARK, flagged
 from core.snapshot import JobRow
 from core.terminal import visible
 from tui.text import STATE_STYLES
@@ -116,6 +117,8 @@ class JobTable(ScrollView, can_focus=True):
         # when the config defines checks.
         self.checks: dict[str, str] = {}
         self.check_column = False
+        # `policy.protected_paths`: a job that may write one is marked (`core.protected`).
+        self.protected: tuple[str, ...] = ()
         # What an empty list says instead (set by the screen): lines, and whether each warns.
         self.empty: list[tuple[str, bool]] = []
         self._rows_drawn = False
@@ -297,6 +300,16 @@ class JobTable(ScrollView, can_focus=True):
             styles[name] = base + self.get_component_rich_style(f"jobtable--{name}")
         return styles
 
+    def set_protected(self, patterns: tuple[str, ...]) -> None:
+        """Mark the jobs that may write a path `patterns` protects."""
+        if patterns != self.protected:
+            self.protected = patterns
+            self._strips.clear()
+            self.refresh()
+
+    def _flag(self, row: JobRow) -> str:
+        return f"{PROTECTED_MARK} " if flagged(row.allowed_paths, self.protected) else ""
+
     def render_lines(self, crop: Region) -> list[Strip]:
         self._line_styles = self._styles()  # once per frame, not once per line
         # A frame drawn while the app holds updates back (as it does until it has
@@ -369,7 +382,7 @@ class JobTable(ScrollView, can_focus=True):
             (when, dim),
             (str(row.attempts) if row.attempts else "-", dim),
             (visible(row.worker, tab=" ") or "-", dim),
-            (summary_line(row), summary_style),
+            (self._flag(row) + summary_line(row), summary_style),
         ]
         strip = self._strips[ident] = self._cells(cells, width).extend_cell_length(width, style)
         return strip

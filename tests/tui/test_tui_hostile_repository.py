@@ -1,0 +1,32 @@
+"""The board on a cloned repository that ships its own `.gen/`: it runs nothing of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from boardkit import run_board
+from corekit import tree_state
+from hostilekit import Hostile, build_hostile
+
+from core import sandbox
+from tui.feed import BoardFeed
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> Hostile:
+    if sandbox.bwrap_problem() is not None:
+        pytest.skip("the fixture's author runs a sandboxed check")
+    return build_hostile(tmp_path)
+
+
+async def test_the_board_runs_nothing_and_says_what_waits(hostile: Hostile) -> None:
+    checks_before = tree_state(hostile.clone.checks)
+    async with run_board(hostile.clone.root) as d:
+        await d.until(lambda: d.board.config_held is not None, "the policy read")
+        await d.until(lambda: BoardFeed.ChecksConfigured in d.inbox.kinds, "the checks read")
+        await d.settle()
+        assert "config waits for approval" in d.text("#status")
+        assert d.board.untrusted  # the author's key counts for nothing
+    assert hostile.marked() == []
+    assert tree_state(hostile.clone.checks) == checks_before
