@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import GenjobError
-from core.rules import (
+from core.remote.rules import (
     DEFAULT_LIMITS,
     Limits,
     MemberCheck,
@@ -32,7 +32,7 @@ from core.rules import (
     checked_members,
     loads_strict,
 )
-from core.runner import PROTOCOL_VERSION, write_tar
+from core.remote.runner import PROTOCOL_VERSION, write_tar
 from core.tree import DIR_MODE, FILE_MODE
 
 MAX_RESULT_JSON_BYTES = 4 << 20

@@ -17,8 +17,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from core import rules
 from core.errors import BadInput, TooLarge
+from core.remote import rules
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
 _HASH_CHUNK = 1024 * 1024
@@ -60,7 +60,7 @@ def sha256_file(path: Path) -> str:
 
 
 def loads_strict(data: bytes, source: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """Parse JSON bytes by the one strict rule (`core.rules.loads_strict`), or raise
+    """Parse JSON bytes by the one strict rule (`core.remote.rules.loads_strict`), or raise
     `BadInput` naming `source` and the fault."""
     if len(data) > max_bytes:
         raise TooLarge(f"{source}: {len(data)} bytes is over the {max_bytes}-byte limit")

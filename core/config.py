@@ -43,7 +43,7 @@ from core.layout import user_config_dir
 from core.ownership import operator_owners, repository_owners, require_trusted
 from core.pins import read_pins
 from core.protected import DEFAULT_PROTECTED
-from core.rules import DEFAULT_LIMITS, Limits
+from core.remote.rules import DEFAULT_LIMITS, Limits
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -97,7 +97,7 @@ max_tail_bytes = 65536
 # in: network = true, and read_only = ["~/tools/agent"] for what it must read.
 # sandbox = "auto"     # "bwrap" (refused without bwrap) or "none" (unsandboxed, said so)
 transport = "local"
-generator = "python3 -m core.demo_generator"
+generator = "python3 -m core.remote.demo_generator"
 timeout = 300
 concurrency = 2
 
@@ -182,7 +182,7 @@ class Policy(BaseModel):
     ] = list(DEFAULT_PROTECTED)
 
 
-# The `[limits]` table: the names and defaults of `core.rules.Limits` (their one home, shipped
+# The `[limits]` table: the names and defaults of `core.remote.rules.Limits` (their one home, shipped
 # to generator hosts), each a positive integer, no other key.
 _LimitsTable = create_model(  # type: ignore[call-overload]
     "Limits",
@@ -192,7 +192,7 @@ _LimitsTable = create_model(  # type: ignore[call-overload]
 
 
 class _FromLimitsTable:
-    """Validates a `core.rules.Limits` as the `[limits]` table, so that a fault names its key."""
+    """Validates a `core.remote.rules.Limits` as the `[limits]` table, so that a fault names its key."""
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
@@ -240,7 +240,7 @@ class Host(BaseModel):
     @property
     def stand_in(self) -> bool:
         """Whether this host runs genjob's demo generator, which only appends a comment."""
-        return "core.demo_generator" in self.generator
+        return "core.remote.demo_generator" in self.generator
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> Host:

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from core.errors import BadInput
-from core.rules import MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RESERVED_TOP, check_relpath
+from core.remote.rules import MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RESERVED_TOP, check_relpath
 
 __all__ = [
     "MAX_COMPONENT_BYTES",

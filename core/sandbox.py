@@ -53,7 +53,7 @@ from typing import Literal
 from core import procfs, read_only, seccomp
 from core.errors import BadInput, GenjobError
 from core.read_only import Bind, Rules, private_fault, within
-from core.rules import TailBuffer
+from core.remote.rules import TailBuffer
 from core.tree import closing
 
 Kind = Literal["bwrap", "none"]

@@ -31,7 +31,7 @@ from core.layout import Layout
 from core.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.receipts import Committed, commit_receipt, make_receipt
-from core.rules import TailBuffer
+from core.remote.rules import TailBuffer
 from core.signing import load_private_key, private_key_path
 from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 from core.transport.local import LocalSandbox

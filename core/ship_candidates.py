@@ -31,7 +31,7 @@ from core.events import actor, record_attempt
 from core.layout import Layout
 from core.queue import Claim, Claimer
 from core.receipts import make_receipt
-from core.rules import TailBuffer
+from core.remote.rules import TailBuffer
 from core.ship import (
     Ending,
     Hosts,

@@ -27,7 +27,7 @@ from core.errors import VerificationFailed
 from core.events import attempts
 from core.layout import Layout
 from core.models import Job
-from core.runner import write_tar
+from core.remote.runner import write_tar
 from core.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ PY = shlex.quote(sys.executable)
 GENJOB = str(Path(sys.executable).parent / "genjob")
 # The demo generator on any host: PYTHONPATH is set in the command line itself, since an
 # SSH session's environment is the server's, not ours.
-DEMO = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.demo_generator"
+DEMO = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.remote.demo_generator"
 # The transports every worker-plane contract runs over: the local subprocess, asyncssh to
 # an asyncssh server and to sshd, and the command transport through OpenSSH's own client
 # (to sshd) and through bwrap (a local "remote shell" that execs an argv).

@@ -21,8 +21,8 @@ from core.canonical import (
     sha256_file,
 )
 from core.errors import BadInput
-from core.rules import MAX_INT_DIGITS
-from core.rules import MAX_JSON_DEPTH as MAX_DEPTH
+from core.remote.rules import MAX_INT_DIGITS
+from core.remote.rules import MAX_JSON_DEPTH as MAX_DEPTH
 
 json_scalars = (
     st.none()

@@ -19,7 +19,7 @@ import pytest
 from shipkit import openssh_argv, wait_for
 from ssh_servers import HOST, SSHD, SSHServer, run_sshd
 
-from core import runner
+from core.remote import runner
 from core.transport import JobSpec, run_job
 from core.transport.command import CommandTransport, guess_mode, last_words, runner_argv
 

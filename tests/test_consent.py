@@ -14,7 +14,7 @@ from core.consent import allow, consent
 from core.errors import BadInput, GenjobError, Untrusted
 from core.layout import Layout, user_config_dir
 from core.pins import pins_file, read_pins
-from core.rules import DEFAULT_LIMITS
+from core.remote.rules import DEFAULT_LIMITS
 from core.standing import CheckState
 from core.verify import verify
 
@@ -43,14 +43,14 @@ def test_a_new_host_or_check_is_held_back(repo: Layout) -> None:
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("python3 -m core.demo_generator", "python3 -m core.demo_generator --evil"),
+        ("python3 -m core.remote.demo_generator", "python3 -m core.remote.demo_generator --evil"),
         (
-            'transport = "local"\ngenerator = "python3 -m core.demo_generator"',
-            'transport = "local"\nnetwork = true\ngenerator = "python3 -m core.demo_generator"',
+            'transport = "local"\ngenerator = "python3 -m core.remote.demo_generator"',
+            'transport = "local"\nnetwork = true\ngenerator = "python3 -m core.remote.demo_generator"',
         ),
         (
-            'transport = "local"\ngenerator = "python3 -m core.demo_generator"',
-            'transport = "local"\nsandbox = "none"\ngenerator = "python3 -m core.demo_generator"',
+            'transport = "local"\ngenerator = "python3 -m core.remote.demo_generator"',
+            'transport = "local"\nsandbox = "none"\ngenerator = "python3 -m core.remote.demo_generator"',
         ),
         ("require_signature = true", "require_signature = false"),
         ("max_file_bytes = 67108864", "max_file_bytes = 67108865"),
@@ -134,7 +134,7 @@ def test_allow_lists_what_runs_and_pins_it(repo: Layout) -> None:
     assert "changed since you allowed it" in shown.stdout
     assert (
         "host local: on this machine" in shown.stdout
-        and "generator: python3 -m core.demo_generator" in shown.stdout
+        and "generator: python3 -m core.remote.demo_generator" in shown.stdout
     )
     assert "check lint: UNSANDBOXED" in shown.stdout and "run: ruff check ." in shown.stdout
     assert load_config(repo.config).held is not None

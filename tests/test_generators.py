@@ -75,13 +75,13 @@ SHADOW = b"open('src/app.py', 'w').write('the job ran its own code as the genera
 async def test_a_job_naming_the_generators_own_module_cannot_run_its_own_code(
     repo: Layout, signer: Ed25519PrivateKey
 ) -> None:
-    """`python3 -m core.demo_generator` (or `-m ruff`) runs in a workspace holding the
-    job's files: a job over `core/__init__.py` and `core/demo_generator.py` (a cloned
+    """`python3 -m core.remote.demo_generator` (or `-m ruff`) runs in a workspace holding the
+    job's files: a job over `core/__init__.py` and `core/remote/demo_generator.py` (a cloned
     repository's, say) must not stand in for the generator's own module."""
-    for rel in ("core/__init__.py", "core/demo_generator.py", "ruff/__init__.py", "ruff/__main__.py"):
+    for rel in ("core/__init__.py", "core/remote/demo_generator.py", "ruff/__init__.py", "ruff/__main__.py"):
         (repo.root / rel).parent.mkdir(exist_ok=True)
         (repo.root / rel).write_bytes(SHADOW)
-    paths = ["core/__init__.py", "core/demo_generator.py", "src/app.py"]
+    paths = ["core/__init__.py", "core/remote/demo_generator.py", "src/app.py"]
     for host in ("local", "tidy"):
         job = mint(
             repo,

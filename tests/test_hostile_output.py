@@ -29,7 +29,7 @@ from shipkit import (
 from core.events import MAX_FIELD_CHARS
 from core.layout import Layout
 from core.receipts import load_receipt
-from core.rules import MAX_EXTENSION_BYTES, Limits
+from core.remote.rules import MAX_EXTENSION_BYTES, Limits
 from core.ship import ship
 from core.ship_candidates import CandidateRequest, ship_candidates
 from core.transport import JobSpec, LocalTransport, base, run_job

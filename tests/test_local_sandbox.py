@@ -196,9 +196,9 @@ def test_hosts_and_ship_say_whether_a_local_host_is_sandboxed(
 ) -> None:
     write_config(
         repo,
-        '[hosts.boxed]\ntransport = "local"\ngenerator = "python3 -m core.demo_generator"\n\n'
+        '[hosts.boxed]\ntransport = "local"\ngenerator = "python3 -m core.remote.demo_generator"\n\n'
         '[hosts.open]\ntransport = "local"\nsandbox = "none"\n'
-        'generator = "python3 -m core.demo_generator"\n',
+        'generator = "python3 -m core.remote.demo_generator"\n',
     )
     listed = cli("hosts", root=repo.root).output
     assert "sandboxed (bwrap): no network, no unix sockets, only its workspace writable" in listed
@@ -217,9 +217,9 @@ def test_without_bwrap_auto_runs_unsandboxed_and_says_so_and_bwrap_refuses(
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap (bubblewrap) is not installed")
     write_config(
         repo,
-        '[hosts.auto]\ntransport = "local"\ngenerator = "python3 -m core.demo_generator"\n\n'
+        '[hosts.auto]\ntransport = "local"\ngenerator = "python3 -m core.remote.demo_generator"\n\n'
         '[hosts.strict]\ntransport = "local"\nsandbox = "bwrap"\n'
-        'generator = "python3 -m core.demo_generator"\n',
+        'generator = "python3 -m core.remote.demo_generator"\n',
     )
     assert LocalSandbox("auto").describe().startswith("UNSANDBOXED: bwrap (bubblewrap) is not installed")
     job = mint(repo)

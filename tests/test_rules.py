@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.rules import LineCap, cut_lines
+from core.remote.rules import LineCap, cut_lines
 
 
 def cut_whole(text: str, limit: int) -> str:

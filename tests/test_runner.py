@@ -19,8 +19,8 @@ import pytest
 from shipkit import wait_dead
 
 from core.bundle import make_bundle, make_header
-from core.rules import MAX_EXTENSION_BYTES, Limits, check_relpath, read_tar
-from core.runner import BOOTSTRAP, MAX_OPEN_OUTPUTS, collect, render_command, write_result, write_tar
+from core.remote.rules import MAX_EXTENSION_BYTES, Limits, check_relpath, read_tar
+from core.remote.runner import BOOTSTRAP, MAX_OPEN_OUTPUTS, collect, render_command, write_result, write_tar
 from core.transport.base import header_line, runner_preamble, runner_source
 
 pytestmark = pytest.mark.timeout(120)
@@ -121,7 +121,7 @@ def script(tmp: Path, code: str) -> str:
 
 
 def test_demo_generator_round_trip(tmp_path: Path) -> None:
-    gen = f"PYTHONPATH={shlex.quote(str(Path(__file__).parents[1]))} {PY} -m core.demo_generator"
+    gen = f"PYTHONPATH={shlex.quote(str(Path(__file__).parents[1]))} {PY} -m core.remote.demo_generator"
     result, outputs = run(tmp_path, gen, ["a.py", "new/b.py"], {"a.py": b"x = 1\n"})
     assert result["exit_code"] == 0 and result["violations"] == [] and result["error"] is None
     assert outputs["a.py"] == b"x = 1\n# genjob demo edit\n# instruction: Make it better.\n"

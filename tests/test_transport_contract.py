@@ -26,7 +26,7 @@ from shipkit import KINDS, alive, bwrap_argv, openssh_argv, sleeper, wait_dead
 from ssh_servers import SSHServer, known_hosts_line, write_key
 
 from core.errors import BadInput
-from core.rules import Limits
+from core.remote.rules import Limits
 from core.transport import (
     CommandTransport,
     HostKeyError,
@@ -135,7 +135,7 @@ async def check_stopped(report: Path) -> None:
 
 async def test_round_trip(transport: Transport, tmp_path: Path) -> None:
     seen: list[bytes] = []
-    gen = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.demo_generator"
+    gen = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.remote.demo_generator"
     outcome, info = await job(
         transport,
         tmp_path,
@@ -358,7 +358,7 @@ async def test_unreachable_or_refused(kind: str, server: SSHServer | None, tmp_p
 async def test_local_runs_the_default_generator_command(tmp_path: Path) -> None:
     """``python3`` resolves to this interpreter and ``core`` imports, as config.toml assumes."""
     transport = LocalTransport()
-    outcome, info = await job(transport, tmp_path, "python3 -m core.demo_generator {paths}", ["a.py"])
+    outcome, info = await job(transport, tmp_path, "python3 -m core.remote.demo_generator {paths}", ["a.py"])
     assert outcome.error is None and info is not None and info.ok, (outcome, info)
     assert (tmp_path / "out/a.py").read_bytes().startswith(b"# genjob demo edit\n")
 

@@ -24,7 +24,7 @@ from textual.widget import Widget
 
 from core.errors import GenjobError
 from core.layout import Layout
-from core.rules import TailBuffer
+from core.remote.rules import TailBuffer
 from core.standing import CheckState, Standing
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from core.contract import KEY_RE
 from core.errors import GenjobError
 from core.layout import Layout
 from core.lifecycle import State
-from core.rules import cut_lines
+from core.remote.rules import cut_lines
 from core.snapshot import JobRow, Scanner, keys_from_paths
 from tui.heap import release_free_memory
 

@@ -1,4 +1,4 @@
-"""Transports that run ``core/runner.py`` on a generator host: locally, over SSH, or
+"""Transports that run ``core/remote/runner.py`` on a generator host: locally, over SSH, or
 through any command that yields a pipe to a Python there."""
 
 from core.transport.base import HostKeyError, JobSpec, RunOutcome, Transport, remote_command, run_job

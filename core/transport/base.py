@@ -1,6 +1,6 @@
 """What every transport shares: the outcome type, the stdin payload and the job loop.
 
-A transport starts ``core/runner.py`` somewhere (a local subprocess, an SSH session),
+A transport starts ``core/remote/runner.py`` somewhere (a local subprocess, an SSH session),
 writes the length line and the runner's source to its stdin at once, then the header and
 the bundle once they are ready, keeps stdin open until the job is done (EOF there means
 "cancel" to the runner), streams its stderr to ``on_output`` and reads its stdout, the
@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from core import errors, rules, runner
+from core import errors
 from core.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
 from core.errors import BadInput, GenjobError
-from core.rules import DEFAULT_LIMITS, Limits, TailBuffer
+from core.remote import rules, runner
+from core.remote.rules import DEFAULT_LIMITS, Limits, TailBuffer
 
 OutputCallback = Callable[[bytes], None]
 # The runner's stdout, a chunk at a time; an awaitable it returns holds reading back until
@@ -140,7 +141,7 @@ _FUTURE = b"from __future__ import annotations\n"
 
 @functools.cache
 def runner_source() -> bytes:
-    """The one blob the generator host runs: `core.errors`, `core.rules` and `core.runner`,
+    """The one blob the generator host runs: `core.errors`, `core.remote.rules` and `core.remote.runner`,
     stdlib only, with their imports of each other dropped (the source is all there)."""
     sources = (Path(m.__file__ or "").read_bytes() for m in _SHIPPED)
     return _FUTURE + b"\n".join(_CORE_IMPORT.sub(b"", src).replace(_FUTURE, b"") for src in sources)

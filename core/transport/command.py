@@ -33,7 +33,7 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Literal
 
-from core import runner
+from core.remote import runner
 from core.transport.base import (
     STOP_WAIT,
     HostKeyError,

@@ -45,7 +45,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def local_env(python: str) -> dict[str, str]:
     """A clean environment whose PATH starts with ``python``'s folder, so that
-    ``python3 -m core.demo_generator`` finds this interpreter and, via PYTHONPATH, ``core``."""
+    ``python3 -m core.remote.demo_generator`` finds this interpreter and, via PYTHONPATH, ``core``."""
     path = os.environ.get("PATH") or os.defpath
     folder = os.path.dirname(python)
     return {

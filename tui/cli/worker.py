@@ -14,10 +14,10 @@ import click
 
 from core.checks import check_statuses
 from core.config import load_config
-from core.demo_generator import STAND_IN
 from core.layout import Layout
 from core.queue import locate
-from core.rules import LineCap
+from core.remote.demo_generator import STAND_IN
+from core.remote.rules import LineCap
 from core.terminal import visible
 from core.verify import verify
 from tui.cli.commands import layout_of, print_checks, resolve_key

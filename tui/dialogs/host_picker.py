@@ -13,7 +13,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from core.config import Host
-from core.demo_generator import stand_in_note
+from core.remote.demo_generator import stand_in_note
 from core.terminal import visible
 
 GENERATOR_SHOWN = 36

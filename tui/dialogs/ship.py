@@ -25,10 +25,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
 from core.contract import ReceiptStatus
-from core.demo_generator import stand_in_note
 from core.errors import GenjobError
 from core.layout import Layout
-from core.rules import LineCap
+from core.remote.demo_generator import stand_in_note
+from core.remote.rules import LineCap
 from core.terminal import visible
 from tui.dialogs import fit_to_terminal
 

@@ -1,10 +1,10 @@
-"""A tiny deterministic generator for demos and tests: ``python3 -m core.demo_generator``.
+"""A tiny deterministic generator for demos and tests: ``python3 -m core.remote.demo_generator``.
 
 Reads the instruction from ``$GENJOB_INSTRUCTION_FILE`` and the job from
 ``$GENJOB_JOB_FILE`` and, for each allowed path in the current folder, appends a comment
 block quoting the instruction's first line (or creates the file with that block). Prints
 one progress line per file and sleeps ``$GENJOB_DEMO_DELAY`` seconds after each; set it in
-the generator command (``GENJOB_DEMO_DELAY=0.5 python3 -m core.demo_generator``), since
+the generator command (``GENJOB_DEMO_DELAY=0.5 python3 -m core.remote.demo_generator``), since
 generators run in a clean environment.
 """
 

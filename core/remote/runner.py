@@ -39,7 +39,7 @@ import typing
 # Shipped together with this file (core.transport.base.shipped_source), these imports are
 # dropped there: the modules' source comes first in the same blob.
 from core.errors import GenjobError
-from core.rules import (
+from core.remote.rules import (
     Limits,
     MemberCheck,
     TailBuffer,
