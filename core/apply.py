@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from core.canonical import canonical, loads_strict, read_bytes
 from core.checks import require_checks
 from core.config import Config, load_config
 from core.durable import (
@@ -78,9 +77,10 @@ from core.errors import (
 from core.events import actor, record_event
 from core.evidence import set_aside
 from core.layout import FOLDER_STATE, Layout
-from core.models import Job, Receipt
+from core.model.canonical import canonical, loads_strict, read_bytes
+from core.model.models import Job, Receipt
+from core.model.protected import ProtectedPaths, require_approval
 from core.ownership import repository_owners, require_trusted
-from core.protected import ProtectedPaths, require_approval
 from core.queue import Located, locate, read_job_file
 from core.repo import is_git_work_tree
 from core.tree import (
@@ -145,7 +145,7 @@ def apply_job(layout: Layout, key: str, commit: bool = False, *, protected: bool
     """Verify and apply one job's outputs to the tree; idempotent and crash-safe.
 
     `protected`: the operator approved this job explicitly, so its outputs may include
-    paths `policy.protected_paths` covers (`core.protected`)."""
+    paths `policy.protected_paths` covers (`core.model.protected`)."""
     config = load_config(layout.config)
     with flocked(layout.lock):
         loc = locate(layout, key)

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 
-from core.lifecycle import STATE_ORDER, State
+from core.model.lifecycle import STATE_ORDER, State
+from core.model.terminal import one_line
 from core.snapshot import JobRow
-from core.terminal import one_line
 
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.apply import Applied, apply_job, check_commit_ready
-from core.canonical import canonical, loads_strict, read_bytes
 from core.checks import (
     ChecksRequired,
     check_statuses,
@@ -47,7 +46,6 @@ from core.checks import (
     write_record,
 )
 from core.config import Config, check_candidate_count, load_config
-from core.contract import ReceiptStatus
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
 from core.events import attempts, record_attempt, record_event
@@ -56,9 +54,11 @@ from core.fleet import CANDIDATE_DONE
 from core.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
 from core.layout import FOLDER_STATE, Layout
 from core.lease import read_lease
-from core.models import Job, Receipt, receipt_from_bytes
+from core.model.canonical import canonical, loads_strict, read_bytes
+from core.model.contract import ReceiptStatus
+from core.model.models import Job, Receipt, receipt_from_bytes
+from core.model.standing import CheckStatus
 from core.queue import check_key, holds_lease, locate
-from core.standing import CheckStatus
 from core.tree import make_folder
 from core.verify import ReceiptFiles, Verification, verify
 

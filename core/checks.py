@@ -34,19 +34,19 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import procfs, sandbox
-from core.canonical import canonical, loads_strict, read_bytes, sha256_bytes
 from core.config import Check, CheckName, Config, load_config
 from core.durable import atomic_write_at, folder
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
 from core.events import actor, bounded, record_event
 from core.layout import FOLDER_STATE, Layout
-from core.models import Job, Receipt, TextEnum
+from core.model.canonical import canonical, loads_strict, read_bytes, sha256_bytes
+from core.model.models import Job, Receipt, TextEnum
+from core.model.protected import flagged
+from core.model.standing import CheckState, CheckStatus, Standing
 from core.ownership import repository_owners, require_trusted
-from core.protected import flagged
 from core.queue import locate
 from core.scratch import Mode, Scratch, scratch_tree
 from core.seal import seal, sealed_here
-from core.standing import CheckState, CheckStatus, Standing
 from core.tree import closing, open_folder, open_regular
 from core.verify import Verification, verify
 

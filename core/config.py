@@ -35,14 +35,14 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
-from core.canonical import canonical, read_bytes, sha256_bytes
-from core.contract import MAX_CANDIDATES
 from core.errors import BadInput
-from core.freshness import MAX_TTL
 from core.layout import user_config_dir
+from core.model.canonical import canonical, read_bytes, sha256_bytes
+from core.model.contract import MAX_CANDIDATES
+from core.model.freshness import MAX_TTL
+from core.model.protected import DEFAULT_PROTECTED
 from core.ownership import operator_owners, repository_owners, require_trusted
 from core.pins import read_pins
-from core.protected import DEFAULT_PROTECTED
 from core.remote.rules import DEFAULT_LIMITS, Limits
 
 MAX_CONFIG_BYTES = 1 << 20

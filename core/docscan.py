@@ -1,10 +1,10 @@
 """Quick checks of job, receipt and lease documents, for reading many of them at once.
 
 `quick_job`, `quick_receipt` and `quick_lease` take a document already parsed by the
-strict JSON reader and accept it exactly when the strict models (`core.models`,
+strict JSON reader and accept it exactly when the strict models (`core.model.models`,
 `core.lease`) would; they return what a listing needs, or None, and then the caller asks
 the strict model, whose error is the one to show. Both sides take the contract's
-constants from `core.contract`. They use the standard library alone, so listing a large
+constants from `core.model.contract`. They use the standard library alone, so listing a large
 `.gen/` neither imports pydantic nor pays for it per file.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from core.contract import (
+from core.model.contract import (
     HEX64_RE,
     KEY_RE,
     LEASE_FIELDS,
@@ -28,7 +28,7 @@ from core.contract import (
     V2_FIELDS,
     V2_REQUIRED,
 )
-from core.paths import check_relpath
+from core.model.paths import check_relpath
 from core.snapshot_records import JobSummary, LeaseFacts, ReceiptFacts
 from core.speedups import canonical_chunks
 

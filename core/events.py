@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.canonical import canonical, read_bytes
 from core.durable import append_line
 from core.errors import BadInput
 from core.layout import Layout
+from core.model.canonical import canonical, read_bytes
 from core.tree import FILE_FLAGS, make_folder
 
 # What one recorded string, list or object may hold; longer ones are cut with a note.

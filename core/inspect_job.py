@@ -8,7 +8,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from core.canonical import read_bytes, sha256_bytes
 from core.checks import check_statuses
 from core.config import Config, load_config
 from core.errors import BadInput, GenjobError, TooLarge
@@ -16,10 +15,11 @@ from core.events import attempts, job_events
 from core.evidence import newest_log_tail
 from core.layout import Layout
 from core.lease import Lease, read_lease
-from core.protected import DEFAULT_PROTECTED, protected_among
+from core.model.canonical import read_bytes, sha256_bytes
+from core.model.protected import DEFAULT_PROTECTED, protected_among
+from core.model.standing import CheckStatus
 from core.queue import Located, cancel_requested_at, locate
 from core.snapshot import JobRow, Scanner
-from core.standing import CheckStatus
 from core.verify import Verification, verify
 
 MAX_DIFF_BYTES = 2 * 1024 * 1024

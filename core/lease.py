@@ -1,6 +1,6 @@
 """Leases: who holds a running job, with a heartbeat, a ttl and a fencing token.
 
-Whether a lease is live is decided by `core.freshness`, the one rule every reader uses.
+Whether a lease is live is decided by `core.model.freshness`, the one rule every reader uses.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core import freshness
-from core.canonical import canonical, loads_strict, read_bytes
-from core.contract import MAX_LEASE_BYTES, MAX_NAME_CHARS
 from core.durable import atomic_write
 from core.errors import BadInput
 from core.layout import Layout
+from core.model import freshness
+from core.model.canonical import canonical, loads_strict, read_bytes
+from core.model.contract import MAX_LEASE_BYTES, MAX_NAME_CHARS
 
 
 class Lease(BaseModel):

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.canonical import canonical, loads_strict, read_bytes
 from core.durable import atomic_write
 from core.errors import BadInput
 from core.layout import config_folder, user_config_dir
+from core.model.canonical import canonical, loads_strict, read_bytes
 from core.ownership import operator_owners, require_trusted
 
 SCHEMA = "genjob.pins.v1"

@@ -14,9 +14,9 @@ from core.config import load_config
 from core.errors import GenjobError
 from core.inspect_job import DiffStatus, JobDetail
 from core.layout import Layout
+from core.model.standing import PASSED, CheckStatus
 from core.queue import locate
 from core.repo import is_git_work_tree
-from core.standing import PASSED, CheckStatus
 from core.verify import verify
 
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.canonical import canonical, loads_strict, read_bytes
 from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
 from core.events import attempts, claims, record_attempt, record_event
-from core.freshness import LeaseState
 from core.layout import FOLDER_STATE, JOB_FOLDERS, Layout
 from core.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
-from core.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
+from core.model.canonical import canonical, loads_strict, read_bytes
+from core.model.freshness import LeaseState
+from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
 from core.tree import make_folder
 
 
@@ -255,7 +255,7 @@ def holds_lease(layout: Layout, key: str, token: int, worker: str) -> bool:
 
 
 def lease_state(layout: Layout, key: str, now: float | None = None) -> LeaseState:
-    """The state of the lease of `key`, a job in running/, by the one rule (`core.freshness`)."""
+    """The state of the lease of `key`, a job in running/, by the one rule (`core.model.freshness`)."""
     return lease_verdict(layout, key, now).state
 
 

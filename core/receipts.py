@@ -13,12 +13,12 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.canonical import canonical, read_bytes
 from core.durable import atomic_write, create_exclusive, flocked, move
 from core.events import record_attempt, record_event
 from core.evidence import keep, set_aside
 from core.layout import Layout
-from core.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
+from core.model.canonical import canonical, read_bytes
+from core.model.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
 from core.queue import holds_lease
 from core.signing import sign
 from core.tree import make_folder

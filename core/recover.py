@@ -42,7 +42,7 @@ from core.events import record_event
 from core.evidence import set_aside
 from core.layout import JOB_FOLDERS, Layout
 from core.lease import read_lease
-from core.models import KEY_RE
+from core.model.models import KEY_RE
 from core.queue import read_job_file
 
 # A run's staging folder in `.gen/out/`: `.tmp-<key>-<attempt>`, or with `-c<n>` for a candidate.

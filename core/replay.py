@@ -5,9 +5,9 @@ from __future__ import annotations
 from core.errors import WrongState
 from core.events import record_event
 from core.layout import Layout
-from core.lifecycle import State, allowed
 from core.mint import build_job
-from core.paths import regular_file_inside
+from core.model.lifecycle import State, allowed
+from core.model.paths import regular_file_inside
 from core.queue import Enqueued, enqueue, locate
 from core.snapshot import Scanner
 

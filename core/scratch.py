@@ -41,7 +41,7 @@ from typing import Literal
 from core.durable import folder
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed
 from core.layout import GEN, Layout
-from core.models import Job, Receipt
+from core.model.models import Job, Receipt
 from core.tree import closing, copy_hashing, open_folder, open_regular
 
 Mode = Literal["overlay", "copy"]

@@ -20,15 +20,15 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.bundle import BundleError, ResultInfo
-from core.canonical import canonical, read_bytes, sha256_bytes
 from core.config import Config, Host, load_config
-from core.contract import ReceiptStatus
 from core.errors import BadInput, GenjobError
 from core.events import actor, bounded, record_attempt, record_event
 from core.evidence import keep
 from core.fleet import SHIPPING, note_run
 from core.layout import Layout
-from core.paths import regular_file_inside
+from core.model.canonical import canonical, read_bytes, sha256_bytes
+from core.model.contract import ReceiptStatus
+from core.model.paths import regular_file_inside
 from core.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.receipts import Committed, commit_receipt, make_receipt
 from core.remote.rules import TailBuffer

@@ -25,10 +25,10 @@ from core.candidates import (
     staging,
 )
 from core.config import candidate_hosts, load_config
-from core.contract import ReceiptStatus
 from core.errors import GenjobError
 from core.events import actor, record_attempt
 from core.layout import Layout
+from core.model.contract import ReceiptStatus
 from core.queue import Claim, Claimer
 from core.receipts import make_receipt
 from core.remote.rules import TailBuffer

@@ -26,11 +26,11 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from core.canonical import loads_strict, read_bytes
 from core.config import load_operator_config
 from core.durable import atomic_write, create_exclusive
 from core.errors import BadInput, GenjobError
 from core.layout import Layout, config_folder, user_config_dir
+from core.model.canonical import loads_strict, read_bytes
 from core.ownership import operator_owners, repository_owners, untrusted_because
 from core.pins import pin_key, read_pins
 

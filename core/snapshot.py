@@ -2,7 +2,7 @@
 
 A row is made in two steps. `core.snapshot_files.read_facts` reads what a key's files
 say (its job documents, receipt and attempts) into `FileFacts`. `Scanner._finish` adds
-what changes without those files changing (the lease, judged by `core.freshness`; the
+what changes without those files changing (the lease, judged by `core.model.freshness`; the
 tree; the clock) and asks `derive_state`.
 
 The index, kept in memory by a long-lived `Scanner` and in `.gen/cache/` for the next
@@ -34,16 +34,16 @@ from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple, cast
 
-from core import freshness
-from core.canonical import sha256_file
-from core.contract import KEY_RE, ReceiptStatus
 from core.errors import BadInput, GenjobError
-from core.freshness import LeaseState, Verdict
 from core.layout import Layout, user_config_dir
-from core.lifecycle import Facts, State, derive_state, inconsistency_rule
-from core.paths import lstat_inside
+from core.model import freshness
+from core.model.canonical import sha256_file
+from core.model.contract import KEY_RE, ReceiptStatus
+from core.model.freshness import LeaseState, Verdict
+from core.model.lifecycle import Facts, State, derive_state, inconsistency_rule
+from core.model.paths import lstat_inside
+from core.model.protected import DEFAULT_PROTECTED
 from core.pins import pins_file
-from core.protected import DEFAULT_PROTECTED
 from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, read_leases, share
 from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
 from core.snapshot_index import read_index, write_index

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from core.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat
-from core.contract import KEY_RE, MAX_LEASE_BYTES, V1, V2, ReceiptStatus
 from core.docscan import quick_job, quick_lease, quick_receipt
 from core.errors import BadInput
 from core.layout import JOB_FOLDERS
+from core.model.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat
+from core.model.contract import KEY_RE, MAX_LEASE_BYTES, V1, V2, ReceiptStatus
 from core.snapshot_records import NO_SUMMARY, FileFacts, FileId, JobSummary, LeaseFacts, ReceiptFacts
 
 ATTEMPTS_BYTES = 64 * 1024 * 1024
@@ -83,7 +83,7 @@ ParsedJob = tuple[JobSummary, str] | str
 
 
 def summary_of(job: Any) -> JobSummary:
-    """The summary of a job the strict model accepted (`core.models.Job`)."""
+    """The summary of a job the strict model accepted (`core.model.models.Job`)."""
     return JobSummary(
         job.schema_name,
         job.digest,
@@ -153,7 +153,7 @@ def parse_receipt(data: bytes, path: str) -> ReceiptFacts | str:
         return str(exc)
     quick = quick_receipt(obj)
     if quick is None:
-        from core.models import receipt_from_obj
+        from core.model.models import receipt_from_obj
 
         try:
             rec = receipt_from_obj(obj, path)

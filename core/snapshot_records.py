@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from itertools import chain
 from typing import NamedTuple
 
-from core.lifecycle import State
+from core.model.lifecycle import State
 
 # The identity of a file as its folder's listing gives it: the inode of a `<key>.json`
 # (never rewritten in place), or (inode, size, mtime_ns) of a `<key>.jsonl` (appended to).
@@ -71,7 +71,7 @@ NO_SUMMARY = JobSummary("", "", "", (), (), 0.0)
 class ReceiptFacts(NamedTuple):
     """What a listing keeps of a valid receipt."""
 
-    status: str  # a `core.contract.ReceiptStatus` word, as plain text
+    status: str  # a `core.model.contract.ReceiptStatus` word, as plain text
     worker_id: str
     idempotency_key: str
     job_digest: str

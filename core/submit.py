@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.layout import Layout
 from core.mint import build_job
-from core.paths import RESERVED_TOP
+from core.model.paths import RESERVED_TOP
 from core.queue import Enqueued, enqueue
 from core.scratch import git_files
 

@@ -29,14 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.canonical import read_bytes, sha256_file
 from core.config import Config
 from core.errors import BadInput
 from core.layout import Layout
-from core.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
+from core.model.canonical import read_bytes, sha256_file
+from core.model.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
+from core.model.paths import check_relpath, lstat_inside
+from core.model.standing import FAILED, PASSED, SKIPPED
 from core.ownership import repository_owners, untrusted_because
-from core.paths import check_relpath, lstat_inside
-from core.standing import FAILED, PASSED, SKIPPED
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from core import procfs
 from core.checks import CheckRun, run_checks
 from core.consent import allow_as_written
 from core.layout import Layout
-from core.models import Job
+from core.model.models import Job
 
 CALC = b"def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
 CALC_BROKEN = b"def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"

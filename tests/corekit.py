@@ -22,7 +22,7 @@ from core.consent import allow_as_written
 from core.errors import GenjobError
 from core.layout import Layout
 from core.mint import build_job
-from core.models import V2, Job, job_bytes, job_from_obj
+from core.model.models import V2, Job, job_bytes, job_from_obj
 from core.pins import read_pins, update_pins
 from core.queue import Claimer, enqueue
 from core.receipts import Committed, commit_receipt, make_receipt

@@ -26,7 +26,7 @@ from core.consent import allow_as_written
 from core.errors import VerificationFailed
 from core.events import attempts
 from core.layout import Layout
-from core.models import Job
+from core.model.models import Job
 from core.remote.runner import write_tar
 from core.verify import verify
 

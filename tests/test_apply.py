@@ -13,11 +13,11 @@ from corekit import FILES, git, mint, receive, sha, tree_files, tree_state
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.canonical import canonical
 from core.errors import ApplyConflict, BadInput, Stale, VerificationFailed, WrongState
 from core.layout import Layout
-from core.lifecycle import State
-from core.models import Job
+from core.model.canonical import canonical
+from core.model.lifecycle import State
+from core.model.models import Job
 from core.queue import locate, reject
 from core.replay import replay
 from core.snapshot import take_snapshot

@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import core.apply
 from core.apply import apply_job
-from core.canonical import canonical
 from core.errors import ApplyConflict, BadInput, DurabilityError, RolledBack, Stale, VerificationFailed
 from core.layout import Layout
-from core.lifecycle import State
-from core.models import Job
+from core.model.canonical import canonical
+from core.model.lifecycle import State
+from core.model.models import Job
 from core.queue import claim, locate
 from core.receipts import load_receipt
 from core.recover import recover

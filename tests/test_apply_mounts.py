@@ -20,7 +20,7 @@ from corekit import FILES, mint, receive, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.layout import Layout
-from core.lifecycle import State
+from core.model.lifecycle import State
 from core.snapshot import take_snapshot
 
 pytestmark = pytest.mark.skipif(

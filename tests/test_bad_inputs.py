@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.canonical import MAX_JSON_BYTES
 from core.layout import Layout
-from core.models import V1, job_bytes
+from core.model.canonical import MAX_JSON_BYTES
+from core.model.models import V1, job_bytes
 from core.signing import fingerprint, sign
 
 AWS_KEY = "AKIA" + "QWERTYUIOPASDFGH"

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.board_view import BoardView, sort_key
-from core.lifecycle import State
+from core.model.lifecycle import State
+from core.model.terminal import visible
 from core.snapshot import JobRow
-from core.terminal import visible
 
 KEYS = [f"{i:032x}" for i in range(12)]
 

@@ -18,9 +18,9 @@ from core.checks import ChecksRequired, check_statuses, read_record, run_checks,
 from core.config import load_config
 from core.errors import VerificationFailed
 from core.layout import Layout
+from core.model.standing import CheckState, CheckStatus
 from core.queue import locate
 from core.ship_candidates import CandidateRequest, ship_candidates
-from core.standing import CheckState, CheckStatus
 from core.verify import verify
 
 pytestmark = pytest.mark.timeout(180)

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.canonical import (
+from core.errors import BadInput
+from core.model.canonical import (
     canonical,
     loads_strict,
     read_bytes,
@@ -20,7 +21,6 @@ from core.canonical import (
     sha256_bytes,
     sha256_file,
 )
-from core.errors import BadInput
 from core.remote.rules import MAX_INT_DIGITS
 from core.remote.rules import MAX_JSON_DEPTH as MAX_DEPTH
 

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core import sandbox
 from core.checks import read_record
 from core.layout import Layout
-from core.models import Job
+from core.model.models import Job
 from core.queue import locate
 from core.sandbox import SandboxError
 

@@ -41,10 +41,10 @@ from core.checks import (
 from core.config import load_config
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
 from core.layout import Layout
-from core.models import Job
+from core.model.models import Job
+from core.model.standing import CheckState
 from core.queue import locate
 from core.signing import private_key_path
-from core.standing import CheckState
 from core.verify import verify
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")

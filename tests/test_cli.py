@@ -25,7 +25,7 @@ from corekit import (
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.layout import Layout
-from core.lifecycle import STATE_ORDER
+from core.model.lifecycle import STATE_ORDER
 from core.queue import claim, locate
 from core.signing import public_key_path
 
@@ -232,7 +232,7 @@ def every_state(layout: Layout, signer: Ed25519PrivateKey) -> dict[str, str]:
 
 
 def test_ls_state_lists_each_job_of_that_state_once(repo: Layout, signer: Ed25519PrivateKey) -> None:
-    from core.lifecycle import State
+    from core.model.lifecycle import State
 
     jobs = every_state(repo, signer)
     assert sorted(jobs) == sorted(s.value for s in State)

@@ -32,7 +32,7 @@ from shipkit import (
 from ssh_servers import SSHServer
 
 from core.layout import Layout
-from core.lifecycle import State
+from core.model.lifecycle import State
 from core.snapshot import take_snapshot
 
 pytestmark = pytest.mark.timeout(180)

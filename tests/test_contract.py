@@ -1,4 +1,4 @@
-"""core.contract: one home for the job contract's constants, readable without pydantic."""
+"""core.model.contract: one home for the job contract's constants, readable without pydantic."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core import contract, docscan, models
+from core import docscan
+from core.model import contract, models
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,9 @@ def test_the_v1_field_order_names_each_field_once() -> None:
     assert contract.V1_FIELD_ORDER[-1] == "digest"
 
 
-@pytest.mark.parametrize("module", ["core.contract", "core.docscan", "core.snapshot", "core.freshness"])
+@pytest.mark.parametrize(
+    "module", ["core.model.contract", "core.docscan", "core.snapshot", "core.model.freshness"]
+)
 def test_the_listing_engine_loads_without_pydantic(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('pydantic')))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

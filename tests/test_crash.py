@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.apply import apply_job
 from core.config import load_config
 from core.layout import Layout
-from core.lifecycle import State
 from core.mint import build_job
-from core.models import job_bytes
+from core.model.lifecycle import State
+from core.model.models import job_bytes
 from core.queue import Claimer, claim, enqueue, locate, reject, requeue
 from core.receipts import commit_receipt, load_receipt, make_receipt
 from core.recover import recover

@@ -11,7 +11,7 @@ from corekit import dead_pid
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from core.freshness import (
+from core.model.freshness import (
     CLAIM_GRACE,
     CLOCK_SKEW,
     MAX_TTL,

@@ -14,7 +14,7 @@ from core.apply import apply_job
 from core.errors import GenjobError
 from core.inspect_job import FileDiff, file_diff, job_detail
 from core.layout import Layout
-from core.lifecycle import State
+from core.model.lifecycle import State
 from core.queue import Claimer
 
 

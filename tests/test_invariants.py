@@ -17,7 +17,7 @@ from core.apply import apply_job
 from core.errors import BadInput, KeyConflict, NothingToClaim, VerificationFailed, WrongState
 from core.layout import Layout
 from core.mint import build_job
-from core.models import V1, Job, job_bytes
+from core.model.models import V1, Job, job_bytes
 from core.queue import Claimer, claim, enqueue, locate, requeue
 from core.snapshot import take_snapshot
 

@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.errors import BadInput
-from core.freshness import CLAIM_GRACE, CLOCK_SKEW, MAX_TTL, LeaseState, judge
 from core.layout import Layout
 from core.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
-from core.lifecycle import State
+from core.model.freshness import CLAIM_GRACE, CLOCK_SKEW, MAX_TTL, LeaseState, judge
+from core.model.lifecycle import State
 from core.queue import claim, lease_state, requeue
 from core.snapshot import Scanner, take_snapshot
 

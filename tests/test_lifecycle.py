@@ -18,9 +18,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from core.apply import apply_job
 from core.errors import NothingToClaim, VerificationFailed, WrongState
-from core.freshness import LeaseState
 from core.layout import Layout
-from core.lifecycle import (
+from core.mint import build_job
+from core.model.freshness import LeaseState
+from core.model.lifecycle import (
     ACTIONS,
     STATE_ORDER,
     Facts,
@@ -29,7 +30,6 @@ from core.lifecycle import (
     derive_state,
     inconsistency_rule,
 )
-from core.mint import build_job
 from core.queue import Claimer, enqueue, read_job_file, reject, requeue
 from core.receipts import commit_receipt, make_receipt
 from core.signing import trust_repository

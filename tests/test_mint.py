@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from corekit import FILES, receive, sha, tree_state
 
-from core.canonical import sha256_bytes
 from core.errors import BadInput, KeyConflict, SecretFound
 from core.layout import Layout
 from core.mint import build_job
-from core.models import V1, V2, JobV1, JobV2, job_bytes, job_from_bytes
+from core.model.canonical import sha256_bytes
+from core.model.models import V1, V2, JobV1, JobV2, job_bytes, job_from_bytes
 from core.queue import enqueue
 
 AWS_KEY = "AKIA" + "ABCDEFGHIJKLMNOP"

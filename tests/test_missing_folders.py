@@ -21,8 +21,8 @@ from shipkit import host_block, script, write_config
 
 from core.apply import plan
 from core.candidates import OUT, Holder, commit_candidate, staging
-from core.canonical import canonical
 from core.layout import Layout
+from core.model.canonical import canonical
 from core.queue import Claimer, claim, reject
 from core.receipts import load_receipt, make_receipt
 from core.signing import keygen, load_private_key, trust_repository

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from core.errors import BadInput
 from core.layout import Layout
 from core.mint import build_job
-from core.models import (
+from core.model.models import (
     V1,
     V2,
     JobV1,

@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from core.errors import BadInput
-from core.paths import (
+from core.model.paths import (
     MAX_COMPONENT_BYTES,
     check_relpath,
     checked,

@@ -14,7 +14,7 @@ from core.apply import apply_job
 from core.candidates import apply_choice
 from core.config import DEFAULT_CONFIG, load_config
 from core.layout import Layout
-from core.protected import DEFAULT_PROTECTED, ProtectedPaths, matching, protected_among
+from core.model.protected import DEFAULT_PROTECTED, ProtectedPaths, matching, protected_among
 from core.signing import keygen, load_private_key, trust_repository
 
 JUDGES = {

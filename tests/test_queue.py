@@ -13,10 +13,10 @@ from corekit import dead_pid, mint, receive, write_jobs
 
 from core.errors import BadInput, NotFound, NothingToClaim, WrongState
 from core.events import attempts
-from core.freshness import CLAIM_GRACE
 from core.layout import Layout
 from core.lease import lease_verdict, read_lease
-from core.lifecycle import State
+from core.model.freshness import CLAIM_GRACE
+from core.model.lifecycle import State
 from core.queue import (
     Claimer,
     cancel_requested,

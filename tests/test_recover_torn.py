@@ -28,8 +28,8 @@ import core.apply
 from core.apply import apply_job
 from core.durable import flocked
 from core.layout import Layout
-from core.lifecycle import State
-from core.models import Job
+from core.model.lifecycle import State
+from core.model.models import Job
 from core.signing import load_private_key
 from core.snapshot import take_snapshot
 

@@ -13,8 +13,8 @@ from core.apply import apply_job
 from core.errors import SecretFound, WrongState
 from core.events import job_events
 from core.layout import Layout
-from core.lifecycle import State
-from core.models import V1
+from core.model.lifecycle import State
+from core.model.models import V1
 from core.queue import Claimer, locate, reject
 from core.replay import replay
 from core.snapshot import take_snapshot

@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.apply import apply_job
 from core.config import load_config
 from core.layout import Layout
-from core.lifecycle import State
 from core.mint import build_job
-from core.models import V1, JobV1, job_bytes
+from core.model.lifecycle import State
+from core.model.models import V1, JobV1, job_bytes
 from core.queue import claim, enqueue, locate
 from core.receipts import commit_receipt, make_receipt
 from core.snapshot import take_snapshot

@@ -39,7 +39,7 @@ from core.apply import apply_job
 from core.config import load_config
 from core.errors import BadInput
 from core.layout import Layout
-from core.models import job_from_bytes
+from core.model.models import job_from_bytes
 from core.ship import Hosts, ShipResult, ship
 
 pytestmark = pytest.mark.timeout(120)

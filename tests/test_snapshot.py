@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from core import snapshot, snapshot_files, snapshot_index, snapshot_pool
 from core.apply import apply_job
 from core.layout import Layout
-from core.lifecycle import State
+from core.model.lifecycle import State
 from core.pins import pins_file
 from core.queue import claim, reject, requeue
 from core.snapshot import Scanner, keys_from_paths, take_snapshot

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import snapshot_index
-from core.lifecycle import State
+from core.model.lifecycle import State
 from core.snapshot_folders import LISTED
 from core.snapshot_index import FACTS, ROWS, Malformed, read_index, write_index
 from core.snapshot_records import (

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from core.lifecycle import State
+from core.model.lifecycle import State
 from core.snapshot_records import FileStamp, JobRow
 
 

@@ -18,7 +18,7 @@ from core.apply import apply_job
 from core.config import load_config, user_config_dir
 from core.errors import Untrusted, VerificationFailed
 from core.layout import Layout
-from core.models import Job
+from core.model.models import Job
 from core.ownership import repository_owners, untrusted_because
 from core.signing import keygen, load_private_key, operator_keys_dir, public_key_path, trust_repository
 from core.verify import verify

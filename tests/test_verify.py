@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.config import load_config
 from core.layout import Layout
-from core.models import Job
-from core.standing import FAILED, PASSED, SKIPPED
+from core.model.models import Job
+from core.model.standing import FAILED, PASSED, SKIPPED
 from core.verify import Verification, verify
 
 NEW = b"def main():\n    return 2\n"

@@ -30,9 +30,9 @@ from textual.widget import Widget
 
 from core.errors import GenjobError
 from core.layout import Layout
-from core.lifecycle import ACTIONS, DISCARDABLE, State
-from core.standing import Standing, approvable
-from core.terminal import visible
+from core.model.lifecycle import ACTIONS, DISCARDABLE, State
+from core.model.standing import Standing, approvable
+from core.model.terminal import visible
 from tui.check_runner import CheckRunner
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog

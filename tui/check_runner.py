@@ -24,8 +24,8 @@ from textual.widget import Widget
 
 from core.errors import GenjobError
 from core.layout import Layout
+from core.model.standing import CheckState, Standing
 from core.remote.rules import TailBuffer
-from core.standing import CheckState, Standing
 
 if TYPE_CHECKING:
     from core.checks import CheckRun

@@ -32,16 +32,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import sandbox
 from core.apply import apply_job
-from core.canonical import sha256_bytes
 from core.checks import CheckRun, run_checks
 from core.consent import allow_as_written
-from core.contract import ReceiptStatus
 from core.durable import atomic_write
 from core.errors import GenjobError
 from core.events import record_attempt
 from core.layout import Layout
 from core.mint import build_job
-from core.models import Job
+from core.model.canonical import sha256_bytes
+from core.model.contract import ReceiptStatus
+from core.model.models import Job
 from core.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
 from core.receipts import commit_receipt, make_receipt
 from core.remote.demo_generator import comment_block

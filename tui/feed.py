@@ -28,10 +28,10 @@ from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
 from core.board_view import BoardView
-from core.contract import KEY_RE
 from core.errors import GenjobError
 from core.layout import Layout
-from core.lifecycle import State
+from core.model.contract import KEY_RE
+from core.model.lifecycle import State
 from core.remote.rules import cut_lines
 from core.snapshot import JobRow, Scanner, keys_from_paths
 from tui.heap import release_free_memory
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from core.config import Config
     from core.inspect_job import JobDetail
-    from core.standing import Standing
+    from core.model.standing import Standing
 
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120

@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from core.board_view import age
-from core.protected import PROTECTED_HINT, PROTECTED_MARK
-from core.standing import FAILED, PASSED, CheckState, CheckStatus
-from core.terminal import visible
+from core.model.protected import PROTECTED_HINT, PROTECTED_MARK
+from core.model.standing import FAILED, PASSED, CheckState, CheckStatus
+from core.model.terminal import visible
 from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 if TYPE_CHECKING:

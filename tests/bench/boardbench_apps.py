@@ -46,7 +46,7 @@ async def after_refresh(app: Any) -> float:
 
 
 def board(mode: str, root: Path, keys_file: Path | None, out: Path | None) -> None:
-    from core.lifecycle import State
+    from core.model.lifecycle import State
     from tui.app import make_app
 
     app = make_app(root)

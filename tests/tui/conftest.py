@@ -69,7 +69,7 @@ def hold_on_the_frozen_clock(demo: Demo) -> None:
     """Hold the running job's lease from this process, heartbeat at the frozen instant.
 
     The demo's holder heartbeats on the real clock, months past the frozen one, and a
-    heartbeat that far ahead of the clock keeps no job running (`core.freshness`)."""
+    heartbeat that far ahead of the clock keeps no job running (`core.model.freshness`)."""
     demo.stop()
     layout = Layout(demo.root)
     key = demo.keys["running"]

@@ -22,7 +22,7 @@ from textual.widgets import Button, Static
 
 from core import sandbox
 from core.layout import Layout
-from core.standing import Standing
+from core.model.standing import Standing
 from tui.check_runner import CheckRunner
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog

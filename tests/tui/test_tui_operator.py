@@ -12,7 +12,7 @@ from textual.color import Color
 from textual.widgets import Button, Checkbox, OptionList, Static
 
 from core.layout import Layout
-from core.lifecycle import State
+from core.model.lifecycle import State
 from core.queue import claim, request_cancel
 from core.repo import init_repo
 from tui.demo import Demo

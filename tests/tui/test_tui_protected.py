@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from core.checks import run_checks
 from core.layout import Layout
-from core.models import Job
+from core.model.models import Job
 from core.signing import load_private_key
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from core.errors import GenjobError, NotFound
-from core.freshness import MAX_TTL
 from core.layout import JOB_FOLDERS, Layout, find_root
-from core.lifecycle import State
-from core.protected import PROTECTED_HINT, protected_among
-from core.protected import describe as describe_protected
-from core.terminal import visible
+from core.model.freshness import MAX_TTL
+from core.model.lifecycle import State
+from core.model.protected import PROTECTED_HINT, protected_among
+from core.model.protected import describe as describe_protected
+from core.model.terminal import visible
 from tui.cli.output import guarded, print_json, say
 
 if TYPE_CHECKING:
-    from core.standing import CheckStatus
+    from core.model.standing import CheckStatus
 
 # Each command imports what it uses inside its body, so a command pays only for its own
 # imports: `genjob ls` starts without pydantic, cryptography, asyncssh or textual.
@@ -87,7 +87,7 @@ def layout_of(ctx: click.Context) -> Layout:
 
 def resolve_key(layout: Layout, given: str) -> str:
     """A full key, or a unique prefix of one (like a git commit id)."""
-    from core.contract import KEY_RE
+    from core.model.contract import KEY_RE
 
     if KEY_RE.fullmatch(given):
         if _job_file_named(layout, given) is None and not os.path.lexists(layout.receipt(given)):
@@ -177,8 +177,8 @@ def mint(
     """Mint a job over PATHS into the queue and print its key."""
     from core.config import load_config
     from core.mint import build_job
-    from core.models import V1, V2
-    from core.paths import repo_relative
+    from core.model.models import V1, V2
+    from core.model.paths import repo_relative
     from core.queue import enqueue
 
     if (message is None) == (message_file is None):
@@ -298,7 +298,7 @@ _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old "
 def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     """The receipt's verification step by step, the job's checks, and whether apply may run."""
     from core.checks import run_hint
-    from core.standing import PASSED, SKIPPED
+    from core.model.standing import PASSED, SKIPPED
 
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
@@ -550,7 +550,7 @@ def schema_cmd(kind: str) -> None:
     """Print the JSON Schema of a job document (v1 or v2) or a receipt."""
     from pydantic import TypeAdapter
 
-    from core.models import JobV1, JobV2, Receipt
+    from core.model.models import JobV1, JobV2, Receipt
 
     adapter: TypeAdapter[Any] = TypeAdapter(JobV1 | JobV2 if kind == "job" else Receipt)
     print_json(adapter.json_schema(by_alias=True))

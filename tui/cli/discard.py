@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from core.discard import discard
-from core.terminal import visible
+from core.model.terminal import visible
 from tui.cli.commands import layout_of, resolve_key
 
 

@@ -13,7 +13,7 @@ from core.board_view import age
 from core.config import load_config
 from core.fleet import HostView, Note, fleet
 from core.layout import Layout
-from core.terminal import visible
+from core.model.terminal import visible
 from tui.cli.commands import layout_of
 from tui.cli.output import print_json, say
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from core.layout import Layout
-from core.lifecycle import STATE_ORDER
-from core.protected import PROTECTED_MARK, protected_among
-from core.terminal import visible
+from core.model.lifecycle import STATE_ORDER
+from core.model.protected import PROTECTED_MARK, protected_among
+from core.model.terminal import visible
 from tui.cli.output import print_json, say
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.layout import find_root
-from core.lifecycle import State
+from core.model.lifecycle import State
 from tui.cli.output import guarded
 
 _STATES = {s.value for s in State}

@@ -15,10 +15,10 @@ import click
 from core.checks import check_statuses
 from core.config import load_config
 from core.layout import Layout
+from core.model.terminal import visible
 from core.queue import locate
 from core.remote.demo_generator import STAND_IN
 from core.remote.rules import LineCap
-from core.terminal import visible
 from core.verify import verify
 from tui.cli.commands import layout_of, print_checks, resolve_key
 from tui.cli.output import say

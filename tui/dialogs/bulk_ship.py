@@ -22,10 +22,10 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from core.contract import ReceiptStatus
 from core.errors import GenjobError
 from core.layout import Layout
-from core.terminal import visible
+from core.model.contract import ReceiptStatus
+from core.model.terminal import visible
 from tui.dialogs import fit_to_terminal
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from textual.widgets import Button, Input, Label, SelectionList, Static, TextAre
 
 from core.errors import GenjobError
 from core.layout import Layout
+from core.model.terminal import visible
 from core.queue import Enqueued
 from core.submit import repo_files, submit_job
-from core.terminal import visible
 from tui.dialogs import fit_to_terminal
 from tui.text import literal
 

@@ -24,12 +24,12 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
-from core.contract import ReceiptStatus
 from core.errors import GenjobError
 from core.layout import Layout
+from core.model.contract import ReceiptStatus
+from core.model.terminal import visible
 from core.remote.demo_generator import stand_in_note
 from core.remote.rules import LineCap
-from core.terminal import visible
 from tui.dialogs import fit_to_terminal
 
 if TYPE_CHECKING:

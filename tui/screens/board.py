@@ -33,9 +33,9 @@ from core.board_view import BoardView
 from core.errors import GenjobError
 from core.events import actor
 from core.layout import Layout
-from core.lifecycle import STATE_ORDER, State
-from core.standing import Standing
-from core.terminal import visible
+from core.model.lifecycle import STATE_ORDER, State
+from core.model.standing import Standing
+from core.model.terminal import visible
 from tui import render
 from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
 from tui.check_runner import CheckRunner

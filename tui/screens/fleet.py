@@ -25,7 +25,7 @@ from core.config import load_config
 from core.errors import GenjobError
 from core.fleet import HostView, Note, fleet
 from core.layout import Layout
-from core.terminal import visible
+from core.model.terminal import visible
 from tui.widgets.key_bar import Hint, KeyBar
 
 REFRESH = 2.0

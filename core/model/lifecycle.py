@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from core.contract import ReceiptStatus
-from core.freshness import LeaseState
+from core.model.contract import ReceiptStatus
+from core.model.freshness import LeaseState
 
 
 class State(StrEnum):
@@ -52,7 +52,7 @@ class Facts:
     """Everything the state depends on, as read from one snapshot.
 
     folders: the state folders holding `<key>.json` (queue, running, applied, rejected).
-    lease: for a running job, its lease's state as `core.freshness` judges it.
+    lease: for a running job, its lease's state as `core.model.freshness` judges it.
     receipt: None, a `ReceiptStatus` word (plain text, as the listing reads it), or
       "invalid" (present but unreadable).
     base_fresh: for an ok receipt, whether the tree still matches the job's inputs.

@@ -21,17 +21,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from core.canonical import canonical, loads_strict, sha256_bytes
-from core.contract import HEX64_RE as HEX64_RE
-from core.contract import KEY_RE as KEY_RE
-from core.contract import MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS, MAX_PATHS, V1_FIELD_ORDER
-from core.contract import RECEIPT_STATUSES as RECEIPT_STATUSES
-from core.contract import SCHEMAS as SCHEMAS
-from core.contract import V1 as V1
-from core.contract import V2 as V2
-from core.contract import ReceiptStatus as ReceiptStatus
 from core.errors import BadInput
-from core.paths import check_relpath
+from core.model.canonical import canonical, loads_strict, sha256_bytes
+from core.model.contract import HEX64_RE as HEX64_RE
+from core.model.contract import KEY_RE as KEY_RE
+from core.model.contract import MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS, MAX_PATHS, V1_FIELD_ORDER
+from core.model.contract import RECEIPT_STATUSES as RECEIPT_STATUSES
+from core.model.contract import SCHEMAS as SCHEMAS
+from core.model.contract import V1 as V1
+from core.model.contract import V2 as V2
+from core.model.contract import ReceiptStatus as ReceiptStatus
+from core.model.paths import check_relpath
 
 Sha256 = Annotated[str, Field(pattern=f"^{HEX64_RE.pattern}$")]
 Key = Annotated[str, Field(pattern=f"^{KEY_RE.pattern}$")]
