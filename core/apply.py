@@ -9,7 +9,7 @@ Apply runs under `.gen/state.lock`:
     with the job's input hash (before; None for a new file) and the output hash (after);
  4. a journal naming them goes to `.gen/journal/<key>.json`; each output is copied from
     `.gen/out/<digest>/` next to its target under a temp name, hashed as it is copied
-    and fsynced. Every folder is reached through descriptors (`core.tree`), never
+    and fsynced. Every folder is reached through descriptors (`core.store.tree`), never
     through a path checked earlier;
  5. each target in turn is swapped with its copy in one atomic step, and what came out
     must be the bytes the job was minted against (for a new file: nothing may be
@@ -52,18 +52,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from core.checks import require_checks
-from core.config import Config, load_config
-from core.durable import (
-    atomic_write,
-    create_exclusive,
-    environment_fault,
-    flocked,
-    folder,
-    fsync_dir,
-    fsync_fd,
-    move,
-    rename_at,
-)
 from core.errors import (
     ApplyConflict,
     BadInput,
@@ -74,16 +62,28 @@ from core.errors import (
     VerificationFailed,
     WrongState,
 )
-from core.events import actor, record_event
-from core.evidence import set_aside
-from core.layout import FOLDER_STATE, Layout
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.models import Job, Receipt
 from core.model.protected import ProtectedPaths, require_approval
-from core.ownership import repository_owners, require_trusted
-from core.queue import Located, locate, read_job_file
-from core.repo import is_git_work_tree
-from core.tree import (
+from core.store.config import Config, load_config
+from core.store.durable import (
+    atomic_write,
+    create_exclusive,
+    environment_fault,
+    flocked,
+    folder,
+    fsync_dir,
+    fsync_fd,
+    move,
+    rename_at,
+)
+from core.store.events import actor, record_event
+from core.store.evidence import set_aside
+from core.store.layout import FOLDER_STATE, Layout
+from core.store.ownership import repository_owners, require_trusted
+from core.store.queue import Located, locate, read_job_file
+from core.store.repo import is_git_work_tree
+from core.store.tree import (
     closing,
     copy_hashing,
     exchange,

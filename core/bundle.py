@@ -33,7 +33,7 @@ from core.remote.rules import (
     loads_strict,
 )
 from core.remote.runner import PROTOCOL_VERSION, write_tar
-from core.tree import DIR_MODE, FILE_MODE
+from core.store.tree import DIR_MODE, FILE_MODE
 
 MAX_RESULT_JSON_BYTES = 4 << 20
 RESULT_KEYS = frozenset({"exit_code", "timed_out", "cancelled", "violations", "tail", "error", "outputs"})

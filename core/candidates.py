@@ -45,21 +45,21 @@ from core.checks import (
     stale_because,
     write_record,
 )
-from core.config import Config, check_candidate_count, load_config
-from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
-from core.events import attempts, record_attempt, record_event
-from core.evidence import set_aside
 from core.fleet import CANDIDATE_DONE
 from core.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
-from core.layout import FOLDER_STATE, Layout
-from core.lease import read_lease
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job, Receipt, receipt_from_bytes
 from core.model.standing import CheckStatus
-from core.queue import check_key, holds_lease, locate
-from core.tree import make_folder
+from core.store.config import Config, check_candidate_count, load_config
+from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
+from core.store.events import attempts, record_attempt, record_event
+from core.store.evidence import set_aside
+from core.store.layout import FOLDER_STATE, Layout
+from core.store.lease import read_lease
+from core.store.queue import check_key, holds_lease, locate
+from core.store.tree import make_folder
 from core.verify import ReceiptFiles, Verification, verify
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def commit_candidate(
     state lock. When that completes `batch`, the lease goes too. A lost lease, or a
     receipt chosen meanwhile, keeps the folder aside under `.gen/logs/<key>/` instead.
     """
-    from core.signing import sign  # cryptography: only where a receipt is signed
+    from core.store.signing import sign  # cryptography: only where a receipt is signed
 
     signer, staged = holder.signer, staging(layout, job.key, holder.token, number)
     body = canonical(receipt.document())

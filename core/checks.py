@@ -33,21 +33,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core import procfs, sandbox
-from core.config import Check, CheckName, Config, load_config
-from core.durable import atomic_write_at, folder
+from core import sandbox
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
-from core.events import actor, bounded, record_event
-from core.layout import FOLDER_STATE, Layout
 from core.model.canonical import canonical, loads_strict, read_bytes, sha256_bytes
 from core.model.models import Job, Receipt, TextEnum
 from core.model.protected import flagged
 from core.model.standing import CheckState, CheckStatus, Standing
-from core.ownership import repository_owners, require_trusted
-from core.queue import locate
 from core.scratch import Mode, Scratch, scratch_tree
-from core.seal import seal, sealed_here
-from core.tree import closing, open_folder, open_regular
+from core.store import procfs
+from core.store.config import Check, CheckName, Config, load_config
+from core.store.durable import atomic_write_at, folder
+from core.store.events import actor, bounded, record_event
+from core.store.layout import FOLDER_STATE, Layout
+from core.store.ownership import repository_owners, require_trusted
+from core.store.queue import locate
+from core.store.seal import seal, sealed_here
+from core.store.tree import closing, open_folder, open_regular
 from core.verify import Verification, verify
 
 RECORD_SCHEMA: Literal["genjob.check.v1"] = "genjob.check.v1"
@@ -148,7 +149,7 @@ def read_record(layout: Layout, key: str, name: str, candidate: int | None = Non
 
     A record is a claim that policy acts on, so like an apply journal it counts only if
     no one but the repository's owner could have written it, and only if genjob wrote it
-    on this machine (its seal, `core.seal`: a record can arrive with a repository); a
+    on this machine (its seal, `core.store.seal`: a record can arrive with a repository); a
     record that does not parse, is reached through a link or fails either test raises
     BadInput.
     """

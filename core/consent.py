@@ -1,11 +1,11 @@
 """`genjob allow`: show exactly what a repository's config would run, and pin it.
 
 A config that arrived with the repository runs nothing until the operator has seen
-what it would run and allowed it (`core.config.load_config` holds it back until then).
+what it would run and allowed it (`core.store.config.load_config` holds it back until then).
 `describe` is what they see: each host with where the job's files go and the command it
 runs there, each check with its confinement and command, and each setting that lowers a
-default. `allow` pins the sha256 of that (`core.config.runs_digest`) in the operator's own
-folder (`core.pins`); any change to it asks again.
+default. `allow` pins the sha256 of that (`core.store.config.runs_digest`) in the operator's own
+folder (`core.store.pins`); any change to it asks again.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import shlex
 from dataclasses import dataclass
 
 from core import sandbox
-from core.config import Check, Config, Host, read_repository_config, runs_digest, what_runs
 from core.errors import GenjobError
-from core.events import record_event
-from core.layout import Layout
-from core.pins import pin_config, read_pins
+from core.store.config import Check, Config, Host, read_repository_config, runs_digest, what_runs
+from core.store.events import record_event
+from core.store.layout import Layout
+from core.store.pins import pin_config, read_pins
 from core.transport.local import LocalSandbox
 
 

@@ -4,7 +4,7 @@ A job file that does not parse (truncated, hand-edited, written by something els
 receipt that does not parse keeps its key INVALID for ever: nothing can claim, apply or
 reject it. `discard` moves exactly the files that do not parse, with their signature,
 into the job's evidence folder `.gen/logs/<key>/` (as `discarded-<folder>-<name>-<ms>`,
-beside late receipts) through `core.evidence`; what parses stays where it is, so a job
+beside late receipts) through `core.store.evidence`; what parses stays where it is, so a job
 whose only fault was its receipt shows again as ORPHANED and can be requeued.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.durable import flocked
 from core.errors import BadInput, NotFound, WrongState
-from core.events import record_event
-from core.evidence import set_aside
-from core.layout import JOB_FOLDERS, Layout
-from core.queue import check_key, read_job_file
+from core.store.durable import flocked
+from core.store.events import record_event
+from core.store.evidence import set_aside
+from core.store.layout import JOB_FOLDERS, Layout
+from core.store.queue import check_key, read_job_file
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Discarded:
 def _unreadable(layout: Layout, key: str) -> list[tuple[Path, str]]:
     """The key's files that do not parse, each with its fault (a bad receipt brings its .sig)."""
     # Imported here: receipts bring cryptography, which a board need not load to start.
-    from core.receipts import load_receipt
+    from core.store.receipts import load_receipt
 
     bad = []
     for folder in JOB_FOLDERS:

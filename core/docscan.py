@@ -2,7 +2,7 @@
 
 `quick_job`, `quick_receipt` and `quick_lease` take a document already parsed by the
 strict JSON reader and accept it exactly when the strict models (`core.model.models`,
-`core.lease`) would; they return what a listing needs, or None, and then the caller asks
+`core.store.lease`) would; they return what a listing needs, or None, and then the caller asks
 the strict model, whose error is the one to show. Both sides take the contract's
 constants from `core.model.contract`. They use the standard library alone, so listing a large
 `.gen/` neither imports pydantic nor pays for it per file.

@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.bundle import ResultInfo
-from core.config import Config, Host
-from core.durable import atomic_write, flocked
 from core.errors import BadInput, GenjobError
-from core.events import attempts, bounded
-from core.layout import Layout
-from core.lease import read_lease
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import KEY_RE
-from core.tree import make_folder
+from core.store.config import Config, Host
+from core.store.durable import atomic_write, flocked
+from core.store.events import attempts, bounded
+from core.store.layout import Layout
+from core.store.lease import read_lease
+from core.store.tree import make_folder
 
 if TYPE_CHECKING:
     from core.transport.base import Transport

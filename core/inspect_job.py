@@ -9,17 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import check_statuses
-from core.config import Config, load_config
 from core.errors import BadInput, GenjobError, TooLarge
-from core.events import attempts, job_events
-from core.evidence import newest_log_tail
-from core.layout import Layout
-from core.lease import Lease, read_lease
 from core.model.canonical import read_bytes, sha256_bytes
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
-from core.queue import Located, cancel_requested_at, locate
 from core.snapshot import JobRow, Scanner
+from core.store.config import Config, load_config
+from core.store.events import attempts, job_events
+from core.store.evidence import newest_log_tail
+from core.store.layout import Layout
+from core.store.lease import Lease, read_lease
+from core.store.queue import Located, cancel_requested_at, locate
 from core.verify import Verification, verify
 
 MAX_DIFF_BYTES = 2 * 1024 * 1024

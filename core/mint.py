@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from core.errors import BadInput, SecretFound
-from core.layout import Layout
 from core.model.canonical import canonical, sha256_bytes
 from core.model.models import V1, V2, Job, JobV1, job_from_obj
 from core.model.paths import checked, regular_file_inside
 from core.secrets_scan import find_secrets
-from core.tree import closing, hash_fd, open_dir, open_folder, open_regular, read_fd
+from core.store.layout import Layout
+from core.store.tree import closing, hash_fd, open_dir, open_folder, open_regular, read_fd
 
 _SCAN_LIMIT = 8 * 1024 * 1024
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.config import load_config
 from core.errors import GenjobError
 from core.inspect_job import DiffStatus, JobDetail
-from core.layout import Layout
 from core.model.standing import PASSED, CheckStatus
-from core.queue import locate
-from core.repo import is_git_work_tree
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import locate
+from core.store.repo import is_git_work_tree
 from core.verify import verify
 
 

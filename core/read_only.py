@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import BadInput
-from core.layout import GEN, user_config_dir
-from core.tree import closing
+from core.store.layout import GEN, user_config_dir
+from core.store.tree import closing
 
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 # As many links as the kernel follows in one lookup before it says ELOOP.

@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.apply import apply_job
-from core.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
 from core.errors import ApplyConflict, BadInput, GenjobError, NotFound
-from core.events import record_event
-from core.evidence import set_aside
-from core.layout import JOB_FOLDERS, Layout
-from core.lease import read_lease
 from core.model.models import KEY_RE
-from core.queue import read_job_file
+from core.store.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
+from core.store.events import record_event
+from core.store.evidence import set_aside
+from core.store.layout import JOB_FOLDERS, Layout
+from core.store.lease import read_lease
+from core.store.queue import read_job_file
 
 # A run's staging folder in `.gen/out/`: `.tmp-<key>-<attempt>`, or with `-c<n>` for a candidate.
 _STAGING = re.compile(rf"^{re.escape(TMP_PREFIX)}([0-9a-f]{{32}})-(\d+)(?:-c\d+)?$")

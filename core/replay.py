@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from core.errors import WrongState
-from core.events import record_event
-from core.layout import Layout
 from core.mint import build_job
 from core.model.lifecycle import State, allowed
 from core.model.paths import regular_file_inside
-from core.queue import Enqueued, enqueue, locate
 from core.snapshot import Scanner
+from core.store.events import record_event
+from core.store.layout import Layout
+from core.store.queue import Enqueued, enqueue, locate
 
 
 def replay(layout: Layout, key: str, allow_secrets: bool = False) -> Enqueued:

@@ -50,11 +50,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from core import procfs, read_only, seccomp
+from core import read_only, seccomp
 from core.errors import BadInput, GenjobError
 from core.read_only import Bind, Rules, private_fault, within
 from core.remote.rules import TailBuffer
-from core.tree import closing
+from core.store import procfs
+from core.store.tree import closing
 
 Kind = Literal["bwrap", "none"]
 KINDS: tuple[Kind, ...] = ("bwrap", "none")

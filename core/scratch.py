@@ -18,7 +18,7 @@ Two ways to make it:
    when the check runs unsandboxed (a hard link would let it write the original).
 
 Either way the job's inputs and outputs are copied, never linked, through directory
-descriptors (`core.tree`), and hashed as they are copied: an input that is not at its
+descriptors (`core.store.tree`), and hashed as they are copied: an input that is not at its
 minted hash makes the job stale, an output that is not at the receipt's hash fails.
 """
 
@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from core.durable import folder
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed
-from core.layout import GEN, Layout
 from core.model.models import Job, Receipt
-from core.tree import closing, copy_hashing, open_folder, open_regular
+from core.store.durable import folder
+from core.store.layout import GEN, Layout
+from core.store.tree import closing, copy_hashing, open_folder, open_regular
 
 Mode = Literal["overlay", "copy"]
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

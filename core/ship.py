@@ -20,22 +20,22 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.bundle import BundleError, ResultInfo
-from core.config import Config, Host, load_config
 from core.errors import BadInput, GenjobError
-from core.events import actor, bounded, record_attempt, record_event
-from core.evidence import keep
 from core.fleet import SHIPPING, note_run
-from core.layout import Layout
 from core.model.canonical import canonical, read_bytes, sha256_bytes
 from core.model.contract import ReceiptStatus
 from core.model.paths import regular_file_inside
-from core.queue import Claim, Claimer, cancel_requested, heartbeat
-from core.receipts import Committed, commit_receipt, make_receipt
 from core.remote.rules import TailBuffer
-from core.signing import load_private_key, private_key_path
+from core.store.config import Config, Host, load_config
+from core.store.events import actor, bounded, record_attempt, record_event
+from core.store.evidence import keep
+from core.store.layout import Layout
+from core.store.queue import Claim, Claimer, cancel_requested, heartbeat
+from core.store.receipts import Committed, commit_receipt, make_receipt
+from core.store.signing import load_private_key, private_key_path
+from core.store.tree import make_folder
 from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 from core.transport.local import LocalSandbox
-from core.tree import make_folder
 
 OutputCallback = Callable[[bytes], None]
 # How a run ended: its receipt's status, and why when it is not `ok`.

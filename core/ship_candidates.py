@@ -24,13 +24,8 @@ from core.candidates import (
     reserve,
     staging,
 )
-from core.config import candidate_hosts, load_config
 from core.errors import GenjobError
-from core.events import actor, record_attempt
-from core.layout import Layout
 from core.model.contract import ReceiptStatus
-from core.queue import Claim, Claimer
-from core.receipts import make_receipt
 from core.remote.rules import TailBuffer
 from core.ship import (
     Ending,
@@ -46,7 +41,12 @@ from core.ship import (
     verdict,
     watch,
 )
-from core.tree import make_folder
+from core.store.config import candidate_hosts, load_config
+from core.store.events import actor, record_attempt
+from core.store.layout import Layout
+from core.store.queue import Claim, Claimer
+from core.store.receipts import make_receipt
+from core.store.tree import make_folder
 
 # Called as each candidate ends, with its result.
 OnCandidate = Callable[[ShipResult], None]

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import NamedTuple, cast
 
 from core.errors import BadInput, GenjobError
-from core.layout import Layout, user_config_dir
 from core.model import freshness
 from core.model.canonical import sha256_file
 from core.model.contract import KEY_RE, ReceiptStatus
@@ -43,7 +42,6 @@ from core.model.freshness import LeaseState, Verdict
 from core.model.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.model.paths import lstat_inside
 from core.model.protected import DEFAULT_PROTECTED
-from core.pins import pins_file
 from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, read_leases, share
 from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
 from core.snapshot_index import read_index, write_index
@@ -60,7 +58,9 @@ from core.snapshot_records import (
     Listing,
     TreeStamp,
 )
-from core.tree import make_folder
+from core.store.layout import Layout, user_config_dir
+from core.store.pins import pins_file
+from core.store.tree import make_folder
 
 __all__ = ["JobRow", "Scanner", "Snapshot", "keys_from_paths", "take_snapshot"]
 
@@ -120,7 +120,7 @@ def _candidates(facts: FileFacts) -> str | None:
 def _config_policy(path: str) -> tuple[bool, str | None, tuple[str, ...], str | None, tuple[str, ...]]:
     """(require_signature, the fault of a bad config.toml, the checks run unsandboxed, what
     the config would run and may not yet, the protected paths)."""
-    from core.config import load_config  # pydantic: loaded only when a config.toml changed
+    from core.store.config import load_config  # pydantic: loaded only when a config.toml changed
 
     try:
         config = load_config(Path(path))

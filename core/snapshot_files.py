@@ -19,10 +19,10 @@ from typing import Any
 
 from core.docscan import quick_job, quick_lease, quick_receipt
 from core.errors import BadInput
-from core.layout import JOB_FOLDERS
 from core.model.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat
 from core.model.contract import KEY_RE, MAX_LEASE_BYTES, V1, V2, ReceiptStatus
 from core.snapshot_records import NO_SUMMARY, FileFacts, FileId, JobSummary, LeaseFacts, ReceiptFacts
+from core.store.layout import JOB_FOLDERS
 
 ATTEMPTS_BYTES = 64 * 1024 * 1024
 
@@ -96,7 +96,7 @@ def summary_of(job: Any) -> JobSummary:
 
 def _strict_job(path: str, folder: str) -> ParsedJob:
     """The strict reader's verdict on a job file the quick check did not accept."""
-    from core.queue import read_job_file
+    from core.store.queue import read_job_file
 
     try:
         job, record = read_job_file(Path(path), folder)
@@ -172,7 +172,7 @@ def parse_lease(data: bytes, path: str) -> LeaseFacts | str:
     quick = quick_lease(obj)
     if quick is not None:
         return quick
-    from core.lease import lease_from_bytes
+    from core.store.lease import lease_from_bytes
 
     try:
         lease = lease_from_bytes(data, path)
@@ -206,7 +206,7 @@ def read_leases(gen: str) -> dict[str, bytes]:
     return out
 
 
-# A claim line as `core.queue` writes it (canonical JSON, a worker name without escapes):
+# A claim line as `core.store.queue` writes it (canonical JSON, a worker name without escapes):
 # what `json.loads` would make of it, read off directly. Integers are held to 20 digits,
 # well under the length `json.loads` refuses.
 _CLAIM_LINE = re.compile(

@@ -47,8 +47,6 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
-from core.durable import atomic_write
-from core.ownership import operator_owners, untrusted_because
 from core.snapshot_folders import GROWING
 from core.snapshot_records import (
     ConfigStamp,
@@ -62,6 +60,8 @@ from core.snapshot_records import (
     TreeStamp,
 )
 from core.speedups import collector_paused
+from core.store.durable import atomic_write
+from core.store.ownership import operator_owners, untrusted_because
 
 HEADER = b"genjob snapshot index 9\n"
 SLICE = 1024

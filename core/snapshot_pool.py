@@ -26,9 +26,9 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from core.durable import write_all
 from core.snapshot_index import FACTS
 from core.snapshot_records import FileFacts, FileId, PackedIds
+from core.store.durable import write_all
 
 # At most this many processes (this one included), with at least this many keys for
 # each, in at most 256 chunks of at least this many keys.

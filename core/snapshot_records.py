@@ -216,7 +216,7 @@ class ConfigStamp(NamedTuple):
     signature_required: bool
     fault: str | None
     unsandboxed: tuple[str, ...]  # the checks configured with sandbox = "none"
-    held: str | None  # what the config would run and may not yet (`core.config.Held.hint`)
+    held: str | None  # what the config would run and may not yet (`core.store.config.Held.hint`)
     protected: tuple[str, ...]  # `policy.protected_paths`
 
 

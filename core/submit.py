@@ -6,11 +6,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from core.layout import Layout
 from core.mint import build_job
 from core.model.paths import RESERVED_TOP
-from core.queue import Enqueued, enqueue
 from core.scratch import git_files
+from core.store.layout import Layout
+from core.store.queue import Enqueued, enqueue
 
 
 def submit_job(

@@ -29,14 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config import Config
 from core.errors import BadInput
-from core.layout import Layout
 from core.model.canonical import read_bytes, sha256_file
 from core.model.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
 from core.model.paths import check_relpath, lstat_inside
 from core.model.standing import FAILED, PASSED, SKIPPED
-from core.ownership import repository_owners, untrusted_because
+from core.store.config import Config
+from core.store.layout import Layout
+from core.store.ownership import repository_owners, untrusted_because
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,7 @@ def _check_signature(v: Verification, layout: Layout, sig_path: Path, rec: Recei
         return
     # Imported here: cryptography is needed only once a signature is read, and a board
     # that lists 100,000 jobs should not carry it from the start.
-    from core.signing import check_signature, trust_anchors
+    from core.store.signing import check_signature, trust_anchors
 
     try:
         signer = check_signature(

@@ -14,13 +14,13 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from core.config import Config, load_config
 from core.errors import GenjobError, NothingToClaim
-from core.events import actor
-from core.layout import Layout
-from core.queue import Claim, Claimer
 from core.ship import Hosts, Shipment, ShipResult, run_claimed, signing_key
 from core.ship_candidates import run_candidates
+from core.store.config import Config, load_config
+from core.store.events import actor
+from core.store.layout import Layout
+from core.store.queue import Claim, Claimer
 
 Report = Callable[[str], None]
 

@@ -21,13 +21,13 @@ from corekit import tree_state
 from ssh_servers import SSHServer
 
 from core.apply import apply_job
-from core.config import load_config
 from core.consent import allow_as_written
 from core.errors import VerificationFailed
-from core.events import attempts
-from core.layout import Layout
 from core.model.models import Job
 from core.remote.runner import write_tar
+from core.store.config import load_config
+from core.store.events import attempts
+from core.store.layout import Layout
 from core.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]

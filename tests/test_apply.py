@@ -14,13 +14,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
 from core.errors import ApplyConflict, BadInput, Stale, VerificationFailed, WrongState
-from core.layout import Layout
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
-from core.queue import locate, reject
 from core.replay import replay
 from core.snapshot import take_snapshot
+from core.store.layout import Layout
+from core.store.queue import locate, reject
 
 NEW_APP = b"def main():\n    return 2\n"
 NEW_MOD = b"VALUE = 3\n"

@@ -23,15 +23,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import core.apply
 from core.apply import apply_job
 from core.errors import ApplyConflict, BadInput, DurabilityError, RolledBack, Stale, VerificationFailed
-from core.layout import Layout
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
-from core.queue import claim, locate
-from core.receipts import load_receipt
 from core.recover import recover
 from core.replay import replay
 from core.snapshot import take_snapshot
+from core.store.layout import Layout
+from core.store.queue import claim, locate
+from core.store.receipts import load_receipt
 
 NEW_APP = b"def main():\n    return 2\n"
 NEW_UTIL = b"def helper(x):\n    return x * 3\n"

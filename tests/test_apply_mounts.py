@@ -19,9 +19,9 @@ import pytest
 from corekit import FILES, mint, receive, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.layout import Layout
 from core.model.lifecycle import State
 from core.snapshot import take_snapshot
+from core.store.layout import Layout
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None,

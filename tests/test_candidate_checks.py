@@ -15,12 +15,12 @@ from shipkit import CommandHost, host_block, script, write_config
 
 from core.candidates import apply_choice, choose, chosen, views
 from core.checks import ChecksRequired, check_statuses, read_record, run_checks, write_record
-from core.config import load_config
 from core.errors import VerificationFailed
-from core.layout import Layout
 from core.model.standing import CheckState, CheckStatus
-from core.queue import locate
 from core.ship_candidates import CandidateRequest, ship_candidates
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import locate
 from core.verify import verify
 
 pytestmark = pytest.mark.timeout(180)

@@ -40,13 +40,13 @@ from core.candidates import (
     verify_candidate,
     views,
 )
-from core.config import load_config
 from core.errors import BadInput, NotFound, VerificationFailed, WrongState
-from core.layout import Layout
-from core.queue import locate, requeue
 from core.recover import recover
 from core.ship_candidates import CandidateRequest, candidate_hosts, ship_candidates
-from core.signing import sign
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import locate, requeue
+from core.store.signing import sign
 from core.worker import run_worker
 
 pytestmark = pytest.mark.timeout(180)

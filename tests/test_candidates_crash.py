@@ -27,11 +27,11 @@ from core.candidates import (
     staging,
     verify_candidate,
 )
-from core.config import load_config
-from core.layout import Layout
-from core.queue import Claim, Claimer
-from core.receipts import make_receipt
 from core.recover import recover
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import Claim, Claimer
+from core.store.receipts import make_receipt
 
 WORKER = "w1"
 

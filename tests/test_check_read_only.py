@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import sandbox
 from core.checks import read_record
-from core.layout import Layout
 from core.model.models import Job
-from core.queue import locate
 from core.sandbox import SandboxError
+from core.store.layout import Layout
+from core.store.queue import locate
 
 pytestmark = pytest.mark.skipif(sandbox.bwrap_problem() is not None, reason="bwrap cannot run here")
 

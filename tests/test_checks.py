@@ -38,13 +38,13 @@ from core.checks import (
     run_checks,
     running_since,
 )
-from core.config import load_config
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
-from core.layout import Layout
 from core.model.models import Job
 from core.model.standing import CheckState
-from core.queue import locate
-from core.signing import private_key_path
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import locate
+from core.store.signing import private_key_path
 from core.verify import verify
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")

@@ -24,10 +24,10 @@ from corekit import (
 )
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.layout import Layout
 from core.model.lifecycle import STATE_ORDER
-from core.queue import claim, locate
-from core.signing import public_key_path
+from core.store.layout import Layout
+from core.store.queue import claim, locate
+from core.store.signing import public_key_path
 
 GENJOB = Path(sys.executable).parent / "genjob"
 
@@ -194,7 +194,7 @@ def test_an_ambiguous_prefix_is_refused(repo: Layout) -> None:
 def every_state(layout: Layout, signer: Ed25519PrivateKey) -> dict[str, str]:
     """One job in each state a user can see, by the state's name."""
     from core.apply import apply_job
-    from core.queue import reject
+    from core.store.queue import reject
 
     queued, running, orphaned = write_jobs(layout, 3)
     claim(layout, "w1", running)

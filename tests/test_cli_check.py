@@ -12,9 +12,9 @@ from corekit import cli, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import sandbox
-from core.config import DEFAULT_CONFIG, Config, load_config
 from core.errors import BadInput
-from core.layout import Layout
+from core.store.config import DEFAULT_CONFIG, Config, load_config
+from core.store.layout import Layout
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
 

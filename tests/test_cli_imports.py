@@ -19,8 +19,8 @@ import pytest
 from corekit import cli, mint, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.layout import Layout
-from core.pins import pins_file
+from core.store.layout import Layout
+from core.store.pins import pins_file
 from tui.cli.plain import plain_board, plain_ls
 
 GENJOB = Path(sys.executable).parent / "genjob"
@@ -240,7 +240,7 @@ def test_a_scan_gives_its_first_rows_before_reading_a_changed_config(
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from core.layout import Layout\n"
+        "from core.store.layout import Layout\n"
         "from core.snapshot import Scanner\n"
         f"scanner = Scanner(Layout(Path({str(layout.root)!r})))\n"
         "batches = scanner.scan_batches(1)\n"

@@ -16,9 +16,9 @@ import pytest
 from corekit import cli, dead_pid, mint, receive, sha, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.layout import Layout
 from core.model.canonical import canonical
-from core.queue import claim
+from core.store.layout import Layout
+from core.store.queue import claim
 
 HOSTILE = "\x1b[2J\x1b]8;;https://evil.example\x07click\x1b]8;;\x07\x9b31m\u202eevil\u2066"
 

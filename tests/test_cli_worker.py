@@ -31,9 +31,9 @@ from shipkit import (
 )
 from ssh_servers import SSHServer
 
-from core.layout import Layout
 from core.model.lifecycle import State
 from core.snapshot import take_snapshot
+from core.store.layout import Layout
 
 pytestmark = pytest.mark.timeout(180)
 

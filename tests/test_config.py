@@ -1,4 +1,4 @@
-"""A repository's `.gen/config.toml` (`core.config`): the defaults, each bad setting named
+"""A repository's `.gen/config.toml` (`core.store.config`): the defaults, each bad setting named
 with its file and fault, the host rules, and the refusal of a config another user could
 have written. (Check settings: test_cli_check.py; the operator's floor: test_trust.py.)"""
 
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.config import (
+from core.consent import allow_as_written
+from core.errors import BadInput, GenjobError, TooLarge, Untrusted
+from core.store.config import (
     DEFAULT_CONFIG,
     MAX_CONFIG_BYTES,
     CheckRuns,
@@ -20,10 +22,8 @@ from core.config import (
     load_config,
     load_operator_config,
 )
-from core.consent import allow_as_written
-from core.errors import BadInput, GenjobError, TooLarge, Untrusted
-from core.layout import Layout, user_config_dir
-from core.repo import init_repo
+from core.store.layout import Layout, user_config_dir
+from core.store.repo import init_repo
 
 
 @pytest.fixture

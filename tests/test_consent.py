@@ -9,13 +9,13 @@ import pytest
 from corekit import cli, mint, receive, set_config
 
 from core.checks import ChecksRequired, check_statuses, require_checks
-from core.config import DEFAULT_CONFIG, load_config, read_repository_config, runs_digest
 from core.consent import allow, consent
 from core.errors import BadInput, GenjobError, Untrusted
-from core.layout import Layout, user_config_dir
 from core.model.standing import CheckState
-from core.pins import pins_file, read_pins
 from core.remote.rules import DEFAULT_LIMITS
+from core.store.config import DEFAULT_CONFIG, load_config, read_repository_config, runs_digest
+from core.store.layout import Layout, user_config_dir
+from core.store.pins import pins_file, read_pins
 from core.verify import verify
 
 CHECK = '\n[checks.tests]\nrun = "true"\n'

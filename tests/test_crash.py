@@ -17,15 +17,15 @@ from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.config import load_config
-from core.layout import Layout
 from core.mint import build_job
 from core.model.lifecycle import State
 from core.model.models import job_bytes
-from core.queue import Claimer, claim, enqueue, locate, reject, requeue
-from core.receipts import commit_receipt, load_receipt, make_receipt
 from core.recover import recover
 from core.snapshot import take_snapshot
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import Claimer, claim, enqueue, locate, reject, requeue
+from core.store.receipts import commit_receipt, load_receipt, make_receipt
 from core.verify import verify
 
 FOLDERS = ("queue", "running", "applied", "rejected")

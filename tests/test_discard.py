@@ -10,9 +10,9 @@ from corekit import cli, mint, receive
 
 from core.discard import discard
 from core.errors import GenjobError, WrongState
-from core.layout import Layout
-from core.queue import requeue
 from core.snapshot import take_snapshot
+from core.store.layout import Layout
+from core.store.queue import requeue
 
 BAD_KEY = "0" * 31 + "f"
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from core.docscan import quick_job, quick_lease, quick_receipt
 from core.errors import BadInput
-from core.lease import Lease
 from core.model.models import job_from_obj, receipt_from_obj
 from core.snapshot_files import summary_of
+from core.store.lease import Lease
 
 ABC = hashlib.sha256(b"abc").hexdigest()
 

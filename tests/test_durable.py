@@ -1,4 +1,4 @@
-"""Durable file operations (`core.durable`): the contract every writer of `.gen/` relies on.
+"""Durable file operations (`core.store.durable`): the contract every writer of `.gen/` relies on.
 
 Each operation works in one folder opened without following links, writes under a
 unique temp name, fsyncs the file and then the folder, and on any fault leaves the
@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import durable
-from core.durable import (
+from core.errors import BadInput, DurabilityError
+from core.store import durable
+from core.store.durable import (
     TMP_PREFIX,
     append_line,
     atomic_write,
@@ -32,7 +33,6 @@ from core.durable import (
     remove_stale_temps,
     temp_at,
 )
-from core.errors import BadInput, DurabilityError
 
 
 def temps(path: Path) -> list[str]:

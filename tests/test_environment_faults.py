@@ -24,11 +24,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, write_config
 
 from core.apply import plan
-from core.layout import Layout
 from core.model.canonical import canonical
 from core.model.lifecycle import State
-from core.receipts import load_receipt
 from core.snapshot import take_snapshot
+from core.store.layout import Layout
+from core.store.receipts import load_receipt
 
 FAULTS = [errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT]
 WORDS = {

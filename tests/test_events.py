@@ -1,4 +1,4 @@
-"""The audit log and attempt records (`core.events`): bounded on the way in, bounded on the
+"""The audit log and attempt records (`core.store.events`): bounded on the way in, bounded on the
 way out, and a log past its read cap read from its tail rather than refused."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import events
 from core.errors import BadInput, TooLarge
-from core.events import (
+from core.store import events
+from core.store.events import (
     MAX_FIELD_CHARS,
     MAX_FIELD_ITEMS,
     MAX_READ_BYTES,
@@ -26,8 +26,8 @@ from core.events import (
     record_attempt,
     record_event,
 )
-from core.layout import Layout
-from core.repo import init_repo
+from core.store.layout import Layout
+from core.store.repo import init_repo
 
 KEY = "a" * 32
 OTHER = "b" * 32

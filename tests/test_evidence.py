@@ -14,13 +14,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, write_config
 
 from core.bundle import ResultInfo
-from core.config import load_config
 from core.errors import BadInput
-from core.events import MAX_FIELD_CHARS, MAX_FIELD_ITEMS, MAX_READ_BYTES, bounded, job_events, record_event
-from core.evidence import keep, newest_log_tail, set_aside
-from core.layout import Layout
-from core.queue import claim
 from core.ship import Hosts, Shipment, _commit, ship
+from core.store.config import load_config
+from core.store.events import (
+    MAX_FIELD_CHARS,
+    MAX_FIELD_ITEMS,
+    MAX_READ_BYTES,
+    bounded,
+    job_events,
+    record_event,
+)
+from core.store.evidence import keep, newest_log_tail, set_aside
+from core.store.layout import Layout
+from core.store.queue import claim
 
 
 def test_a_fifo_among_the_logs_does_not_hang_show(repo: Layout, signer: Ed25519PrivateKey) -> None:

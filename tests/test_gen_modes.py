@@ -23,9 +23,9 @@ from test_missing_folders import group_or_other_writable
 
 from core.apply import apply_job
 from core.candidates import OUT, choose
-from core.layout import Layout
-from core.queue import locate
-from core.signing import keygen, trust_repository
+from core.store.layout import Layout
+from core.store.queue import locate
+from core.store.signing import keygen, trust_repository
 
 
 @contextlib.contextmanager

@@ -13,9 +13,9 @@ from core import inspect_job
 from core.apply import apply_job
 from core.errors import GenjobError
 from core.inspect_job import FileDiff, file_diff, job_detail
-from core.layout import Layout
 from core.model.lifecycle import State
-from core.queue import Claimer
+from core.store.layout import Layout
+from core.store.queue import Claimer
 
 
 def test_an_unknown_key_is_an_error_naming_the_queue(repo: Layout) -> None:

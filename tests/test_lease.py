@@ -1,4 +1,4 @@
-"""core.lease: writing and reading leases, and every reader judging them by the one rule."""
+"""core.store.lease: writing and reading leases, and every reader judging them by the one rule."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.errors import BadInput
-from core.layout import Layout
-from core.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.model.freshness import CLAIM_GRACE, CLOCK_SKEW, MAX_TTL, LeaseState, judge
 from core.model.lifecycle import State
-from core.queue import claim, lease_state, requeue
 from core.snapshot import Scanner, take_snapshot
+from core.store.layout import Layout
+from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
+from core.store.queue import claim, lease_state, requeue
 
 
 def test_a_lease_written_is_the_lease_read(repo: Layout) -> None:

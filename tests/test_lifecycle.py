@@ -18,7 +18,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from core.apply import apply_job
 from core.errors import NothingToClaim, VerificationFailed, WrongState
-from core.layout import Layout
 from core.mint import build_job
 from core.model.freshness import LeaseState
 from core.model.lifecycle import (
@@ -30,10 +29,11 @@ from core.model.lifecycle import (
     derive_state,
     inconsistency_rule,
 )
-from core.queue import Claimer, enqueue, read_job_file, reject, requeue
-from core.receipts import commit_receipt, make_receipt
-from core.signing import trust_repository
 from core.snapshot import Scanner, take_snapshot
+from core.store.layout import Layout
+from core.store.queue import Claimer, enqueue, read_job_file, reject, requeue
+from core.store.receipts import commit_receipt, make_receipt
+from core.store.signing import trust_repository
 
 FOLDERS = ("queue", "running", "applied", "rejected")
 FACTS: dict[str, st.SearchStrategy[object]] = {

@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import toml_str, write_config
 
 from core import sandbox
-from core.config import load_config
 from core.errors import BadInput
 from core.fleet import fleet
-from core.layout import Layout, user_config_dir
 from core.ship import ShipResult, ship
+from core.store.config import load_config
+from core.store.layout import Layout, user_config_dir
 from core.transport.local import LocalSandbox
 
 pytestmark = [

@@ -10,11 +10,11 @@ import pytest
 from corekit import FILES, receive, sha, tree_state
 
 from core.errors import BadInput, KeyConflict, SecretFound
-from core.layout import Layout
 from core.mint import build_job
 from core.model.canonical import sha256_bytes
 from core.model.models import V1, V2, JobV1, JobV2, job_bytes, job_from_bytes
-from core.queue import enqueue
+from core.store.layout import Layout
+from core.store.queue import enqueue
 
 AWS_KEY = "AKIA" + "ABCDEFGHIJKLMNOP"
 

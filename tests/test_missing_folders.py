@@ -21,11 +21,11 @@ from shipkit import host_block, script, write_config
 
 from core.apply import plan
 from core.candidates import OUT, Holder, commit_candidate, staging
-from core.layout import Layout
 from core.model.canonical import canonical
-from core.queue import Claimer, claim, reject
-from core.receipts import load_receipt, make_receipt
-from core.signing import keygen, load_private_key, trust_repository
+from core.store.layout import Layout
+from core.store.queue import Claimer, claim, reject
+from core.store.receipts import load_receipt, make_receipt
+from core.store.signing import keygen, load_private_key, trust_repository
 
 # The folders a clone or an archive may lose (each is empty on many a repository).
 FOLDERS = (

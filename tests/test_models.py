@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import BadInput
-from core.layout import Layout
 from core.mint import build_job
 from core.model.models import (
     V1,
@@ -28,6 +27,7 @@ from core.model.models import (
     receipt_from_bytes,
     receipt_from_obj,
 )
+from core.store.layout import Layout
 
 # sha256("abc") and sha256("") are the textbook vectors.
 ABC = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

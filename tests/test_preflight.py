@@ -9,11 +9,11 @@ from corekit import mint, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.inspect_job import job_detail
-from core.layout import Layout
 from core.preflight import preflight, receipt_verdict
-from core.queue import Claimer, cancel_requested_at, request_cancel
-from core.repo import init_repo, is_git_work_tree
-from core.signing import fingerprint
+from core.store.layout import Layout
+from core.store.queue import Claimer, cancel_requested_at, request_cancel
+from core.store.repo import init_repo, is_git_work_tree
+from core.store.signing import fingerprint
 
 
 def test_a_verified_receipt_in_a_git_repository(repo: Layout, signer: Ed25519PrivateKey) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from corekit import dead_pid
 
-from core import procfs
+from core.store import procfs
 
 
 def test_the_fields_of_this_process() -> None:

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from core.apply import apply_job
 from core.candidates import apply_choice
-from core.config import DEFAULT_CONFIG, load_config
-from core.layout import Layout
 from core.model.protected import DEFAULT_PROTECTED, ProtectedPaths, matching, protected_among
-from core.signing import keygen, load_private_key, trust_repository
+from core.store.config import DEFAULT_CONFIG, load_config
+from core.store.layout import Layout
+from core.store.signing import keygen, load_private_key, trust_repository
 
 JUDGES = {
     ".github/workflows/ci.yml": ".github/**",

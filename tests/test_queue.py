@@ -12,12 +12,13 @@ import pytest
 from corekit import dead_pid, mint, receive, write_jobs
 
 from core.errors import BadInput, NotFound, NothingToClaim, WrongState
-from core.events import attempts
-from core.layout import Layout
-from core.lease import lease_verdict, read_lease
 from core.model.freshness import CLAIM_GRACE
 from core.model.lifecycle import State
-from core.queue import (
+from core.snapshot import take_snapshot
+from core.store.events import attempts
+from core.store.layout import Layout
+from core.store.lease import lease_verdict, read_lease
+from core.store.queue import (
     Claimer,
     cancel_requested,
     claim,
@@ -29,7 +30,6 @@ from core.queue import (
     request_cancel,
     requeue,
 )
-from core.snapshot import take_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -222,8 +222,8 @@ RACER = """
 import sys, time
 from pathlib import Path
 from core.errors import NothingToClaim
-from core.layout import Layout
-from core.queue import Claimer
+from core.store.layout import Layout
+from core.store.queue import Claimer
 
 layout, go, worker = Layout(Path(sys.argv[1])), Path(sys.argv[2]), sys.argv[3]
 claimer = Claimer(layout, worker)

@@ -10,10 +10,10 @@ from corekit import mint, sha, stage_outputs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import BadInput
-from core.events import attempts
-from core.layout import Layout
-from core.queue import claim, requeue
-from core.receipts import commit_receipt, load_receipt, make_receipt
+from core.store.events import attempts
+from core.store.layout import Layout
+from core.store.queue import claim, requeue
+from core.store.receipts import commit_receipt, load_receipt, make_receipt
 
 
 def test_a_winning_receipt_publishes_outputs_signature_and_receipt(

@@ -10,13 +10,13 @@ from corekit import cli, make_repo, mint, receive, sha, v2_job, write_jobs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.durable import folder, temp_at
-from core.layout import Layout
 from core.model.canonical import canonical
 from core.model.models import job_bytes
-from core.queue import claim, locate, reject
 from core.recover import recover
 from core.snapshot import take_snapshot
+from core.store.durable import folder, temp_at
+from core.store.layout import Layout
+from core.store.queue import claim, locate, reject
 
 
 def folders_of(layout: Layout, key: str) -> list[str]:

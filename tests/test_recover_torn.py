@@ -26,12 +26,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import core.apply
 from core.apply import apply_job
-from core.durable import flocked
-from core.layout import Layout
 from core.model.lifecycle import State
 from core.model.models import Job
-from core.signing import load_private_key
 from core.snapshot import take_snapshot
+from core.store.durable import flocked
+from core.store.layout import Layout
+from core.store.signing import load_private_key
 
 NEW = {
     "src/app.py": b"def main():\n    return 2\n",

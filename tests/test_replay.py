@@ -11,13 +11,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
 from core.errors import SecretFound, WrongState
-from core.events import job_events
-from core.layout import Layout
 from core.model.lifecycle import State
 from core.model.models import V1
-from core.queue import Claimer, locate, reject
 from core.replay import replay
 from core.snapshot import take_snapshot
+from core.store.events import job_events
+from core.store.layout import Layout
+from core.store.queue import Claimer, locate, reject
 
 
 def state(layout: Layout, key: str) -> State:

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from checkkit import processes_left, processes_with, unique_sleep
 
-from core import procfs, sandbox
+from core import sandbox
 from core.sandbox import Confinement, Overlay, SandboxError, launch, run
-from core.signing import keygen
+from core.store import procfs
+from core.store.signing import keygen
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
 

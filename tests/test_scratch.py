@@ -13,9 +13,9 @@ from corekit import git, sha, tree_files, tree_state
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import GenjobError, Stale, VerificationFailed
-from core.layout import Layout
 from core.model.models import Job, Receipt, receipt_from_bytes
 from core.scratch import Scratch, scratch_tree, sweep
+from core.store.layout import Layout
 
 LIMIT = 64 << 20
 
@@ -104,8 +104,8 @@ def test_outside_git_every_file_but_gen_and_git(
 @pytest.fixture
 def signer_outside(tmp_path: Path) -> tuple[Layout, Ed25519PrivateKey]:
     """A folder that is not a git repository, with genjob initialised and a pinned key."""
-    from core.repo import init_repo
-    from core.signing import keygen, load_private_key, trust_repository
+    from core.store.repo import init_repo
+    from core.store.signing import keygen, load_private_key, trust_repository
 
     root = tmp_path / "plain"
     root.mkdir()

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from core import sandbox
 from core.checks import read_record, run_checks
 from core.errors import BadInput, Untrusted
-from core.layout import Layout, user_config_dir
-from core.seal import seal, sealed_here
+from core.store.layout import Layout, user_config_dir
+from core.store.seal import seal, sealed_here
 
 
 def test_a_seal_is_bound_to_its_purpose_and_bytes() -> None:

@@ -20,14 +20,14 @@ from corekit import cli, sha, stage_outputs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.config import load_config
-from core.layout import Layout
 from core.mint import build_job
 from core.model.lifecycle import State
 from core.model.models import V1, JobV1, job_bytes
-from core.queue import claim, enqueue, locate
-from core.receipts import commit_receipt, make_receipt
 from core.snapshot import take_snapshot
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import claim, enqueue, locate
+from core.store.receipts import commit_receipt, make_receipt
 from core.verify import verify
 
 ARTICLE = Path(__file__).resolve().parents[2] / "shared" / "seed" / "replay-the-job-not-the-chat.md"

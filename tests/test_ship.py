@@ -36,11 +36,11 @@ from shipkit import (
 from ssh_servers import SSHServer
 
 from core.apply import apply_job
-from core.config import load_config
 from core.errors import BadInput
-from core.layout import Layout
 from core.model.models import job_from_bytes
 from core.ship import Hosts, ShipResult, ship
+from core.store.config import load_config
+from core.store.layout import Layout
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,9 +11,9 @@ from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import host_block, read_report, script, sleeper, write_config
 
-from core.layout import Layout
-from core.queue import Claimer, claim
 from core.ship import abort_claim
+from core.store.layout import Layout
+from core.store.queue import Claimer, claim
 from core.worker import BatchEvent, ship_batch
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
 
 from core.errors import BadInput, GenjobError
-from core.signing import (
+from core.store.signing import (
     Anchors,
     check_signature,
     config_dir,

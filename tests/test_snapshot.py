@@ -31,11 +31,11 @@ from hypothesis import strategies as st
 
 from core import snapshot, snapshot_files, snapshot_index, snapshot_pool
 from core.apply import apply_job
-from core.layout import Layout
 from core.model.lifecycle import State
-from core.pins import pins_file
-from core.queue import claim, reject, requeue
 from core.snapshot import Scanner, keys_from_paths, take_snapshot
+from core.store.layout import Layout
+from core.store.pins import pins_file
+from core.store.queue import claim, reject, requeue
 
 HOUR_NS = 3600 * 10**9
 
@@ -499,8 +499,8 @@ def test_candidates_are_counted_and_a_closed_batch_is_received(
     repo: Layout, signer: Ed25519PrivateKey
 ) -> None:
     from core.candidates import Holder, commit_candidate, staging
-    from core.queue import Claimer
-    from core.receipts import make_receipt
+    from core.store.queue import Claimer
+    from core.store.receipts import make_receipt
 
     job = mint(repo, "best of two", ["src/app.py"])
     held = Claimer(repo, "w1").claim(job.key)

@@ -10,11 +10,11 @@ from pathlib import Path
 from corekit import mint, receive, write_jobs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.layout import Layout
-from core.queue import claim, reject
 from core.snapshot_files import GONE, parse_lease, parse_receipt, racy_after, read, read_facts, read_lease
 from core.snapshot_folders import list_folders
 from core.snapshot_records import NO_SUMMARY, FileFacts, LeaseFacts, ReceiptFacts
+from core.store.layout import Layout
+from core.store.queue import claim, reject
 
 OLD_NS = 10**18  # 2001: long settled
 

@@ -8,10 +8,10 @@ import pytest
 from corekit import write_jobs
 
 from core import snapshot_files
-from core.layout import Layout
-from core.queue import claim
 from core.snapshot_folders import LISTED, file_identity, list_folders
 from core.snapshot_records import Listing
+from core.store.layout import Layout
+from core.store.queue import claim
 
 
 def listing(

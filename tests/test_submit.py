@@ -13,8 +13,8 @@ from checkkit import refuse_git
 from corekit import make_repo
 
 from core.errors import GenjobError
-from core.layout import Layout
-from core.repo import init_repo
+from core.store.layout import Layout
+from core.store.repo import init_repo
 from core.submit import repo_files
 
 

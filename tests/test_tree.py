@@ -1,4 +1,4 @@
-"""`core.tree.make_folder`: every folder genjob makes under `.gen/`, whatever the umask."""
+"""`core.store.tree.make_folder`: every folder genjob makes under `.gen/`, whatever the umask."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import BadInput
-from core.tree import make_folder
+from core.store.tree import make_folder
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o002, 0o077])

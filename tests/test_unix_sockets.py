@@ -32,9 +32,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import toml_str, write_config
 
 from core import checks, sandbox
-from core.layout import Layout
 from core.sandbox import Confinement, SandboxError, launch, run
 from core.ship import ship
+from core.store.layout import Layout
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -11,10 +11,10 @@ import pytest
 from corekit import mint, receive, set_config, sha, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.config import load_config
-from core.layout import Layout
 from core.model.models import Job
 from core.model.standing import FAILED, PASSED, SKIPPED
+from core.store.config import load_config
+from core.store.layout import Layout
 from core.verify import Verification, verify
 
 NEW = b"def main():\n    return 2\n"

@@ -22,10 +22,10 @@ from shipkit import (
 )
 
 from core.apply import apply_job
-from core.layout import Layout
-from core.queue import Claimer, heartbeat, lease_state, requeue
-from core.receipts import commit_receipt, make_receipt
 from core.ship import ship
+from core.store.layout import Layout
+from core.store.queue import Claimer, heartbeat, lease_state, requeue
+from core.store.receipts import commit_receipt, make_receipt
 from core.worker import run_worker
 
 pytestmark = pytest.mark.timeout(120)

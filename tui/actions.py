@@ -29,17 +29,17 @@ from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
 from core.errors import GenjobError
-from core.layout import Layout
 from core.model.lifecycle import ACTIONS, DISCARDABLE, State
 from core.model.standing import Standing, approvable
 from core.model.terminal import visible
+from core.store.layout import Layout
 from tui.check_runner import CheckRunner
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
 
 if TYPE_CHECKING:
-    from core.config import Config
-    from core.queue import Claim
+    from core.store.config import Config
+    from core.store.queue import Claim
 
 # How many keys a bulk confirm lists before "… and N more".
 LISTED = 12
@@ -249,8 +249,8 @@ class Dispatcher(Widget):
     def _tend(self, held: dict[str, Claim]) -> None:
         """Honour a cancel of a held job (an aborted receipt); heartbeat the others every
         third of their ttl; let go of a job whose lease is no longer ours."""
-        from core.queue import cancel_requested, heartbeat
         from core.ship import abort_claim
+        from core.store.queue import cancel_requested, heartbeat
 
         for key, c in held.items():
             try:
@@ -287,14 +287,14 @@ class Dispatcher(Widget):
 def _config(layout: Layout) -> Config:
     """The repository's config.toml; the config model (pydantic) loads on the first call,
     after the board's first frame."""
-    from core.config import load_config
+    from core.store.config import load_config
 
     return load_config(layout.config)
 
 
 # -- the actions ------------------------------------------------------------------------------
 def _claim(d: Dispatcher, key: str, _: Any) -> str:
-    from core.queue import claim
+    from core.store.queue import claim
 
     ttl = d.lease_ttl()
     c = claim(d.repo, d.worker_id, key, ttl, pid=os.getpid())
@@ -309,7 +309,7 @@ async def _ask_reason(d: Dispatcher, keys: list[str], bulk: bool) -> str | None:
 
 
 def _reject(d: Dispatcher, key: str, reason: str) -> str:
-    from core.queue import reject
+    from core.store.queue import reject
 
     return f"rejected {key[:12]}: {reject(d.repo, key, reason).name}"
 
@@ -323,7 +323,7 @@ async def _ask_requeue(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
 
 
 def _requeue(d: Dispatcher, key: str, _: Any) -> str:
-    from core.queue import requeue
+    from core.store.queue import requeue
 
     requeue(d.repo, key)
     return f"requeued {key[:12]}"
@@ -355,7 +355,7 @@ async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[s
 
 
 def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
-    from core.queue import request_cancel
+    from core.store.queue import request_cancel
 
     request_cancel(d.repo, key)
     if key in held:
@@ -375,7 +375,7 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
         except GenjobError:
             commit = False
         if commit:
-            from core.repo import is_git_work_tree
+            from core.store.repo import is_git_work_tree
 
             commit = await asyncio.to_thread(is_git_work_tree, d.repo.root)
         return Approval(commit)

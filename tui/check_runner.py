@@ -23,9 +23,9 @@ from textual.timer import Timer
 from textual.widget import Widget
 
 from core.errors import GenjobError
-from core.layout import Layout
 from core.model.standing import CheckState, Standing
 from core.remote.rules import TailBuffer
+from core.store.layout import Layout
 
 if TYPE_CHECKING:
     from core.checks import CheckRun
@@ -179,7 +179,7 @@ class CheckRunner(Widget):
 
     async def _check(self, live: LiveCheck) -> CheckRun:
         from core.checks import checkable, run_check
-        from core.config import load_config
+        from core.store.config import load_config
 
         config = await asyncio.to_thread(load_config, self.repo.config)
         job, receipt, _ = await asyncio.to_thread(checkable, self.repo, live.key, config)

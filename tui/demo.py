@@ -34,19 +34,19 @@ from core import sandbox
 from core.apply import apply_job
 from core.checks import CheckRun, run_checks
 from core.consent import allow_as_written
-from core.durable import atomic_write
 from core.errors import GenjobError
-from core.events import record_attempt
-from core.layout import Layout
 from core.mint import build_job
 from core.model.canonical import sha256_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job
-from core.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
-from core.receipts import commit_receipt, make_receipt
 from core.remote.demo_generator import comment_block
-from core.repo import init_repo
-from core.signing import keygen, load_private_key, trust_repository
+from core.store.durable import atomic_write
+from core.store.events import record_attempt
+from core.store.layout import Layout
+from core.store.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
+from core.store.receipts import commit_receipt, make_receipt
+from core.store.repo import init_repo
+from core.store.signing import keygen, load_private_key, trust_repository
 
 CONFIG_DIR = ".demo-config"
 MARKER = "demo-built"

@@ -29,19 +29,19 @@ from textual.widget import Widget
 
 from core.board_view import BoardView
 from core.errors import GenjobError
-from core.layout import Layout
 from core.model.contract import KEY_RE
 from core.model.lifecycle import State
 from core.remote.rules import cut_lines
 from core.snapshot import JobRow, Scanner, keys_from_paths
+from core.store.layout import Layout
 from tui.heap import release_free_memory
 
 if TYPE_CHECKING:
     from watchfiles import Change
 
-    from core.config import Config
     from core.inspect_job import JobDetail
     from core.model.standing import Standing
+    from core.store.config import Config
 
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120
@@ -299,7 +299,7 @@ class BoardFeed(Widget):
         self._status(scanning=False)
 
     async def _read_checks(self) -> None:
-        from core.config import load_config
+        from core.store.config import load_config
 
         try:
             config = await asyncio.to_thread(load_config, self.repo.config)
@@ -317,7 +317,7 @@ class BoardFeed(Widget):
 
     def _count_trusted(self) -> int:
         """The pinned keys that count (the detail pane verifies each signature properly)."""
-        from core.signing import trust_anchors
+        from core.store.signing import trust_anchors
 
         try:
             return len(trust_anchors(self.repo.trusted_keys, self.repo.root).keys)
@@ -350,8 +350,8 @@ class BoardFeed(Widget):
         """Verify received jobs' receipts for the list's ✔/✘ and judge their checks (hashing
         happens here, off the loop)."""
         from core.checks import receipt_standing
-        from core.config import load_config
         from core.preflight import receipt_verdict
+        from core.store.config import load_config
 
         try:
             config: Config | None = load_config(self.repo.config)

@@ -1,7 +1,7 @@
 """The job contract's constants: schema names, field sets, the key format and size limits.
 
 Standard library only, and nothing but constants: the strict models (`core.model.models`,
-`core.lease`) and the listing engine's quick checks (`core.docscan`) both read them here,
+`core.store.lease`) and the listing engine's quick checks (`core.docscan`) both read them here,
 so the two cannot drift apart, and neither depends on the other.
 """
 

@@ -1,6 +1,6 @@
 """The one rule that says whether a running job's lease is live.
 
-A worker that claims a job writes a lease beside it (`core.lease`): who holds it (worker,
+A worker that claims a job writes a lease beside it (`core.store.lease`): who holds it (worker,
 host, pid), when it last heartbeated, and for how long a heartbeat counts (its ttl).
 The listing, requeue, reject, `genjob show` and the board all judge a lease here, and get
 a `LeaseState` with the reason for it.

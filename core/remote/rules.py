@@ -183,7 +183,7 @@ def loads_strict(data: bytes) -> object:
 class Limits:
     """Bounds on what a job may ship and bring back, and on the output kept as evidence.
 
-    The one home of their names and defaults: `core.config` reads `[limits]` into this."""
+    The one home of their names and defaults: `core.store.config` reads `[limits]` into this."""
 
     max_file_bytes: int = 64 << 20
     max_total_bytes: int = 512 << 20

@@ -38,7 +38,7 @@ from core.transport.base import (
 )
 
 if TYPE_CHECKING:
-    from core.config import Host
+    from core.store.config import Host
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import sandbox
-from core.layout import Layout
-from core.lease import new_lease, read_lease, write_lease
+from core.store.layout import Layout
+from core.store.lease import new_lease, read_lease, write_lease
 from tui.demo import Demo, build_demo
 
 # The instant a frozen demo is built at; its board is opened 90 seconds later.

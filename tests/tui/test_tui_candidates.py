@@ -12,8 +12,8 @@ from shipkit import CommandHost, host_block, script, write_config
 from textual.widgets import DataTable, Static
 
 from core.candidates import chosen, load
-from core.layout import Layout
 from core.ship_candidates import CandidateRequest, ship_candidates
+from core.store.layout import Layout
 from tui.dialogs.preflight import PreflightDialog
 from tui.screens.candidates import CandidatesScreen
 

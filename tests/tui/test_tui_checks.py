@@ -21,8 +21,8 @@ from textual.message import Message
 from textual.widgets import Button, Static
 
 from core import sandbox
-from core.layout import Layout
 from core.model.standing import Standing
+from core.store.layout import Layout
 from tui.check_runner import CheckRunner
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog

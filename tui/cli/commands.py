@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from core.errors import GenjobError, NotFound
-from core.layout import JOB_FOLDERS, Layout, find_root
 from core.model.freshness import MAX_TTL
 from core.model.lifecycle import State
 from core.model.protected import PROTECTED_HINT, protected_among
 from core.model.protected import describe as describe_protected
 from core.model.terminal import visible
+from core.store.layout import JOB_FOLDERS, Layout, find_root
 from tui.cli.output import guarded, print_json, say
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def _job_file_named(layout: Layout, name: str) -> Path | None:
 @click.pass_context
 def init(ctx: click.Context, directory: Path | None) -> None:
     """Create .gen/ (queue, receipts, config.toml with the local host) in DIRECTORY or here."""
-    from core.repo import init_repo, is_git_work_tree
+    from core.store.repo import init_repo, is_git_work_tree
 
     root = directory or ctx.find_root().obj or Path.cwd()
     layout, made = init_repo(root)
@@ -175,11 +175,11 @@ def mint(
     paths: tuple[str, ...],
 ) -> None:
     """Mint a job over PATHS into the queue and print its key."""
-    from core.config import load_config
     from core.mint import build_job
     from core.model.models import V1, V2
     from core.model.paths import repo_relative
-    from core.queue import enqueue
+    from core.store.config import load_config
+    from core.store.queue import enqueue
 
     if (message is None) == (message_file is None):
         raise GenjobError("mint: give the instruction with exactly one of -m TEXT or -f FILE")
@@ -269,7 +269,7 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         say(f"candidates  {d.candidates}, {picked}")
     if d.verification and r.state is not State.INVALID:  # its fault is said above, once
         from core.checks import check_statuses
-        from core.config import load_config
+        from core.store.config import load_config
 
         job = d.located.job if d.located is not None else None
         config = load_config(layout.config)
@@ -337,8 +337,8 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
     The lease names the process that ran this command (its parent) as the holder: when
     that process dies, or the lease's ttl passes without a heartbeat, the job is ORPHANED.
     """
-    from core.config import load_config
-    from core.queue import claim
+    from core.store.config import load_config
+    from core.store.queue import claim
 
     layout = layout_of(ctx)
     ttl = ttl or load_config(layout.config).policy.lease_ttl
@@ -353,7 +353,7 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
 @click.pass_context
 def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
     """Put an ORPHANED job back in the queue, byte for byte."""
-    from core.queue import requeue
+    from core.store.queue import requeue
 
     layout = layout_of(ctx)
     path = requeue(layout, resolve_key(layout, key), force)
@@ -370,8 +370,8 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
     only when apply may run."""
     from core.candidates import load, verify_candidate
     from core.checks import check_statuses
-    from core.config import load_config
-    from core.queue import locate
+    from core.store.config import load_config
+    from core.store.queue import locate
     from core.verify import verify
 
     layout = layout_of(ctx)
@@ -425,7 +425,7 @@ def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool,
 @click.pass_context
 def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
     """Close a job as rejected."""
-    from core.queue import reject
+    from core.store.queue import reject
 
     layout = layout_of(ctx)
     path = reject(layout, resolve_key(layout, key), reason)
@@ -437,7 +437,7 @@ def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
 @click.pass_context
 def cancel_cmd(ctx: click.Context, key: str) -> None:
     """Ask the worker running KEY to stop; it ends the job with an aborted receipt."""
-    from core.queue import request_cancel
+    from core.store.queue import request_cancel
 
     layout = layout_of(ctx)
     request_cancel(layout, resolve_key(layout, key))
@@ -479,7 +479,7 @@ def recover_cmd(ctx: click.Context) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing worker key.")
 def keygen_cmd(force: bool) -> None:
     """Make this machine's Ed25519 worker key (in the user's config folder); print the public key file."""
-    from core.signing import keygen
+    from core.store.signing import keygen
 
     say(str(keygen(force)))
 
@@ -497,8 +497,8 @@ def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
 
     The key file goes to .gen/trusted_keys/ and its fingerprint to your own pins: a key file
     that came with the repository counts only once you pin it here."""
-    from core.events import record_event
-    from core.signing import trust_operator, trust_repository
+    from core.store.events import record_event
+    from core.store.signing import trust_operator, trust_repository
 
     if operator:
         dest, fp = trust_operator(pubkey_file)

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import click
 
 from core.board_view import age
-from core.config import load_config
 from core.fleet import HostView, Note, fleet
-from core.layout import Layout
 from core.model.terminal import visible
+from core.store.config import load_config
+from core.store.layout import Layout
 from tui.cli.commands import layout_of
 from tui.cli.output import print_json, say
 

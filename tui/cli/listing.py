@@ -7,10 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from core.layout import Layout
 from core.model.lifecycle import STATE_ORDER
 from core.model.protected import PROTECTED_MARK, protected_among
 from core.model.terminal import visible
+from core.store.layout import Layout
 from tui.cli.output import print_json, say
 
 if TYPE_CHECKING:

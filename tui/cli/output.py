@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from core.durable import environment_fault
 from core.errors import GenjobError
 from core.model.terminal import visible
+from core.store.durable import environment_fault
 
 T = TypeVar("T")
 

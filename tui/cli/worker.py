@@ -13,12 +13,12 @@ from typing import TypeVar
 import click
 
 from core.checks import check_statuses
-from core.config import load_config
-from core.layout import Layout
 from core.model.terminal import visible
-from core.queue import locate
 from core.remote.demo_generator import STAND_IN
 from core.remote.rules import LineCap
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import locate
 from core.verify import verify
 from tui.cli.commands import layout_of, print_checks, resolve_key
 from tui.cli.output import say
@@ -97,8 +97,8 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
-    from core.config import candidate_hosts
     from core.ship import Hosts, ship
+    from core.store.config import candidate_hosts
     from core.transport.local import LocalSandbox
 
     gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)

@@ -23,13 +23,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from core.errors import GenjobError
-from core.layout import Layout
 from core.model.contract import ReceiptStatus
 from core.model.terminal import visible
+from core.store.layout import Layout
 from tui.dialogs import fit_to_terminal
 
 if TYPE_CHECKING:
-    from core.queue import Claim
+    from core.store.queue import Claim
     from core.worker import BatchEvent
 
 OK = Style(color="green", bold=True)

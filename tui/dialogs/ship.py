@@ -25,16 +25,16 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
 from core.errors import GenjobError
-from core.layout import Layout
 from core.model.contract import ReceiptStatus
 from core.model.terminal import visible
 from core.remote.demo_generator import stand_in_note
 from core.remote.rules import LineCap
+from core.store.layout import Layout
 from tui.dialogs import fit_to_terminal
 
 if TYPE_CHECKING:
-    from core.queue import Claim
     from core.ship import ShipResult
+    from core.store.queue import Claim
 
 MAX_LOG_LINES = 5000
 MAX_LINE_CHARS = 1000
@@ -160,8 +160,8 @@ class ShipDialog(ModalScreen[str]):
     def _plan(self) -> tuple[list[str], set[str]]:
         """The host of each run (one, unless the host or the policy asks for candidates),
         and which configured hosts run the stand-in generator."""
-        from core.config import candidate_hosts, load_config
         from core.ship import Hosts
+        from core.store.config import candidate_hosts, load_config
 
         config = load_config(self.repo.config)
         stand_ins = {name for name, host in config.hosts.items() if host.stand_in}

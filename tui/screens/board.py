@@ -31,11 +31,11 @@ from textual.widgets import Input, Static
 
 from core.board_view import BoardView
 from core.errors import GenjobError
-from core.events import actor
-from core.layout import Layout
 from core.model.lifecycle import STATE_ORDER, State
 from core.model.standing import Standing
 from core.model.terminal import visible
+from core.store.events import actor
+from core.store.layout import Layout
 from tui import render
 from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
 from tui.check_runner import CheckRunner
@@ -47,7 +47,7 @@ from tui.widgets.job_table import JobTable
 from tui.widgets.key_bar import Hint, KeyBar
 
 if TYPE_CHECKING:
-    from core.queue import Enqueued
+    from core.store.queue import Enqueued
 
 DETAIL_DEBOUNCE = 0.12
 NARROW = 140

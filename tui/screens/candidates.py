@@ -30,11 +30,11 @@ from textual.widgets import DataTable, Static
 from core.candidates import CandidateView, candidate_detail, diff, load, views
 from core.errors import GenjobError
 from core.inspect_job import FileDiff, job_detail
-from core.layout import Layout
 from core.model.contract import ReceiptStatus
 from core.model.standing import CheckState
 from core.model.terminal import visible
 from core.preflight import Preflight, preflight
+from core.store.layout import Layout
 from tui import render
 from tui.actions import Approval
 from tui.widgets.key_bar import Hint, KeyBar

@@ -21,11 +21,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from core.board_view import age
-from core.config import load_config
 from core.errors import GenjobError
 from core.fleet import HostView, Note, fleet
-from core.layout import Layout
 from core.model.terminal import visible
+from core.store.config import load_config
+from core.store.layout import Layout
 from tui.widgets.key_bar import Hint, KeyBar
 
 REFRESH = 2.0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from core.config import DEFAULT_CONFIG, read_repository_config, runs_digest
-from core.durable import atomic_write
-from core.layout import GEN, Layout, require_own_root
-from core.pins import pin_config
+from core.store.config import DEFAULT_CONFIG, read_repository_config, runs_digest
+from core.store.durable import atomic_write
+from core.store.layout import GEN, Layout, require_own_root
+from core.store.pins import pin_config
 
 
 def init_repo(root: Path) -> tuple[Layout, list[str]]:
@@ -22,7 +22,7 @@ def init_repo(root: Path) -> tuple[Layout, list[str]]:
     made = []
     for folder in [layout.gen, *layout.all_dirs()]:
         if not folder.is_dir():
-            # 0755 whatever the umask: a folder others can write is not trusted (core.ownership).
+            # 0755 whatever the umask: a folder others can write is not trusted (core.store.ownership).
             folder.mkdir(mode=0o755, parents=True, exist_ok=True)
             made.append(str(folder.relative_to(layout.root)) + "/")
     if not layout.config.exists():

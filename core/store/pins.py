@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.durable import atomic_write
 from core.errors import BadInput
-from core.layout import config_folder, user_config_dir
 from core.model.canonical import canonical, loads_strict, read_bytes
-from core.ownership import operator_owners, require_trusted
+from core.store.durable import atomic_write
+from core.store.layout import config_folder, user_config_dir
+from core.store.ownership import operator_owners, require_trusted
 
 SCHEMA = "genjob.pins.v1"
 MAX_PINS_BYTES = 1 << 20

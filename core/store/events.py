@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.durable import append_line
 from core.errors import BadInput
-from core.layout import Layout
 from core.model.canonical import canonical, read_bytes
-from core.tree import FILE_FLAGS, make_folder
+from core.store.durable import append_line
+from core.store.layout import Layout
+from core.store.tree import FILE_FLAGS, make_folder
 
 # What one recorded string, list or object may hold; longer ones are cut with a note.
 MAX_FIELD_CHARS = 2000

@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 
 from core.errors import BadInput, NotFound, Untrusted
-from core.ownership import operator_owners, require_trusted, user_name
+from core.store.ownership import operator_owners, require_trusted, user_name
 
 GEN = ".gen"
 STATE_DIRS = ("queue", "running", "receipts", "applied", "rejected")
@@ -221,7 +221,7 @@ def find_root(start: Path | None = None, explicit: Path | None = None) -> Layout
 def safe_directories() -> frozenset[str]:
     """The repositories of other users the operator chose to use anyway, as git's
     `safe.directory`: `safe_directories` under `[policy]` in the operator's config.toml
-    (read here with tomllib alone: finding the root must stay cheap; `core.config`
+    (read here with tomllib alone: finding the root must stay cheap; `core.store.config`
     validates the whole file where it is loaded)."""
     folder = user_config_dir()
     path = folder / "config.toml"

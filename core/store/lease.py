@@ -12,12 +12,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.durable import atomic_write
 from core.errors import BadInput
-from core.layout import Layout
 from core.model import freshness
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import MAX_LEASE_BYTES, MAX_NAME_CHARS
+from core.store.durable import atomic_write
+from core.store.layout import Layout
 
 
 class Lease(BaseModel):

@@ -15,7 +15,7 @@ Every rename under `.gen/` goes through here. `rename_at` and `rename` are the b
 ones, for steps that check what they moved and sync the folder themselves.
 
 Every file made here has an explicit mode (`FILE_MODE` unless it is secret), as every
-folder under `.gen/` is made by `core.tree.make_folder` with `DIR_MODE`: see there.
+folder under `.gen/` is made by `core.store.tree.make_folder` with `DIR_MODE`: see there.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from core.errors import BadInput, DurabilityError
-from core.tree import FILE_MODE
+from core.store.tree import FILE_MODE
 
 TMP_PREFIX = ".tmp-"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

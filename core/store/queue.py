@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
-from core.events import attempts, claims, record_attempt, record_event
-from core.layout import FOLDER_STATE, JOB_FOLDERS, Layout
-from core.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.freshness import LeaseState
 from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
-from core.tree import make_folder
+from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
+from core.store.events import attempts, claims, record_attempt, record_event
+from core.store.layout import FOLDER_STATE, JOB_FOLDERS, Layout
+from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
+from core.store.tree import make_folder
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,15 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.durable import atomic_write, create_exclusive, flocked, move
-from core.events import record_attempt, record_event
-from core.evidence import keep, set_aside
-from core.layout import Layout
 from core.model.canonical import canonical, read_bytes
 from core.model.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
-from core.queue import holds_lease
-from core.signing import sign
-from core.tree import make_folder
+from core.store.durable import atomic_write, create_exclusive, flocked, move
+from core.store.events import record_attempt, record_event
+from core.store.evidence import keep, set_aside
+from core.store.layout import Layout
+from core.store.queue import holds_lease
+from core.store.signing import sign
+from core.store.tree import make_folder
 
 
 def make_receipt(job: Job, status: ReceiptStatus, outputs: dict[str, str], worker_id: str) -> Receipt:

@@ -6,10 +6,10 @@ fingerprint; it covers the receipt's canonical bytes.
 
 Keys are pinned in two places: the repository's `.gen/trusted_keys/` and the operator's
 own `trusted_keys/` beside the worker key. A pinned key counts only if no user other
-than the owner of its place could have written it (`core.ownership`), and the
+than the owner of its place could have written it (`core.store.ownership`), and the
 operator's policy can turn the repository's list off (`trust_repository_keys = false`).
 A key file in `.gen/trusted_keys/` counts only if the operator pinned its fingerprint for
-this repository (`core.pins`): one that arrived with the repository is data, not trust.
+this repository (`core.store.pins`): one that arrived with the repository is data, not trust.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from core.config import load_operator_config
-from core.durable import atomic_write, create_exclusive
 from core.errors import BadInput, GenjobError
-from core.layout import Layout, config_folder, user_config_dir
 from core.model.canonical import loads_strict, read_bytes
-from core.ownership import operator_owners, repository_owners, untrusted_because
-from core.pins import pin_key, read_pins
+from core.store.config import load_operator_config
+from core.store.durable import atomic_write, create_exclusive
+from core.store.layout import Layout, config_folder, user_config_dir
+from core.store.ownership import operator_owners, repository_owners, untrusted_because
+from core.store.pins import pin_key, read_pins
 
 KEY_NAME = "worker_ed25519"
 

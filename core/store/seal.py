@@ -18,10 +18,10 @@ import os
 import secrets
 from pathlib import Path
 
-from core.durable import create_exclusive
 from core.errors import BadInput
-from core.layout import config_folder, user_config_dir
-from core.ownership import operator_owners, require_trusted
+from core.store.durable import create_exclusive
+from core.store.layout import config_folder, user_config_dir
+from core.store.ownership import operator_owners, require_trusted
 
 KEY_BYTES = 32
 

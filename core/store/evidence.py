@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from core.durable import atomic_write_at, folder, move_at
 from core.errors import BadInput
-from core.layout import Layout
-from core.tree import open_folder, open_regular
+from core.store.durable import atomic_write_at, folder, move_at
+from core.store.layout import Layout
+from core.store.tree import open_folder, open_regular
 
 # How much of the newest generator log `show` and the board read: its last bytes.
 MAX_TAIL_BYTES = 256 * 1024

@@ -2,9 +2,9 @@
 
 The repository's config decides what a generator runs and whether signatures are
 required, so it counts only if no user other than the repository's owner could have
-written it (`core.ownership`). Even then it may have arrived with the repository: what it
+written it (`core.store.ownership`). Even then it may have arrived with the repository: what it
 would run (its hosts and checks) and every setting that lowers a default counts only
-once the operator allowed exactly that (`genjob allow`, pinned in `core.pins`); until
+once the operator allowed exactly that (`genjob allow`, pinned in `core.store.pins`); until
 then the config runs nothing and lowers nothing, and `Config.held` says what waits.
 The operator's `config.toml` in the user config folder (beside the worker key) sets a
 floor that nothing in a repository can lower.
@@ -36,14 +36,14 @@ from pydantic import (
 from pydantic_core import core_schema
 
 from core.errors import BadInput
-from core.layout import user_config_dir
 from core.model.canonical import canonical, read_bytes, sha256_bytes
 from core.model.contract import MAX_CANDIDATES
 from core.model.freshness import MAX_TTL
 from core.model.protected import DEFAULT_PROTECTED
-from core.ownership import operator_owners, repository_owners, require_trusted
-from core.pins import read_pins
 from core.remote.rules import DEFAULT_LIMITS, Limits
+from core.store.layout import user_config_dir
+from core.store.ownership import operator_owners, repository_owners, require_trusted
+from core.store.pins import read_pins
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -357,7 +357,7 @@ class OperatorPolicy(BaseModel):
     # false: only the operator's own pinned keys count, never a repository's trusted_keys/.
     trust_repository_keys: bool = True
     # Repositories (their root folders) owned by another user that genjob may use anyway,
-    # as git's safe.directory; read by `core.layout.safe_directories`.
+    # as git's safe.directory; read by `core.store.layout.safe_directories`.
     safe_directories: list[Annotated[str, Field(min_length=1)]] = []
 
 
