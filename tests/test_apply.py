@@ -17,7 +17,7 @@ from core.errors import ApplyConflict, BadInput, Stale, VerificationFailed, Wron
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
-from core.replay import replay
+from core.plan.replay import replay
 from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import locate, reject

@@ -26,8 +26,8 @@ from core.errors import ApplyConflict, BadInput, DurabilityError, RolledBack, St
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
+from core.plan.replay import replay
 from core.recover import recover
-from core.replay import replay
 from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import claim, locate

@@ -17,9 +17,9 @@ from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.mint import build_job
 from core.model.lifecycle import State
 from core.model.models import job_bytes
+from core.plan.mint import build_job
 from core.recover import recover
 from core.snapshot import take_snapshot
 from core.store.config import load_config

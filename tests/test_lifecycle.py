@@ -18,7 +18,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from core.apply import apply_job
 from core.errors import NothingToClaim, VerificationFailed, WrongState
-from core.mint import build_job
 from core.model.freshness import LeaseState
 from core.model.lifecycle import (
     ACTIONS,
@@ -29,6 +28,7 @@ from core.model.lifecycle import (
     derive_state,
     inconsistency_rule,
 )
+from core.plan.mint import build_job
 from core.snapshot import Scanner, take_snapshot
 from core.store.layout import Layout
 from core.store.queue import Claimer, enqueue, read_job_file, reject, requeue

@@ -10,9 +10,9 @@ import pytest
 from corekit import FILES, receive, sha, tree_state
 
 from core.errors import BadInput, KeyConflict, SecretFound
-from core.mint import build_job
 from core.model.canonical import sha256_bytes
 from core.model.models import V1, V2, JobV1, JobV2, job_bytes, job_from_bytes
+from core.plan.mint import build_job
 from core.store.layout import Layout
 from core.store.queue import enqueue
 

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import BadInput
-from core.mint import build_job
 from core.model.models import (
     V1,
     V2,
@@ -27,6 +26,7 @@ from core.model.models import (
     receipt_from_bytes,
     receipt_from_obj,
 )
+from core.plan.mint import build_job
 from core.store.layout import Layout
 
 # sha256("abc") and sha256("") are the textbook vectors.

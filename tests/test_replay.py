@@ -1,4 +1,4 @@
-"""Replay (`core.replay`): a finished-but-unusable job minted again over the tree as it is
+"""Replay (`core.plan.replay`): a finished-but-unusable job minted again over the tree as it is
 now, as a v2 job that records which job it replays."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from core.apply import apply_job
 from core.errors import SecretFound, WrongState
 from core.model.lifecycle import State
 from core.model.models import V1
-from core.replay import replay
+from core.plan.replay import replay
 from core.snapshot import take_snapshot
 from core.store.events import job_events
 from core.store.layout import Layout

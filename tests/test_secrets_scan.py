@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core import secrets_scan
-from core.secrets_scan import _RULES, SecretHit, find_secrets
+from core.plan import secrets_scan
+from core.plan.secrets_scan import _RULES, SecretHit, find_secrets
 
 
 def reference(data: bytes) -> list[SecretHit]:

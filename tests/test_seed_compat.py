@@ -20,9 +20,9 @@ from corekit import cli, sha, stage_outputs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.mint import build_job
 from core.model.lifecycle import State
 from core.model.models import V1, JobV1, job_bytes
+from core.plan.mint import build_job
 from core.snapshot import take_snapshot
 from core.store.config import load_config
 from core.store.layout import Layout

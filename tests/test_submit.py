@@ -13,9 +13,9 @@ from checkkit import refuse_git
 from corekit import make_repo
 
 from core.errors import GenjobError
+from core.plan.submit import repo_files
 from core.store.layout import Layout
 from core.store.repo import init_repo
-from core.submit import repo_files
 
 
 @pytest.fixture

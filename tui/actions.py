@@ -330,7 +330,7 @@ def _requeue(d: Dispatcher, key: str, _: Any) -> str:
 
 
 def _replay(d: Dispatcher, key: str, _: Any) -> Done:
-    from core.replay import replay
+    from core.plan.replay import replay
 
     res = replay(d.repo, key)
     note = "" if res.created else " (existed already)"

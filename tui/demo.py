@@ -35,10 +35,10 @@ from core.apply import apply_job
 from core.checks import CheckRun, run_checks
 from core.consent import allow_as_written
 from core.errors import GenjobError
-from core.mint import build_job
 from core.model.canonical import sha256_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job
+from core.plan.mint import build_job
 from core.remote.demo_generator import comment_block
 from core.store.durable import atomic_write
 from core.store.events import record_attempt

@@ -29,7 +29,7 @@ from common import Result
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core.mint import build_job  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
 from core.store.queue import enqueue  # noqa: E402
 from core.store.repo import init_repo  # noqa: E402
 

@@ -22,7 +22,7 @@ from common import Result, best_of
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core.mint import build_job  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
 from core.store.layout import Layout  # noqa: E402
 from core.store.repo import init_repo  # noqa: E402
 

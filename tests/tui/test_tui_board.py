@@ -13,7 +13,7 @@ import pytest
 from boardkit import plain, run_board
 from textual.widgets import Log, OptionList, Static, TabbedContent
 
-from core.mint import build_job
+from core.plan.mint import build_job
 from core.store.layout import Layout
 from core.store.queue import claim, enqueue
 from tui.demo import Demo

@@ -175,9 +175,9 @@ def mint(
     paths: tuple[str, ...],
 ) -> None:
     """Mint a job over PATHS into the queue and print its key."""
-    from core.mint import build_job
     from core.model.models import V1, V2
     from core.model.paths import repo_relative
+    from core.plan.mint import build_job
     from core.store.config import load_config
     from core.store.queue import enqueue
 
@@ -450,7 +450,7 @@ def cancel_cmd(ctx: click.Context, key: str) -> None:
 @click.pass_context
 def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
     """Mint a stale, failed or rejected job again against the current tree."""
-    from core.replay import replay
+    from core.plan.replay import replay
 
     layout = layout_of(ctx)
     res = replay(layout, resolve_key(layout, key), allow_secrets)

@@ -16,9 +16,9 @@ from textual.widgets import Button, Input, Label, SelectionList, Static, TextAre
 
 from core.errors import GenjobError
 from core.model.terminal import visible
+from core.plan.submit import repo_files, submit_job
 from core.store.layout import Layout
 from core.store.queue import Enqueued
-from core.submit import repo_files, submit_job
 from tui.dialogs import fit_to_terminal
 from tui.text import literal
 

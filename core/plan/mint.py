@@ -13,7 +13,7 @@ from core.errors import BadInput, SecretFound
 from core.model.canonical import canonical, sha256_bytes
 from core.model.models import V1, V2, Job, JobV1, job_from_obj
 from core.model.paths import checked, regular_file_inside
-from core.secrets_scan import find_secrets
+from core.plan.secrets_scan import find_secrets
 from core.store.layout import Layout
 from core.store.tree import closing, hash_fd, open_dir, open_folder, open_regular, read_fd
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from core.errors import WrongState
-from core.mint import build_job
 from core.model.lifecycle import State, allowed
 from core.model.paths import regular_file_inside
+from core.plan.mint import build_job
 from core.snapshot import Scanner
 from core.store.events import record_event
 from core.store.layout import Layout

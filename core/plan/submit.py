@@ -6,8 +6,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from core.mint import build_job
 from core.model.paths import RESERVED_TOP
+from core.plan.mint import build_job
 from core.scratch import git_files
 from core.store.layout import Layout
 from core.store.queue import Enqueued, enqueue
