@@ -46,7 +46,6 @@ from core.checks import (
     write_record,
 )
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
-from core.fleet import CANDIDATE_DONE
 from core.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
@@ -61,6 +60,7 @@ from core.store.lease import read_lease
 from core.store.queue import check_key, holds_lease, locate
 from core.store.tree import make_folder
 from core.verify import ReceiptFiles, Verification, verify
+from core.work.fleet import CANDIDATE_DONE
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

@@ -19,7 +19,7 @@ from core.store.config import Check, Config, Host, read_repository_config, runs_
 from core.store.events import record_event
 from core.store.layout import Layout
 from core.store.pins import pin_config, read_pins
-from core.transport.local import LocalSandbox
+from core.work.transport.local import LocalSandbox
 
 
 @dataclass(frozen=True)

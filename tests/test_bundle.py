@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from core.bundle import BundleError, extract_result, make_bundle, make_header
 from core.remote.rules import MAX_EXTENSION_BYTES, Limits, check_relpath, header_number
+from core.work.bundle import BundleError, extract_result, make_bundle, make_header
 
 SMALL = Limits(max_file_bytes=1000, max_total_bytes=2500, max_files=3, max_tail_bytes=100)
 

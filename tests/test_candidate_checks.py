@@ -17,11 +17,11 @@ from core.candidates import apply_choice, choose, chosen, views
 from core.checks import ChecksRequired, check_statuses, read_record, run_checks, write_record
 from core.errors import VerificationFailed
 from core.model.standing import CheckState, CheckStatus
-from core.ship_candidates import CandidateRequest, ship_candidates
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
 from core.verify import verify
+from core.work.ship_candidates import CandidateRequest, ship_candidates
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -42,12 +42,12 @@ from core.candidates import (
 )
 from core.errors import BadInput, NotFound, VerificationFailed, WrongState
 from core.recover import recover
-from core.ship_candidates import CandidateRequest, candidate_hosts, ship_candidates
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate, requeue
 from core.store.signing import sign
-from core.worker import run_worker
+from core.work.ship_candidates import CandidateRequest, candidate_hosts, ship_candidates
+from core.work.worker import run_worker
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -20,8 +20,8 @@ from shipkit import openssh_argv, wait_for
 from ssh_servers import HOST, SSHD, SSHServer, run_sshd
 
 from core.remote import runner
-from core.transport import JobSpec, run_job
-from core.transport.command import CommandTransport, guess_mode, last_words, runner_argv
+from core.work.transport import JobSpec, run_job
+from core.work.transport.command import CommandTransport, guess_mode, last_words, runner_argv
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,7 @@ from corekit import cli, mint, receive
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, write_config
 
-from core.bundle import ResultInfo
 from core.errors import BadInput
-from core.ship import Hosts, Shipment, _commit, ship
 from core.store.config import load_config
 from core.store.events import (
     MAX_FIELD_CHARS,
@@ -28,6 +26,8 @@ from core.store.events import (
 from core.store.evidence import keep, newest_log_tail, set_aside
 from core.store.layout import Layout
 from core.store.queue import claim
+from core.work.bundle import ResultInfo
+from core.work.ship import Hosts, Shipment, _commit, ship
 
 
 def test_a_fifo_among_the_logs_does_not_hang_show(repo: Layout, signer: Ed25519PrivateKey) -> None:

@@ -12,12 +12,12 @@ from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import CommandHost, assert_stopped, host_block, read_report, sleeper, write_config
 
-from core.fleet import fleet, probe, runs_now
-from core.ship import Hosts, ship
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import request_cancel
-from core.transport import CommandTransport, LocalTransport
+from core.work.fleet import fleet, probe, runs_now
+from core.work.ship import Hosts, ship
+from core.work.transport import CommandTransport, LocalTransport
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,9 +17,9 @@ from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.apply import apply_job
-from core.ship import ship
 from core.store.config import load_config
 from core.store.layout import Layout
+from core.work.ship import ship
 
 MESSY = b"import sys, os\nimport json\ndef total( items ):\n  return sum( json.loads(items) )\n"
 

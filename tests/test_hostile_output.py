@@ -27,12 +27,12 @@ from shipkit import (
 )
 
 from core.remote.rules import MAX_EXTENSION_BYTES, Limits
-from core.ship import ship
-from core.ship_candidates import CandidateRequest, ship_candidates
 from core.store.events import MAX_FIELD_CHARS
 from core.store.layout import Layout
 from core.store.receipts import load_receipt
-from core.transport import JobSpec, LocalTransport, base, run_job
+from core.work.ship import ship
+from core.work.ship_candidates import CandidateRequest, ship_candidates
+from core.work.transport import JobSpec, LocalTransport, base, run_job
 from tui.cli.worker import MAX_LINE_CHARS
 
 pytestmark = pytest.mark.timeout(180)

@@ -23,11 +23,11 @@ from shipkit import toml_str, write_config
 
 from core import sandbox
 from core.errors import BadInput
-from core.fleet import fleet
-from core.ship import ShipResult, ship
 from core.store.config import load_config
 from core.store.layout import Layout, user_config_dir
-from core.transport.local import LocalSandbox
+from core.work.fleet import fleet
+from core.work.ship import ShipResult, ship
+from core.work.transport.local import LocalSandbox
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from shipkit import wait_dead
 
-from core.bundle import make_bundle, make_header
 from core.remote.rules import MAX_EXTENSION_BYTES, Limits, check_relpath, read_tar
 from core.remote.runner import BOOTSTRAP, MAX_OPEN_OUTPUTS, collect, render_command, write_result, write_tar
-from core.transport.base import header_line, runner_preamble, runner_source
+from core.work.bundle import make_bundle, make_header
+from core.work.transport.base import header_line, runner_preamble, runner_source
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -38,9 +38,9 @@ from ssh_servers import SSHServer
 from core.apply import apply_job
 from core.errors import BadInput
 from core.model.models import job_from_bytes
-from core.ship import Hosts, ShipResult, ship
 from core.store.config import load_config
 from core.store.layout import Layout
+from core.work.ship import Hosts, ShipResult, ship
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,5 @@
-"""core.worker.ship_batch (the board's bulk ship) and core.ship.abort_claim (a held claim stopped)."""
+"""core.work.worker.ship_batch (the board's bulk ship) and core.work.ship.abort_claim (a held
+claim stopped)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import host_block, read_report, script, sleeper, write_config
 
-from core.ship import abort_claim
 from core.store.layout import Layout
 from core.store.queue import Claimer, claim
-from core.worker import BatchEvent, ship_batch
+from core.work.ship import abort_claim
+from core.work.worker import BatchEvent, ship_batch
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -27,7 +27,7 @@ from ssh_servers import SSHServer, known_hosts_line, write_key
 
 from core.errors import BadInput
 from core.remote.rules import Limits
-from core.transport import (
+from core.work.transport import (
     CommandTransport,
     HostKeyError,
     JobSpec,

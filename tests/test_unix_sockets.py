@@ -33,8 +33,8 @@ from shipkit import toml_str, write_config
 
 from core import checks, sandbox
 from core.sandbox import Confinement, SandboxError, launch, run
-from core.ship import ship
 from core.store.layout import Layout
+from core.work.ship import ship
 
 pytestmark = [
     pytest.mark.timeout(120),

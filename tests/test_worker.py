@@ -22,11 +22,11 @@ from shipkit import (
 )
 
 from core.apply import apply_job
-from core.ship import ship
 from core.store.layout import Layout
 from core.store.queue import Claimer, heartbeat, lease_state, requeue
 from core.store.receipts import commit_receipt, make_receipt
-from core.worker import run_worker
+from core.work.ship import ship
+from core.work.worker import run_worker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -78,7 +78,7 @@ async def test_a_failing_claim_is_reported_and_retried(
         return real(self, key)
 
     monkeypatch.setattr(Claimer, "claim", flaky)
-    monkeypatch.setattr("core.worker.CLAIM_RETRY", 0.05)
+    monkeypatch.setattr("core.work.worker.CLAIM_RETRY", 0.05)
     lines: list[str] = []
     stop = asyncio.Event()
     worker = asyncio.ensure_future(run_worker(repo, stop=stop, report=lines.append, worker_id="w", poll=0.05))

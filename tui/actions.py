@@ -249,8 +249,8 @@ class Dispatcher(Widget):
     def _tend(self, held: dict[str, Claim]) -> None:
         """Honour a cancel of a held job (an aborted receipt); heartbeat the others every
         third of their ttl; let go of a job whose lease is no longer ours."""
-        from core.ship import abort_claim
         from core.store.queue import cancel_requested, heartbeat
+        from core.work.ship import abort_claim
 
         for key, c in held.items():
             try:

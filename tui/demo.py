@@ -453,7 +453,7 @@ def hold(root: Path, key: str, worker: str, ttl: float, parent: int = 0) -> int:
             if stop or (parent and not _alive(parent)):
                 return 0
             if cancel_requested(layout, key):
-                from core.ship import abort_claim  # the transports: only when it is needed
+                from core.work.ship import abort_claim  # the transports: only when it is needed
 
                 abort_claim(layout, c, "cancelled by the operator (genjob cancel)", worker)
                 return 0

@@ -229,7 +229,7 @@ class Host(BaseModel):
     concurrency: Annotated[int, Field(gt=0)] = 1
     # Best-of-N on this host: a job shipped here alone runs this many candidates here.
     candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] | None = None
-    # transport = "local": the sandbox its runs get (`core.transport.local`): "auto" is
+    # transport = "local": the sandbox its runs get (`core.work.transport.local`): "auto" is
     # bubblewrap when it works on this machine and unsandboxed (said so) when not;
     # "bwrap" refuses to run without it; "none" never sandboxes. `network` shares the
     # machine's network; `read_only` names more paths the generator may read.

@@ -12,8 +12,8 @@ from shipkit import CommandHost, host_block, script, write_config
 from textual.widgets import DataTable, Static
 
 from core.candidates import chosen, load
-from core.ship_candidates import CandidateRequest, ship_candidates
 from core.store.layout import Layout
+from core.work.ship_candidates import CandidateRequest, ship_candidates
 from tui.dialogs.preflight import PreflightDialog
 from tui.screens.candidates import CandidatesScreen
 

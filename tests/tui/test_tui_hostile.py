@@ -17,10 +17,10 @@ from textual.widgets import DataTable, Input, Log, SelectionList
 from textual.widgets._toast import Toast
 
 from core.plan.submit import submit_job
-from core.ship_candidates import CandidateRequest, ship_candidates
 from core.store.events import MAX_FIELD_CHARS
 from core.store.evidence import MAX_TAIL_BYTES, keep
 from core.store.layout import Layout
+from core.work.ship_candidates import CandidateRequest, ship_candidates
 from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.new_job import NewJobDialog

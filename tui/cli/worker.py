@@ -97,9 +97,9 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
-    from core.ship import Hosts, ship
     from core.store.config import candidate_hosts
-    from core.transport.local import LocalSandbox
+    from core.work.ship import Hosts, ship
+    from core.work.transport.local import LocalSandbox
 
     gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
 
@@ -137,8 +137,8 @@ def _ship_candidates(
 ) -> None:
     """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
     from core.candidates import views
-    from core.ship import ShipResult
-    from core.ship_candidates import CandidateRequest, ship_candidates
+    from core.work.ship import ShipResult
+    from core.work.ship_candidates import CandidateRequest, ship_candidates
     from tui.cli.candidates import print_candidates
 
     def ended(res: ShipResult) -> None:
@@ -166,7 +166,7 @@ def _ship_candidates(
 @click.pass_context
 def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
-    from core.worker import run_worker
+    from core.work.worker import run_worker
 
     layout: Layout = layout_of(ctx)
     results = run_until_signal(

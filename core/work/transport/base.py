@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from core import errors
-from core.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
 from core.errors import BadInput, GenjobError
 from core.remote import rules, runner
 from core.remote.rules import DEFAULT_LIMITS, Limits, TailBuffer
+from core.work.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
 
 OutputCallback = Callable[[bytes], None]
 # The runner's stdout, a chunk at a time; an awaitable it returns holds reading back until

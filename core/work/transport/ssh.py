@@ -18,7 +18,7 @@ from pathlib import Path
 
 import asyncssh
 
-from core.transport.base import (
+from core.work.transport.base import (
     STOP_WAIT,
     HostKeyError,
     OutputCallback,

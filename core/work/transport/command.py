@@ -11,7 +11,7 @@ The host's ``command`` is an argv template; the runner's start is appended to it
   program is ``ssh`` is taken to be one, as git guesses its ssh variant from the name;
   ``mode`` says so explicitly.
 
-The protocol on the pipe is the one every transport speaks (`core.transport.base.drive`):
+The protocol on the pipe is the one every transport speaks (`core.work.transport.base.drive`):
 limits, validation, cancel and the result tar are the same as over asyncssh. The client
 runs in its own session with no controlling terminal, so it can never stop to prompt
 for a password or a host key: it fails instead, and its own message is the reason.
@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Literal
 
 from core.remote import runner
-from core.transport.base import (
+from core.work.transport.base import (
     STOP_WAIT,
     HostKeyError,
     OutputCallback,

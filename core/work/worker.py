@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from core.errors import GenjobError, NothingToClaim
-from core.ship import Hosts, Shipment, ShipResult, run_claimed, signing_key
-from core.ship_candidates import run_candidates
 from core.store.config import Config, load_config
 from core.store.events import actor
 from core.store.layout import Layout
 from core.store.queue import Claim, Claimer
+from core.work.ship import Hosts, Shipment, ShipResult, run_claimed, signing_key
+from core.work.ship_candidates import run_candidates
 
 Report = Callable[[str], None]
 

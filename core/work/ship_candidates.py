@@ -15,7 +15,6 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
-from core.bundle import ResultInfo
 from core.candidates import (
     OUT,
     CandidateCommitted,
@@ -27,7 +26,14 @@ from core.candidates import (
 from core.errors import GenjobError
 from core.model.contract import ReceiptStatus
 from core.remote.rules import TailBuffer
-from core.ship import (
+from core.store.config import candidate_hosts, load_config
+from core.store.events import actor, record_attempt
+from core.store.layout import Layout
+from core.store.queue import Claim, Claimer
+from core.store.receipts import make_receipt
+from core.store.tree import make_folder
+from core.work.bundle import ResultInfo
+from core.work.ship import (
     Ending,
     Hosts,
     Run,
@@ -41,12 +47,6 @@ from core.ship import (
     verdict,
     watch,
 )
-from core.store.config import candidate_hosts, load_config
-from core.store.events import actor, record_attempt
-from core.store.layout import Layout
-from core.store.queue import Claim, Claimer
-from core.store.receipts import make_receipt
-from core.store.tree import make_folder
 
 # Called as each candidate ends, with its result.
 OnCandidate = Callable[[ShipResult], None]

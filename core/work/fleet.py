@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.bundle import ResultInfo
 from core.errors import BadInput, GenjobError
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
@@ -31,9 +30,10 @@ from core.store.events import attempts, bounded
 from core.store.layout import Layout
 from core.store.lease import read_lease
 from core.store.tree import make_folder
+from core.work.bundle import ResultInfo
 
 if TYPE_CHECKING:
-    from core.transport.base import Transport
+    from core.work.transport.base import Transport
 
 # Runs of an attempt are announced with this attempt record (with `host`, and `candidate`
 # for one of several candidates); a candidate's end with `CANDIDATE_DONE`.
@@ -93,7 +93,7 @@ def describe_isolation(host: Host) -> tuple[bool | None, str | None]:
     plainly; (None, None) for a remote host, which its own means confine."""
     if host.transport != "local":
         return None, None
-    from core.transport.local import LocalSandbox  # the transports (and asyncssh) only here
+    from core.work.transport.local import LocalSandbox  # the transports (and asyncssh) only here
 
     confine = LocalSandbox.of(host)
     return confine.sandboxed_now(), confine.describe()
@@ -250,7 +250,7 @@ class Probe:
 async def probe(layout: Layout, name: str, transport: Transport, timeout: float = PROBE_TIMEOUT) -> Probe:
     """Time an empty job on the host, there and back (start, bundle, runner, result),
     and note it in the host's file. Every failure is a Probe with its error."""
-    from core.transport.base import JobSpec, run_job  # the transports: only when probing
+    from core.work.transport.base import JobSpec, run_job  # the transports: only when probing
 
     doc = canonical({"allowed_paths": ["probe"], "instruction": "probe"})
     spec = JobSpec(doc, "probe", ["probe"], _no_files, "true", timeout)

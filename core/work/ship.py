@@ -19,9 +19,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.bundle import BundleError, ResultInfo
 from core.errors import BadInput, GenjobError
-from core.fleet import SHIPPING, note_run
 from core.model.canonical import canonical, read_bytes, sha256_bytes
 from core.model.contract import ReceiptStatus
 from core.model.paths import regular_file_inside
@@ -34,8 +32,10 @@ from core.store.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.store.receipts import Committed, commit_receipt, make_receipt
 from core.store.signing import load_private_key, private_key_path
 from core.store.tree import make_folder
-from core.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
-from core.transport.local import LocalSandbox
+from core.work.bundle import BundleError, ResultInfo
+from core.work.fleet import SHIPPING, note_run
+from core.work.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
+from core.work.transport.local import LocalSandbox
 
 OutputCallback = Callable[[bytes], None]
 # How a run ended: its receipt's status, and why when it is not `ok`.

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from core import sandbox
-from core.transport.base import (
+from core.work.transport.base import (
     STOP_WAIT,
     OutputCallback,
     Prepared,
