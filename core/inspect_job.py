@@ -8,11 +8,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from core.checks import check_statuses
 from core.errors import BadInput, GenjobError, TooLarge
 from core.model.canonical import read_bytes, sha256_bytes
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
+from core.review.checks import check_statuses
+from core.review.verify import Verification, verify
 from core.snapshot import JobRow, Scanner
 from core.store.config import Config, load_config
 from core.store.events import attempts, job_events
@@ -20,7 +21,6 @@ from core.store.evidence import newest_log_tail
 from core.store.layout import Layout
 from core.store.lease import Lease, read_lease
 from core.store.queue import Located, cancel_requested_at, locate
-from core.verify import Verification, verify
 
 MAX_DIFF_BYTES = 2 * 1024 * 1024
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from core.errors import GenjobError
 from core.inspect_job import DiffStatus, JobDetail
 from core.model.standing import PASSED, CheckStatus
+from core.review.verify import verify
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
 from core.store.repo import is_git_work_tree
-from core.verify import verify
 
 
 @dataclass(frozen=True)

@@ -314,7 +314,7 @@ def read_facts(
 
 def read_candidates(path: str, racy_ns: int) -> tuple[int, int, bool]:
     """(candidates, of which `ok`, whether the folder had settled) for a key's candidates
-    folder (`core.candidates`): a candidate whose receipt does not read counts, not as ok."""
+    folder (`core.review.candidates`): a candidate whose receipt does not read counts, not as ok."""
     try:
         st = os.lstat(path)
         names = os.listdir(path) if not stat.S_ISLNK(st.st_mode) else []

@@ -32,7 +32,7 @@ class JobRow(NamedTuple):
     receipt_status: str | None
     folders: tuple[str, ...]
     problems: tuple[str, ...]
-    candidates: int = 0  # best-of-N: how many candidates the job has (`core.candidates`)
+    candidates: int = 0  # best-of-N: how many candidates the job has (`core.review.candidates`)
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -14,9 +14,9 @@ import pytest
 from corekit import make_repo, mint, receive
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.checks import CheckRun, run_checks
-from core.consent import allow_as_written
 from core.model.models import Job
+from core.review.checks import CheckRun, run_checks
+from core.review.consent import allow_as_written
 from core.store import procfs
 from core.store.layout import Layout
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from corekit import git, make_repo, mint, receive, set_config
 
-from core.checks import run_checks
+from core.review.checks import run_checks
 from core.store.layout import Layout
 from core.store.queue import claim
 from core.store.signing import keygen, load_private_key, trust_repository

@@ -20,15 +20,15 @@ from pathlib import Path
 from corekit import tree_state
 from ssh_servers import SSHServer
 
-from core.apply import apply_job
-from core.consent import allow_as_written
 from core.errors import VerificationFailed
 from core.model.models import Job
 from core.remote.runner import write_tar
+from core.review.apply import apply_job
+from core.review.consent import allow_as_written
+from core.review.verify import verify
 from core.store.config import load_config
 from core.store.events import attempts
 from core.store.layout import Layout
-from core.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = shlex.quote(sys.executable)

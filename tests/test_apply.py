@@ -12,12 +12,12 @@ import pytest
 from corekit import FILES, git, mint, receive, sha, tree_files, tree_state
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
 from core.errors import ApplyConflict, BadInput, Stale, VerificationFailed, WrongState
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
 from core.plan.replay import replay
+from core.review.apply import apply_job
 from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import locate, reject

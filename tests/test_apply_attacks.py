@@ -20,14 +20,14 @@ import pytest
 from corekit import FILES, git, mint, receive, sha, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-import core.apply
-from core.apply import apply_job
+import core.review.apply
 from core.errors import ApplyConflict, BadInput, DurabilityError, RolledBack, Stale, VerificationFailed
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
 from core.plan.replay import replay
-from core.recover import recover
+from core.review.apply import apply_job
+from core.review.recover import recover
 from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import claim, locate
@@ -69,8 +69,8 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 
 def hook_once(monkeypatch: pytest.MonkeyPatch, name: str, action: Callable[[], None], call: int = 1) -> None:
-    """Run `action` just before the `call`-th call of `core.apply.<name>`."""
-    real = getattr(core.apply, name)
+    """Run `action` just before the `call`-th call of `core.review.apply.<name>`."""
+    real = getattr(core.review.apply, name)
     seen = [0]
 
     def hooked(*args: Any, **kwargs: Any) -> Any:
@@ -79,7 +79,7 @@ def hook_once(monkeypatch: pytest.MonkeyPatch, name: str, action: Callable[[], N
             action()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(core.apply, name, hooked)
+    monkeypatch.setattr(core.review.apply, name, hooked)
 
 
 # --- 1. A journal is never trusted on its own -----------------------------------------
@@ -145,7 +145,7 @@ def test_recover_sets_a_forged_journal_aside_and_goes_on(repo: Layout, received:
 def test_a_journal_that_does_not_match_the_verified_receipt_is_refused(
     repo: Layout, received: Job, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 ) -> None:
-    targets = [t.to_dict() for t in core.apply.plan(received, locate_receipt(repo, received))]
+    targets = [t.to_dict() for t in core.review.apply.plan(received, locate_receipt(repo, received))]
     forge_journal(repo, received.key, change(targets))
     tree = tree_files(repo.root)
     with pytest.raises(
@@ -160,7 +160,7 @@ def test_a_journal_that_does_not_match_the_verified_receipt_is_refused(
 def test_a_journal_whose_receipt_no_longer_verifies_is_closed_and_nothing_written(
     repo: Layout, received: Job
 ) -> None:
-    targets = [t.to_dict() for t in core.apply.plan(received, locate_receipt(repo, received))]
+    targets = [t.to_dict() for t in core.review.apply.plan(received, locate_receipt(repo, received))]
     forge_journal(repo, received.key, targets)
     for key_file in repo.trusted_keys.iterdir():
         key_file.unlink()
@@ -173,7 +173,7 @@ def test_a_journal_whose_receipt_no_longer_verifies_is_closed_and_nothing_writte
 
 
 def test_the_apply_record_names_the_signer_that_verified_not_the_journal(repo: Layout, received: Job) -> None:
-    targets = [t.to_dict() for t in core.apply.plan(received, locate_receipt(repo, received))]
+    targets = [t.to_dict() for t in core.review.apply.plan(received, locate_receipt(repo, received))]
     forge_journal(repo, received.key, targets, signer="SHA256:someone-else", signature_required=False)
     res = apply_job(repo, received.key)
     assert res.verification is not None
@@ -185,7 +185,7 @@ def test_the_apply_record_names_the_signer_that_verified_not_the_journal(repo: L
 
 
 def test_a_group_writable_journal_is_not_trusted(repo: Layout, received: Job) -> None:
-    targets = [t.to_dict() for t in core.apply.plan(received, locate_receipt(repo, received))]
+    targets = [t.to_dict() for t in core.review.apply.plan(received, locate_receipt(repo, received))]
     path = forge_journal(repo, received.key, targets)
     os.chmod(path, 0o664)
     tree = tree_files(repo.root)
@@ -263,14 +263,14 @@ def test_a_source_swapped_after_verification(
         else:
             src.write_bytes(b"not what was signed\n")
 
-    real_verify = core.apply.verify
+    real_verify = core.review.apply.verify
 
     def verify_then_swap(*args: Any, **kwargs: Any) -> Any:
         v = real_verify(*args, **kwargs)
         swap()
         return v
 
-    monkeypatch.setattr(core.apply, "verify", verify_then_swap)
+    monkeypatch.setattr(core.review.apply, "verify", verify_then_swap)
     tree = tree_files(repo.root)
     with pytest.raises((BadInput, VerificationFailed)) as err:
         apply_job(repo, received.key)
@@ -309,7 +309,7 @@ def test_an_edit_saved_while_a_sibling_is_staged_is_kept(
     repo: Layout, received: Job, monkeypatch: pytest.MonkeyPatch, atomic: bool
 ) -> None:
     if not atomic:
-        monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
+        monkeypatch.setattr(core.review.apply, "exchange", lambda *a: False)
     edit = b"def main():\n    return 'my edit'\n"
     hook_once(monkeypatch, "copy_hashing", lambda: (repo.root / "src/app.py").write_bytes(edit), call=3)
     with pytest.raises(ApplyConflict) as err:
@@ -362,14 +362,14 @@ def test_a_new_file_is_created_only_if_still_absent(
 def test_an_edit_after_verify_and_before_any_write_leaves_no_journal(
     repo: Layout, received: Job, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_verify = core.apply.verify
+    real_verify = core.review.apply.verify
 
     def verify_then_edit(*args: Any, **kwargs: Any) -> Any:
         v = real_verify(*args, **kwargs)
         (repo.root / "src/util.py").write_bytes(b"saved just now\n")
         return v
 
-    monkeypatch.setattr(core.apply, "verify", verify_then_edit)
+    monkeypatch.setattr(core.review.apply, "verify", verify_then_edit)
     with pytest.raises(Stale, match=f"genjob replay {received.key}"):
         apply_job(repo, received.key)
     assert os.listdir(repo.journal) == []
@@ -382,7 +382,7 @@ def test_a_killed_apply_whose_target_was_then_edited_is_rolled_back_by_recover(
 ) -> None:
     """The journal and one written target, as a kill leaves them; then the user edits
     another target. `recover` puts the written one back and keeps the edit."""
-    targets = core.apply.plan(received, locate_receipt(repo, received))
+    targets = core.review.apply.plan(received, locate_receipt(repo, received))
     forge_journal(repo, received.key, [t.to_dict() for t in targets])
     originals = repo.journal / received.key
     originals.mkdir()
@@ -432,8 +432,8 @@ def test_a_fault_just_after_a_swap_loses_no_original(
     `.gen/journal/` fails (an I/O error): the original goes back, and so does every other
     target; the apply says what failed, in one line."""
     if not atomic:
-        monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
-    real = core.apply.rename_at
+        monkeypatch.setattr(core.review.apply, "exchange", lambda *a: False)
+    real = core.review.apply.rename_at
     last = ("2", "util.py")  # its original's name in the journal's folder, and in the tree
 
     def failing(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
@@ -441,7 +441,7 @@ def test_a_fault_just_after_a_swap_loses_no_original(
             raise OSError(errno.EIO, os.strerror(errno.EIO), dst)
         real(src_fd, src, dst_fd, dst)
 
-    monkeypatch.setattr(core.apply, "rename_at", failing)
+    monkeypatch.setattr(core.review.apply, "rename_at", failing)
     tree = tree_files(repo.root)
     with pytest.raises(DurabilityError, match="input/output error"):
         apply_job(repo, received.key)

@@ -33,7 +33,7 @@ GENJOB = str(Path(sys.executable).parent / "genjob")
 WITHOUT_EXCHANGE = [
     sys.executable,
     "-c",
-    "import sys, core.apply, tui.cli; core.apply.exchange = lambda *a: False; "
+    "import sys, core.review.apply, tui.cli; core.review.apply.exchange = lambda *a: False; "
     "sys.argv[0] = 'genjob'; tui.cli.run()",
 ]
 

@@ -13,14 +13,14 @@ from corekit import cli, mint, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import CommandHost, host_block, script, write_config
 
-from core.candidates import apply_choice, choose, chosen, views
-from core.checks import ChecksRequired, check_statuses, read_record, run_checks, write_record
 from core.errors import VerificationFailed
 from core.model.standing import CheckState, CheckStatus
+from core.review.candidates import apply_choice, choose, chosen, views
+from core.review.checks import ChecksRequired, check_statuses, read_record, run_checks, write_record
+from core.review.verify import verify
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
-from core.verify import verify
 from core.work.ship_candidates import CandidateRequest, ship_candidates
 
 pytestmark = pytest.mark.timeout(180)

@@ -30,7 +30,8 @@ from shipkit import (
     write_config,
 )
 
-from core.candidates import (
+from core.errors import BadInput, NotFound, VerificationFailed, WrongState
+from core.review.candidates import (
     apply_choice,
     choose,
     chosen,
@@ -40,8 +41,7 @@ from core.candidates import (
     verify_candidate,
     views,
 )
-from core.errors import BadInput, NotFound, VerificationFailed, WrongState
-from core.recover import recover
+from core.review.recover import recover
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate, requeue

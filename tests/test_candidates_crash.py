@@ -16,7 +16,7 @@ from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_crash import temp_files
 
-from core.candidates import (
+from core.review.candidates import (
     OUT,
     Holder,
     apply_choice,
@@ -27,7 +27,7 @@ from core.candidates import (
     staging,
     verify_candidate,
 )
-from core.recover import recover
+from core.review.recover import recover
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import Claim, Claimer

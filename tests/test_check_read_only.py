@@ -17,10 +17,10 @@ from checkkit import CALC_BETTER, check, configure, project, received
 from corekit import git, tree_state
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import sandbox
-from core.checks import read_record
 from core.model.models import Job
-from core.sandbox import SandboxError
+from core.review import sandbox
+from core.review.checks import read_record
+from core.review.sandbox import SandboxError
 from core.store.layout import Layout
 from core.store.queue import locate
 

@@ -27,9 +27,12 @@ from checkkit import (
 from corekit import sha, tree_files, tree_state, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import sandbox
-from core.apply import apply_job
-from core.checks import (
+from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
+from core.model.models import Job
+from core.model.standing import CheckState
+from core.review import sandbox
+from core.review.apply import apply_job
+from core.review.checks import (
     CheckResult,
     ChecksRequired,
     check_statuses,
@@ -38,14 +41,11 @@ from core.checks import (
     run_checks,
     running_since,
 )
-from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
-from core.model.models import Job
-from core.model.standing import CheckState
+from core.review.verify import verify
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
 from core.store.signing import private_key_path
-from core.verify import verify
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
 

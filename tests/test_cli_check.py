@@ -11,8 +11,8 @@ from checkkit import CALC_BETTER, CALC_BROKEN, PYTEST, configure, project, recei
 from corekit import cli, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import sandbox
 from core.errors import BadInput
+from core.review import sandbox
 from core.store.config import DEFAULT_CONFIG, Config, load_config
 from core.store.layout import Layout
 

@@ -268,7 +268,7 @@ def test_a_ship_of_one_loads_none_of_the_candidates_machinery(small_queue: tuple
         line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
     }
     assert "core.work.ship" in loaded
-    assert not loaded & {"core.candidates", "core.work.ship_candidates"}, loaded & {
-        "core.candidates",
+    assert not loaded & {"core.review.candidates", "core.work.ship_candidates"}, loaded & {
+        "core.review.candidates",
         "core.work.ship_candidates",
     }

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core.consent import allow_as_written
 from core.errors import BadInput, GenjobError, TooLarge, Untrusted
+from core.review.consent import allow_as_written
 from core.store.config import (
     DEFAULT_CONFIG,
     MAX_CONFIG_BYTES,

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from corekit import cli, mint, receive, set_config
 
-from core.checks import ChecksRequired, check_statuses, require_checks
-from core.consent import allow, consent
 from core.errors import BadInput, GenjobError, Untrusted
 from core.model.standing import CheckState
 from core.remote.rules import DEFAULT_LIMITS
+from core.review.checks import ChecksRequired, check_statuses, require_checks
+from core.review.consent import allow, consent
+from core.review.verify import verify
 from core.store.config import DEFAULT_CONFIG, load_config, read_repository_config, runs_digest
 from core.store.layout import Layout, user_config_dir
 from core.store.pins import pins_file, read_pins
-from core.verify import verify
 
 CHECK = '\n[checks.tests]\nrun = "true"\n'
 

@@ -1,4 +1,4 @@
-"""core.discard and `genjob discard`: an INVALID job's unreadable files go aside, never away."""
+"""core.review.discard and `genjob discard`: an INVALID job's unreadable files go aside, never away."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from corekit import cli, mint, receive
 
-from core.discard import discard
 from core.errors import GenjobError, WrongState
+from core.review.discard import discard
 from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import requeue

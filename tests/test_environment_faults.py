@@ -23,9 +23,9 @@ from crashkit import disarm, fail_at
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, write_config
 
-from core.apply import plan
 from core.model.canonical import canonical
 from core.model.lifecycle import State
+from core.review.apply import plan
 from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.receipts import load_receipt

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, script, write_config
 from test_missing_folders import group_or_other_writable
 
-from core.apply import apply_job
-from core.candidates import OUT, choose
+from core.review.apply import apply_job
+from core.review.candidates import OUT, choose
 from core.store.layout import Layout
 from core.store.queue import locate
 from core.store.signing import keygen, trust_repository

@@ -16,7 +16,7 @@ from pathlib import Path
 from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
+from core.review.apply import apply_job
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.ship import ship

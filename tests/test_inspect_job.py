@@ -10,10 +10,10 @@ from corekit import mint, receive, set_config, sha
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core import inspect_job
-from core.apply import apply_job
 from core.errors import GenjobError
 from core.inspect_job import FileDiff, file_diff, job_detail
 from core.model.lifecycle import State
+from core.review.apply import apply_job
 from core.store.layout import Layout
 from core.store.queue import Claimer
 

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from core.apply import apply_job
 from core.errors import NothingToClaim, VerificationFailed, WrongState
 from core.model.freshness import LeaseState
 from core.model.lifecycle import (
@@ -29,6 +28,7 @@ from core.model.lifecycle import (
     inconsistency_rule,
 )
 from core.plan.mint import build_job
+from core.review.apply import apply_job
 from core.snapshot import Scanner, take_snapshot
 from core.store.layout import Layout
 from core.store.queue import Claimer, enqueue, read_job_file, reject, requeue

@@ -21,8 +21,8 @@ from corekit import cli, mint, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import toml_str, write_config
 
-from core import sandbox
 from core.errors import BadInput
+from core.review import sandbox
 from core.store.config import load_config
 from core.store.layout import Layout, user_config_dir
 from core.work.fleet import fleet

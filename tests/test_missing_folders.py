@@ -19,9 +19,9 @@ import pytest
 from corekit import carry_pins, cli, dead_pid, make_repo, mint, receive, set_config, sha
 from shipkit import host_block, script, write_config
 
-from core.apply import plan
-from core.candidates import OUT, Holder, commit_candidate, staging
 from core.model.canonical import canonical
+from core.review.apply import plan
+from core.review.candidates import OUT, Holder, commit_candidate, staging
 from core.store.layout import Layout
 from core.store.queue import Claimer, claim, reject
 from core.store.receipts import load_receipt, make_receipt

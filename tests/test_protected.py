@@ -10,9 +10,9 @@ from corekit import FILES, cli, make_repo, mint, receive, set_config, tree_state
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.apply import apply_job
-from core.candidates import apply_choice
 from core.model.protected import DEFAULT_PROTECTED, ProtectedPaths, matching, protected_among
+from core.review.apply import apply_job
+from core.review.candidates import apply_choice
 from core.store.config import DEFAULT_CONFIG, load_config
 from core.store.layout import Layout
 from core.store.signing import keygen, load_private_key, trust_repository

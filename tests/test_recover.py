@@ -9,10 +9,10 @@ from pathlib import Path
 from corekit import cli, make_repo, mint, receive, sha, v2_job, write_jobs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
 from core.model.canonical import canonical
 from core.model.models import job_bytes
-from core.recover import recover
+from core.review.apply import apply_job
+from core.review.recover import recover
 from core.snapshot import take_snapshot
 from core.store.durable import folder, temp_at
 from core.store.layout import Layout

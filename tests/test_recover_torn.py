@@ -24,10 +24,10 @@ from corekit import FILES, cli, mint, receive, set_config, sha, tree_files
 from crashkit import first_crash_where
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-import core.apply
-from core.apply import apply_job
+import core.review.apply
 from core.model.lifecycle import State
 from core.model.models import Job
+from core.review.apply import apply_job
 from core.snapshot import take_snapshot
 from core.store.durable import flocked
 from core.store.layout import Layout
@@ -227,7 +227,7 @@ def test_an_original_changed_between_its_check_and_its_swap_undoes_the_rollback(
     untrust_the_key(layout, job)
     before = torn(layout)
     victim = layout.journal / job.key / ("2" if call == 1 else "0")
-    real = core.apply.exchange
+    real = core.review.apply.exchange
     seen = [0]
 
     def tampering(*args: Any) -> bool:
@@ -237,7 +237,7 @@ def test_an_original_changed_between_its_check_and_its_swap_undoes_the_rollback(
                 handle.write(b"# tampered\n")
         return bool(real(*args))
 
-    monkeypatch.setattr(core.apply, "exchange", tampering)
+    monkeypatch.setattr(core.review.apply, "exchange", tampering)
     res = cli("recover", root=layout.root)
     assert res.exit_code == 1
     assert "changed while it was rolled back" in res.stdout
@@ -301,7 +301,7 @@ def test_recover_rolls_back_without_an_atomic_exchange(
     checked, then its original renamed over it and checked in turn."""
     layout, job = killed_apply(repo, tmp_path, "after-the-last-swap")
     untrust_the_key(layout, job)
-    monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
+    monkeypatch.setattr(core.review.apply, "exchange", lambda *a: False)
     res = cli("recover", root=layout.root)
     assert res.exit_code == 0, res.output
     assert "restored src/app.py, src/util.py; removed src/pkg/mod.py." in res.stdout
@@ -315,8 +315,8 @@ def test_without_an_exchange_an_original_changed_as_it_is_renamed_back_undoes_th
     layout, job = killed_apply(repo, tmp_path, "after-the-last-swap")
     untrust_the_key(layout, job)
     before = torn(layout)
-    monkeypatch.setattr(core.apply, "exchange", lambda *a: False)
-    real = core.apply.rename_at
+    monkeypatch.setattr(core.review.apply, "exchange", lambda *a: False)
+    real = core.review.apply.rename_at
 
     def tampering(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         if (src, dst) == ("0", "app.py"):  # src/app.py's original, on its way back
@@ -324,7 +324,7 @@ def test_without_an_exchange_an_original_changed_as_it_is_renamed_back_undoes_th
                 handle.write(b"# tampered\n")
         real(src_fd, src, dst_fd, dst)
 
-    monkeypatch.setattr(core.apply, "rename_at", tampering)
+    monkeypatch.setattr(core.review.apply, "rename_at", tampering)
     res = cli("recover", root=layout.root)
     assert res.exit_code == 1
     assert "src/app.py: its original changed while it was rolled back" in res.stdout

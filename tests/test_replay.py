@@ -9,11 +9,11 @@ import pytest
 from corekit import mint, receive, sha
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
 from core.errors import SecretFound, WrongState
 from core.model.lifecycle import State
 from core.model.models import V1
 from core.plan.replay import replay
+from core.review.apply import apply_job
 from core.snapshot import take_snapshot
 from core.store.events import job_events
 from core.store.layout import Layout

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from checkkit import processes_left, processes_with, unique_sleep
 
-from core import sandbox
-from core.sandbox import Confinement, Overlay, SandboxError, launch, run
+from core.review import sandbox
+from core.review.sandbox import Confinement, Overlay, SandboxError, launch, run
 from core.store import procfs
 from core.store.signing import keygen
 

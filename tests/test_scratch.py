@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import GenjobError, Stale, VerificationFailed
 from core.model.models import Job, Receipt, receipt_from_bytes
-from core.scratch import Scratch, scratch_tree, sweep
+from core.review.scratch import Scratch, scratch_tree, sweep
 from core.store.layout import Layout
 
 LIMIT = 64 << 20

@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import sandbox
-from core.checks import read_record, run_checks
 from core.errors import BadInput, Untrusted
+from core.review import sandbox
+from core.review.checks import read_record, run_checks
 from core.store.layout import Layout, user_config_dir
 from core.store.seal import seal, sealed_here
 

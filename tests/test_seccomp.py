@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from core import sandbox, seccomp
-from core.sandbox import Confinement, SandboxError, launch
+from core.review import sandbox, seccomp
+from core.review.sandbox import Confinement, SandboxError, launch
 
 ALLOW, KILL = 0x7FFF0000, 0x80000000
 DENY = 0x00050000 | errno.EPERM

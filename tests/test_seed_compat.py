@@ -19,16 +19,16 @@ import pytest
 from corekit import cli, sha, stage_outputs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
 from core.model.lifecycle import State
 from core.model.models import V1, JobV1, job_bytes
 from core.plan.mint import build_job
+from core.review.apply import apply_job
+from core.review.verify import verify
 from core.snapshot import take_snapshot
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import claim, enqueue, locate
 from core.store.receipts import commit_receipt, make_receipt
-from core.verify import verify
 
 ARTICLE = Path(__file__).resolve().parents[2] / "shared" / "seed" / "replay-the-job-not-the-chat.md"
 

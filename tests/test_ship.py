@@ -35,9 +35,9 @@ from shipkit import (
 )
 from ssh_servers import SSHServer
 
-from core.apply import apply_job
 from core.errors import BadInput
 from core.model.models import job_from_bytes
+from core.review.apply import apply_job
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.ship import Hosts, ShipResult, ship

@@ -30,8 +30,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import snapshot, snapshot_files, snapshot_index, snapshot_pool
-from core.apply import apply_job
 from core.model.lifecycle import State
+from core.review.apply import apply_job
 from core.snapshot import Scanner, keys_from_paths, take_snapshot
 from core.store.layout import Layout
 from core.store.pins import pins_file
@@ -498,7 +498,7 @@ def test_keys_from_paths(repo: Layout) -> None:
 def test_candidates_are_counted_and_a_closed_batch_is_received(
     repo: Layout, signer: Ed25519PrivateKey
 ) -> None:
-    from core.candidates import Holder, commit_candidate, staging
+    from core.review.candidates import Holder, commit_candidate, staging
     from core.store.queue import Claimer
     from core.store.receipts import make_receipt
 

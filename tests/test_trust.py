@@ -14,14 +14,14 @@ import pytest
 from corekit import cli, mint, receive, set_config, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
 from core.errors import Untrusted, VerificationFailed
 from core.model.models import Job
+from core.review.apply import apply_job
+from core.review.verify import verify
 from core.store.config import load_config, user_config_dir
 from core.store.layout import Layout
 from core.store.ownership import repository_owners, untrusted_because
 from core.store.signing import keygen, load_private_key, operator_keys_dir, public_key_path, trust_repository
-from core.verify import verify
 
 OTHER_UID = 54321
 

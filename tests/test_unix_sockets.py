@@ -31,8 +31,8 @@ from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import toml_str, write_config
 
-from core import checks, sandbox
-from core.sandbox import Confinement, SandboxError, launch, run
+from core.review import checks, sandbox
+from core.review.sandbox import Confinement, SandboxError, launch, run
 from core.store.layout import Layout
 from core.work.ship import ship
 

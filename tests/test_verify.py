@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.models import Job
 from core.model.standing import FAILED, PASSED, SKIPPED
+from core.review.verify import Verification, verify
 from core.store.config import load_config
 from core.store.layout import Layout
-from core.verify import Verification, verify
 
 NEW = b"def main():\n    return 2\n"
 STEPS = [

@@ -430,7 +430,7 @@ async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
 
 
 def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
-    from core.checks import receipt_standing
+    from core.review.checks import receipt_standing
 
     config = _config(repo)
     return {key: receipt_standing(repo, key, config) for key in keys}
@@ -438,13 +438,13 @@ def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
 
 def _awaits_a_choice(layout: Layout, key: str) -> bool:
     """Whether `key` has best-of-N candidates and no receipt yet: approving it is choosing one."""
-    from core import candidates
+    from core.review import candidates
 
     return not layout.receipt(key).exists() and candidates.count(layout, key) > 0
 
 
 def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
-    from core import candidates
+    from core.review import candidates
 
     if approval.choose_only and approval.candidate is not None:
         choice = candidates.choose(d.repo, key, approval.candidate)
@@ -470,7 +470,7 @@ def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
 
 
 def _discard(d: Dispatcher, key: str, _: Any) -> str:
-    from core.discard import discard
+    from core.review.discard import discard
 
     done = discard(d.repo, key)
     where = d.repo.log_dir(key).relative_to(d.repo.root)

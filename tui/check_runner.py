@@ -2,11 +2,11 @@
 on the operator's request (`t`), at most `[check_runs] concurrency` at once.
 
 `CheckRunner` renders nothing. Each check runs in an async worker through
-`core.checks.run_check` (sandboxed, in a scratch tree, its record kept); the runner keeps
+`core.review.checks.run_check` (sandboxed, in a scratch tree, its record kept); the runner keeps
 the output tail of the checks under way and posts what happens as messages: a check
 started, its output moved on (at most a few times a second), it ended. A stop (`T`)
 sets the run's event: the sandbox and every process in it are killed, and no record is
-kept. Leaving the board stops every check the same way. `core.checks` (pydantic, the
+kept. Leaving the board stops every check the same way. `core.review.checks` (pydantic, the
 config model) is imported when a check first runs, not with the board.
 """
 
@@ -28,7 +28,7 @@ from core.remote.rules import TailBuffer
 from core.store.layout import Layout
 
 if TYPE_CHECKING:
-    from core.checks import CheckRun
+    from core.review.checks import CheckRun
 
 # How much of a running check's output the board keeps, and how often it shows more.
 LIVE_TAIL_BYTES = 64 << 10
@@ -147,7 +147,7 @@ class CheckRunner(Widget):
         return len(stopping)
 
     async def _run(self, live: LiveCheck) -> None:
-        from core.checks import describe
+        from core.review.checks import describe
 
         key, name = live.key, live.name
 
@@ -178,7 +178,7 @@ class CheckRunner(Widget):
                 timer.stop()
 
     async def _check(self, live: LiveCheck) -> CheckRun:
-        from core.checks import checkable, run_check
+        from core.review.checks import checkable, run_check
         from core.store.config import load_config
 
         config = await asyncio.to_thread(load_config, self.repo.config)

@@ -30,16 +30,16 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import sandbox
-from core.apply import apply_job
-from core.checks import CheckRun, run_checks
-from core.consent import allow_as_written
 from core.errors import GenjobError
 from core.model.canonical import sha256_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job
 from core.plan.mint import build_job
 from core.remote.demo_generator import comment_block
+from core.review import sandbox
+from core.review.apply import apply_job
+from core.review.checks import CheckRun, run_checks
+from core.review.consent import allow_as_written
 from core.store.durable import atomic_write
 from core.store.events import record_attempt
 from core.store.layout import Layout

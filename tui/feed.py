@@ -349,8 +349,8 @@ class BoardFeed(Widget):
     def _verdicts(self, keys: list[str]) -> None:
         """Verify received jobs' receipts for the list's ✔/✘ and judge their checks (hashing
         happens here, off the loop)."""
-        from core.checks import receipt_standing
         from core.preflight import receipt_verdict
+        from core.review.checks import receipt_standing
         from core.store.config import load_config
 
         try:

@@ -22,7 +22,7 @@ from tui.text import STATE_STYLES, in_repo, literal, state_text
 if TYPE_CHECKING:
     from core.inspect_job import FileDiff, JobDetail
     from core.preflight import Preflight
-    from core.verify import Verification
+    from core.review.verify import Verification
     from tui.check_runner import LiveCheck
 
 LABEL = Style(color="bright_black")

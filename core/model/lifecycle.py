@@ -57,7 +57,7 @@ class Facts:
       "invalid" (present but unreadable).
     base_fresh: for an ok receipt, whether the tree still matches the job's inputs.
     invalid: the parse error of the job file, if it has one.
-    candidates: best-of-N (`core.candidates`): None when the job has none, else "ok" when
+    candidates: best-of-N (`core.review.candidates`): None when the job has none, else "ok" when
       one of them came back ok, "failed" when none did.
     """
 

@@ -1,7 +1,7 @@
 """Where a receipt stands: the outcome of each verification step and each check.
 
 These are the words a list of many jobs speaks in, so they live apart from the code that
-produces them (`core.verify`, `core.checks`) and import nothing but the standard
+produces them (`core.review.verify`, `core.review.checks`) and import nothing but the standard
 library: the board shows its first frame from them before pydantic, the config model or
 cryptography are loaded (`board_first_frame` in tests/bench).
 """
@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.checks import CheckRecord
+    from core.review.checks import CheckRecord
 
 # The outcome of one verification step.
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.model.paths import RESERVED_TOP
 from core.plan.mint import build_job
-from core.scratch import git_files
+from core.review.scratch import git_files
 from core.store.layout import Layout
 from core.store.queue import Enqueued, enqueue
 

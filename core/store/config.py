@@ -369,7 +369,7 @@ class OperatorConfig(BaseModel):
 _M = TypeVar("_M", bound=BaseModel)
 
 
-# The candidates' count and hosts live here, not in core.candidates: `genjob ship` asks for
+# The candidates' count and hosts live here, not in core.review.candidates: `genjob ship` asks for
 # them on every run, and a run of one should not import the candidates' machinery (30 ms).
 def check_candidate_count(how_many: int) -> int:
     if not 1 <= how_many <= MAX_CANDIDATES:

@@ -3,7 +3,7 @@
 The N runs share the claim and its lease: one watcher heartbeats it and looks for a
 cancel, which stops every candidate. Each run is an ordinary attempt on its host (within
 the host's concurrency) and ends in its own signed receipt, committed as a candidate
-(`core.candidates`) under the attempt's fencing token; the last one in closes the batch.
+(`core.review.candidates`) under the attempt's fencing token; the last one in closes the batch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
-from core.candidates import (
+from core.errors import GenjobError
+from core.model.contract import ReceiptStatus
+from core.remote.rules import TailBuffer
+from core.review.candidates import (
     OUT,
     CandidateCommitted,
     Holder,
@@ -23,9 +26,6 @@ from core.candidates import (
     reserve,
     staging,
 )
-from core.errors import GenjobError
-from core.model.contract import ReceiptStatus
-from core.remote.rules import TailBuffer
 from core.store.config import candidate_hosts, load_config
 from core.store.events import actor, record_attempt
 from core.store.layout import Layout

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from core.apply import apply_job  # noqa: E402
 from core.plan.mint import build_job  # noqa: E402
+from core.review.apply import apply_job  # noqa: E402
 from core.store.layout import Layout  # noqa: E402
 from core.store.queue import Claimer, enqueue  # noqa: E402
 from core.store.receipts import commit_receipt, make_receipt  # noqa: E402

@@ -15,7 +15,7 @@ import pytest
 import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import sandbox
+from core.review import sandbox
 from core.store.layout import Layout
 from core.store.lease import new_lease, read_lease, write_lease
 from tui.demo import Demo, build_demo

@@ -20,8 +20,8 @@ from corekit import set_config
 from textual.message import Message
 from textual.widgets import Button, Static
 
-from core import sandbox
 from core.model.standing import Standing
+from core.review import sandbox
 from core.store.layout import Layout
 from tui.check_runner import CheckRunner
 from tui.demo import Demo

@@ -9,7 +9,7 @@ from boardkit import run_board
 from corekit import tree_state
 from hostilekit import Hostile, build_hostile
 
-from core import sandbox
+from core.review import sandbox
 from tui.feed import BoardFeed
 
 

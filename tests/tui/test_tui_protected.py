@@ -7,8 +7,8 @@ from boardkit import plain, run_board
 from corekit import mint, receive
 from textual.widgets import Static
 
-from core.checks import run_checks
 from core.model.models import Job
+from core.review.checks import run_checks
 from core.store.layout import Layout
 from core.store.signing import load_private_key
 from tui.demo import Demo

@@ -6,10 +6,10 @@ import sys
 
 import click
 
-from core.candidates import CandidateView, diff, load, views
 from core.model.contract import ReceiptStatus
 from core.model.standing import CheckState
 from core.model.terminal import visible
+from core.review.candidates import CandidateView, diff, load, views
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import print_json, say
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from core.checks import CheckRun, describe, run_checks
+from core.review.checks import CheckRun, describe, run_checks
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import print_json, say
 

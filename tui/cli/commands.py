@@ -268,7 +268,7 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
         say(f"candidates  {d.candidates}, {picked}")
     if d.verification and r.state is not State.INVALID:  # its fault is said above, once
-        from core.checks import check_statuses
+        from core.review.checks import check_statuses
         from core.store.config import load_config
 
         job = d.located.job if d.located is not None else None
@@ -297,8 +297,8 @@ _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old "
 
 def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     """The receipt's verification step by step, the job's checks, and whether apply may run."""
-    from core.checks import run_hint
     from core.model.standing import PASSED, SKIPPED
+    from core.review.checks import run_hint
 
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
@@ -368,11 +368,11 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
 def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: bool) -> None:
     """Check a job's receipt (or a candidate's) step by step, and list its checks. Exit 0
     only when apply may run."""
-    from core.candidates import load, verify_candidate
-    from core.checks import check_statuses
+    from core.review.candidates import load, verify_candidate
+    from core.review.checks import check_statuses
+    from core.review.verify import verify
     from core.store.config import load_config
     from core.store.queue import locate
-    from core.verify import verify
 
     layout = layout_of(ctx)
     loc = locate(layout, resolve_key(layout, key))
@@ -403,7 +403,7 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
 @click.pass_context
 def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool) -> None:
     """Verify, then write the job's outputs into the tree atomically."""
-    from core.candidates import apply_choice
+    from core.review.candidates import apply_choice
 
     layout = layout_of(ctx)
     res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected)
@@ -463,7 +463,7 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 @click.pass_context
 def recover_cmd(ctx: click.Context) -> None:
     """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
-    from core.recover import recover
+    from core.review.recover import recover
 
     report = recover(layout_of(ctx))
     for line in report.lines:
@@ -519,7 +519,7 @@ def allow_cmd(ctx: click.Context, yes: bool, show: bool) -> None:
 
     Until you allow it, a repository's config runs nothing (no host, no check) and lowers
     nothing; any change to what it runs asks again."""
-    from core.consent import allow, consent
+    from core.review.consent import allow, consent
 
     layout = layout_of(ctx)
     now = consent(layout)

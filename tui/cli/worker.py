@@ -12,14 +12,14 @@ from typing import TypeVar
 
 import click
 
-from core.checks import check_statuses
 from core.model.terminal import visible
 from core.remote.demo_generator import STAND_IN
 from core.remote.rules import LineCap
+from core.review.checks import check_statuses
+from core.review.verify import verify
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
-from core.verify import verify
 from tui.cli.commands import layout_of, print_checks, resolve_key
 from tui.cli.output import say
 
@@ -136,7 +136,7 @@ def _ship_candidates(
     layout: Layout, key: str, names: list[str], how_many: int | None, worker_id: str | None
 ) -> None:
     """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
-    from core.candidates import views
+    from core.review.candidates import views
     from core.work.ship import ShipResult
     from core.work.ship_candidates import CandidateRequest, ship_candidates
     from tui.cli.candidates import print_candidates

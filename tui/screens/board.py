@@ -693,7 +693,7 @@ class BoardScreen(Screen[None]):
         self.run_worker(self._recover, thread=True, group="actions")
 
     def _recover(self) -> None:
-        from core.recover import recover
+        from core.review.recover import recover
 
         try:
             report = recover(self.repo)

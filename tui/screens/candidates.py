@@ -27,13 +27,13 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from core.candidates import CandidateView, candidate_detail, diff, load, views
 from core.errors import GenjobError
 from core.inspect_job import FileDiff, job_detail
 from core.model.contract import ReceiptStatus
 from core.model.standing import CheckState
 from core.model.terminal import visible
 from core.preflight import Preflight, preflight
+from core.review.candidates import CandidateView, candidate_detail, diff, load, views
 from core.store.layout import Layout
 from tui import render
 from tui.actions import Approval
@@ -284,7 +284,7 @@ class CandidatesScreen(Screen[Approval | None]):
         number = self.highlighted
         if number is None or self.checking is not None:
             return
-        from core.checks import run_checks
+        from core.review.checks import run_checks
 
         self.checking = number
         self._show(self.shown)

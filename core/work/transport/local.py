@@ -2,11 +2,11 @@
 
 A generator is code genjob did not write, and on this machine it would otherwise run
 with all of the operator's rights. So the runner (and the generator it starts) runs
-under bubblewrap (`core.sandbox`) whenever that works here: no network unless the host
-allows it, no unix socket (`core.seccomp`), nothing of the user's home, SSH keys or
+under bubblewrap (`core.review.sandbox`) whenever that works here: no network unless the host
+allows it, no unix socket (`core.review.seccomp`), nothing of the user's home, SSH keys or
 genjob's key folder, and one writable folder, made for the run and removed after it,
 that holds the job's workspace. The host's `read_only` paths are opened and judged as
-what they lead to, and bound as opened (`core.read_only`). Where
+what they lead to, and bound as opened (`core.review.read_only`). Where
 bwrap cannot run, a host left at `sandbox = "auto"` runs unsandboxed and every place that
 names the host says so (`isolation`); `sandbox = "bwrap"` refuses instead.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from core import sandbox
+from core.review import sandbox
 from core.work.transport.base import (
     STOP_WAIT,
     OutputCallback,

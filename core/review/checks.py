@@ -1,8 +1,8 @@
 """Checks: the project's own commands run on a receipt's outputs, and what they found.
 
-A check (``[checks.NAME]`` in `config.toml`) runs in a scratch tree (`core.scratch`):
+A check (``[checks.NAME]`` in `config.toml`) runs in a scratch tree (`core.review.scratch`):
 the repository as it is now with the receipt's verified outputs written in, under the
-sandbox (`core.sandbox`). Its result is kept as a record bound to what it checked,
+sandbox (`core.review.sandbox`). Its result is kept as a record bound to what it checked,
 ``.gen/checks/<key>/<name>.json``: the command, the receipt's output hashes, the base
 input hashes, the exit status, the duration, whether it was sandboxed, and the tail of
 its output as evidence. A candidate's checks (best-of-N) are run and kept the same way,
@@ -33,13 +33,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core import sandbox
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
 from core.model.canonical import canonical, loads_strict, read_bytes, sha256_bytes
 from core.model.models import Job, Receipt, TextEnum
 from core.model.protected import flagged
 from core.model.standing import CheckState, CheckStatus, Standing
-from core.scratch import Mode, Scratch, scratch_tree
+from core.review import sandbox
+from core.review.scratch import Mode, Scratch, scratch_tree
+from core.review.verify import Verification, verify
 from core.store import procfs
 from core.store.config import Check, CheckName, Config, load_config
 from core.store.durable import atomic_write_at, folder
@@ -49,7 +50,6 @@ from core.store.ownership import repository_owners, require_trusted
 from core.store.queue import locate
 from core.store.seal import seal, sealed_here
 from core.store.tree import closing, open_folder, open_regular
-from core.verify import Verification, verify
 
 RECORD_SCHEMA: Literal["genjob.check.v1"] = "genjob.check.v1"
 _SEAL = "check record"
@@ -383,7 +383,7 @@ def checkable_candidate(
 ) -> tuple[Job, Receipt, Verification, Path]:
     """The job `key`, its candidate `number`'s receipt verified now (signature included),
     and the folder of that candidate's outputs; refused when checks cannot run on it."""
-    from core.candidates import load, verify_candidate  # core.candidates imports this module
+    from core.review.candidates import load, verify_candidate  # core.review.candidates imports this module
 
     loc = locate(layout, key)
     if loc.folder != "running":

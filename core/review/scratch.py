@@ -10,7 +10,7 @@ was killed leaves it behind for the next run's `sweep`.
 Two ways to make it:
  - ``overlay``: a farm of hard links to the tracked files (cheap: one link each, on the
    repository's own filesystem), later seen by the check through an overlay whose
-   writes stay in memory (`core.sandbox.Overlay`), so writing to a linked file never
+   writes stay in memory (`core.review.sandbox.Overlay`), so writing to a linked file never
    reaches the original. Only files owned by the operator are linked (the overlay copies
    a file up under its owner, which must exist in the sandbox's user namespace); others
    are copied.

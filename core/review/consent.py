@@ -13,8 +13,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from core import sandbox
 from core.errors import GenjobError
+from core.review import sandbox
 from core.store.config import Check, Config, Host, read_repository_config, runs_digest, what_runs
 from core.store.events import record_event
 from core.store.layout import Layout

@@ -1,7 +1,7 @@
 """Recovery after a crash: finish interrupted applies and resolve inconsistent pairs.
 
 The rules, applied in this order (each is reported):
- R1 an open apply journal is finished by `core.apply`: rolled forward when the receipt
+ R1 an open apply journal is finished by `core.review.apply`: rolled forward when the receipt
     verifies now and every target is at its before or after hash; rolled back, from the
     originals it kept, when one holds a user's edit or the receipt no longer verifies (a
     key no longer trusted, a policy turned on, outputs changed or gone), and the line
@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.apply import apply_job
 from core.errors import ApplyConflict, BadInput, GenjobError, NotFound
 from core.model.models import KEY_RE
+from core.review.apply import apply_job
 from core.store.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
 from core.store.events import record_event
 from core.store.evidence import set_aside

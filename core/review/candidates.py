@@ -20,7 +20,7 @@ signature, then `receipts/<key>.json` last. That file is the commit point: befor
 nothing is chosen, after it the job is an ordinary received job, and `apply` finishes.
 The candidates stay where they are, as evidence.
 
-Checks run on a candidate as on a receipt (`core.checks`, `candidate=n`), their records
+Checks run on a candidate as on a receipt (`core.review.checks`, `candidate=n`), their records
 in `.gen/checks/<key>/candidate-<n>/`, bound to that candidate's outputs. Choosing a
 candidate carries each of its records still fresh for its bytes to the job's record
 place, where they speak for the chosen receipt, whose bytes they are.
@@ -37,20 +37,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from core.apply import Applied, apply_job, check_commit_ready
-from core.checks import (
-    ChecksRequired,
-    check_statuses,
-    read_record,
-    stale_because,
-    write_record,
-)
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
 from core.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job, Receipt, receipt_from_bytes
 from core.model.standing import CheckStatus
+from core.review.apply import Applied, apply_job, check_commit_ready
+from core.review.checks import (
+    ChecksRequired,
+    check_statuses,
+    read_record,
+    stale_because,
+    write_record,
+)
+from core.review.verify import ReceiptFiles, Verification, verify
 from core.store.config import Config, check_candidate_count, load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move
 from core.store.events import attempts, record_attempt, record_event
@@ -59,7 +60,6 @@ from core.store.layout import FOLDER_STATE, Layout
 from core.store.lease import read_lease
 from core.store.queue import check_key, holds_lease, locate
 from core.store.tree import make_folder
-from core.verify import ReceiptFiles, Verification, verify
 from core.work.fleet import CANDIDATE_DONE
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ def _close_batch(layout: Layout, key: str, batch: Sequence[int], holder: Holder)
 
 
 def verify_candidate(layout: Layout, job: Job, config: Config, candidate: Candidate) -> Verification:
-    """Every check a receipt gets (`core.verify`), signature included, on the candidate's
+    """Every check a receipt gets (`core.review.verify`), signature included, on the candidate's
     own receipt, signature and outputs."""
     return verify(layout, job, config, candidate.files)
 

@@ -12,9 +12,9 @@ A command genjob did not write (a check over generated code, a generator) runs u
    bound at its own absolute path (or at the path the caller names). The user's home, SSH
    keys and genjob's own key folder are never bound, and a read-only path that would
    show any of them is refused. Read-only paths are opened and judged as descriptors
-   (`core.read_only`) and bwrap binds those descriptors, so a path swapped for a link
+   (`core.review.read_only`) and bwrap binds those descriptors, so a path swapped for a link
    after it was judged binds nothing else;
- - no unix socket of its own (`core.seccomp`): a read-only socket file can still be
+ - no unix socket of its own (`core.review.seccomp`): a read-only socket file can still be
    connected to, and one outside (an ssh-agent's, ``docker.sock``) would be a way out;
  - a clean environment: ``PATH``, ``LANG``, ``HOME`` (an empty folder in that ``/tmp``)
    and what the caller adds;
@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from core import read_only, seccomp
 from core.errors import BadInput, GenjobError
-from core.read_only import Bind, Rules, private_fault, within
 from core.remote.rules import TailBuffer
+from core.review import read_only, seccomp
+from core.review.read_only import Bind, Rules, private_fault, within
 from core.store import procfs
 from core.store.tree import closing
 
@@ -107,7 +107,7 @@ class Confinement:
     at: where `folder` appears inside the sandbox (default: its own path; an overlay
       needs one).
     read_only: more paths the command may read, each at its own path (its real one,
-      or, inside `tree`, the one it has there): `core.read_only` judges and opens them.
+      or, inside `tree`, the one it has there): `core.review.read_only` judges and opens them.
     tree: a folder whose links a read-only path inside it may not leave (a check's
       repository: its links are data, not the operator's word).
     named_by: who named the read-only paths, for the message that refuses one (the config
@@ -156,7 +156,7 @@ class Launch:
     bwrap_at: int | None = None
     # The descriptors `argv` binds (`--ro-bind-fd`), open until it is started or closed.
     fds: list[int] = field(default_factory=list)
-    # The seccomp filter bwrap is to load (`core.seccomp`; empty: none).
+    # The seccomp filter bwrap is to load (`core.review.seccomp`; empty: none).
     seccomp: bytes = b""
 
     def close(self) -> None:
@@ -235,7 +235,7 @@ def check_writable(folder: Path) -> None:
 
 def _open_read_only(spec: Confinement, writable: Path) -> list[Bind]:
     """The interpreter's prefixes and `spec`'s read-only paths, open and judged
-    (`core.read_only`); SandboxError naming who named the path and its fault."""
+    (`core.review.read_only`); SandboxError naming who named the path and its fault."""
     try:
         ours = read_only.open_read_only(interpreter_paths(), Rules("sandbox", writable))
         try:
@@ -255,7 +255,7 @@ def _close(fds: Iterable[int]) -> None:
 
 @functools.cache
 def system_call_filter() -> bytes:
-    """The seccomp filter every sandboxed command runs under (`core.seccomp`); SandboxError
+    """The seccomp filter every sandboxed command runs under (`core.review.seccomp`); SandboxError
     on an architecture genjob has none for, rather than a sandbox without it."""
     arch = seccomp.native()
     if arch is None:

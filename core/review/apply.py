@@ -2,7 +2,7 @@
 
 Apply runs under `.gen/state.lock`:
  1. a job already in `applied/` is a no-op (a journal left behind is closed);
- 2. the receipt must verify now: every check in `core.verify`, the signature by policy.
+ 2. the receipt must verify now: every check in `core.review.verify`, the signature by policy.
     A tree that moved on since the job was minted makes the job STALE (`Stale`). Every
     check policy requires (`require_checks`) must have passed on these exact outputs;
  3. the targets follow from the job and the verified receipt alone: each output path
@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from core.checks import require_checks
 from core.errors import (
     ApplyConflict,
     BadInput,
@@ -65,6 +64,8 @@ from core.errors import (
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.models import Job, Receipt
 from core.model.protected import ProtectedPaths, require_approval
+from core.review.checks import require_checks
+from core.review.verify import Verification, verify
 from core.store.config import Config, load_config
 from core.store.durable import (
     atomic_write,
@@ -94,7 +95,6 @@ from core.store.tree import (
     open_folder,
     open_regular,
 )
-from core.verify import Verification, verify
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Bits an output never takes over from the file it replaces.
