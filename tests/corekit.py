@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner, Result
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import snapshot_pool
 from core.errors import GenjobError
 from core.model.models import V2, Job, job_bytes, job_from_obj
 from core.plan.mint import build_job
+from core.read import snapshot_pool
 from core.review.consent import allow_as_written
 from core.store.layout import Layout
 from core.store.pins import read_pins, update_pins

@@ -17,8 +17,8 @@ from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
 from core.plan.replay import replay
+from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
-from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import locate, reject
 

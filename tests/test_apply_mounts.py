@@ -20,7 +20,7 @@ from corekit import FILES, mint, receive, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.lifecycle import State
-from core.snapshot import take_snapshot
+from core.read.snapshot import take_snapshot
 from core.store.layout import Layout
 
 pytestmark = pytest.mark.skipif(

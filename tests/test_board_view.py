@@ -1,14 +1,15 @@
-"""core.board_view: the view keeps its order and filter under any updates; untrusted text shows visibly."""
+"""core.read.board_view: the view keeps its order and filter under any updates; untrusted text
+shows visibly."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.board_view import BoardView, sort_key
 from core.model.lifecycle import State
 from core.model.terminal import visible
-from core.snapshot import JobRow
+from core.read.board_view import BoardView, sort_key
+from core.read.snapshot import JobRow
 
 KEYS = [f"{i:032x}" for i in range(12)]
 

@@ -241,7 +241,7 @@ def test_a_scan_gives_its_first_rows_before_reading_a_changed_config(
         "import sys\n"
         "from pathlib import Path\n"
         "from core.store.layout import Layout\n"
-        "from core.snapshot import Scanner\n"
+        "from core.read.snapshot import Scanner\n"
         f"scanner = Scanner(Layout(Path({str(layout.root)!r})))\n"
         "batches = scanner.scan_batches(1)\n"
         "first = next(batches)\n"

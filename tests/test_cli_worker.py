@@ -32,7 +32,7 @@ from shipkit import (
 from ssh_servers import SSHServer
 
 from core.model.lifecycle import State
-from core.snapshot import take_snapshot
+from core.read.snapshot import take_snapshot
 from core.store.layout import Layout
 
 pytestmark = pytest.mark.timeout(180)

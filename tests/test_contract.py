@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core import docscan
 from core.model import contract, models
+from core.read import docscan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def test_the_v1_field_order_names_each_field_once() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["core.model.contract", "core.docscan", "core.snapshot", "core.model.freshness"]
+    "module", ["core.model.contract", "core.read.docscan", "core.read.snapshot", "core.model.freshness"]
 )
 def test_the_listing_engine_loads_without_pydantic(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('pydantic')))"

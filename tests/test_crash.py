@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.model.lifecycle import State
 from core.model.models import job_bytes
 from core.plan.mint import build_job
+from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
 from core.review.recover import recover
 from core.review.verify import verify
-from core.snapshot import take_snapshot
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import Claimer, claim, enqueue, locate, reject, requeue

@@ -9,8 +9,8 @@ import pytest
 from corekit import cli, mint, receive
 
 from core.errors import GenjobError, WrongState
+from core.read.snapshot import take_snapshot
 from core.review.discard import discard
-from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import requeue
 

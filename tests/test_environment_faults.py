@@ -25,8 +25,8 @@ from shipkit import DEMO, host_block, write_config
 
 from core.model.canonical import canonical
 from core.model.lifecycle import State
+from core.read.snapshot import take_snapshot
 from core.review.apply import plan
-from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.receipts import load_receipt
 

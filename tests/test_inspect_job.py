@@ -1,4 +1,4 @@
-"""Everything known about one job (`core.inspect_job`), as `genjob show` and the board's
+"""Everything known about one job (`core.read.inspect_job`), as `genjob show` and the board's
 detail pane get it: read, verified and diffed, with every fault collected, never raised."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from corekit import mint, receive, set_config, sha
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import inspect_job
 from core.errors import GenjobError
-from core.inspect_job import FileDiff, file_diff, job_detail
 from core.model.lifecycle import State
+from core.read import inspect_job
+from core.read.inspect_job import FileDiff, file_diff, job_detail
 from core.review.apply import apply_job
 from core.store.layout import Layout
 from core.store.queue import Claimer

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.errors import BadInput, KeyConflict, NothingToClaim, VerificationFailed, WrongState
 from core.model.models import V1, Job, job_bytes
 from core.plan.mint import build_job
+from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
-from core.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.queue import Claimer, claim, enqueue, locate, requeue
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from core.errors import BadInput
 from core.model.freshness import CLAIM_GRACE, CLOCK_SKEW, MAX_TTL, LeaseState, judge
 from core.model.lifecycle import State
-from core.snapshot import Scanner, take_snapshot
+from core.read.snapshot import Scanner, take_snapshot
 from core.store.layout import Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.store.queue import claim, lease_state, requeue

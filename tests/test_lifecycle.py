@@ -28,8 +28,8 @@ from core.model.lifecycle import (
     inconsistency_rule,
 )
 from core.plan.mint import build_job
+from core.read.snapshot import Scanner, take_snapshot
 from core.review.apply import apply_job
-from core.snapshot import Scanner, take_snapshot
 from core.store.layout import Layout
 from core.store.queue import Claimer, enqueue, read_job_file, reject, requeue
 from core.store.receipts import commit_receipt, make_receipt

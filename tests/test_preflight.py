@@ -1,4 +1,4 @@
-"""core.preflight: what approve shows before apply, from the job's freshly read detail."""
+"""core.read.preflight: what approve shows before apply, from the job's freshly read detail."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from corekit import mint, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.inspect_job import job_detail
-from core.preflight import preflight, receipt_verdict
+from core.read.inspect_job import job_detail
+from core.read.preflight import preflight, receipt_verdict
 from core.store.layout import Layout
 from core.store.queue import Claimer, cancel_requested_at, request_cancel
 from core.store.repo import init_repo, is_git_work_tree

@@ -14,7 +14,7 @@ from corekit import dead_pid, mint, receive, write_jobs
 from core.errors import BadInput, NotFound, NothingToClaim, WrongState
 from core.model.freshness import CLAIM_GRACE
 from core.model.lifecycle import State
-from core.snapshot import take_snapshot
+from core.read.snapshot import take_snapshot
 from core.store.events import attempts
 from core.store.layout import Layout
 from core.store.lease import lease_verdict, read_lease

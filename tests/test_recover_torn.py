@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import core.review.apply
 from core.model.lifecycle import State
 from core.model.models import Job
+from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
-from core.snapshot import take_snapshot
 from core.store.durable import flocked
 from core.store.layout import Layout
 from core.store.signing import load_private_key

@@ -13,8 +13,8 @@ from core.errors import SecretFound, WrongState
 from core.model.lifecycle import State
 from core.model.models import V1
 from core.plan.replay import replay
+from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
-from core.snapshot import take_snapshot
 from core.store.events import job_events
 from core.store.layout import Layout
 from core.store.queue import Claimer, locate, reject

@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.model.lifecycle import State
 from core.model.models import V1, JobV1, job_bytes
 from core.plan.mint import build_job
+from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
 from core.review.verify import verify
-from core.snapshot import take_snapshot
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import claim, enqueue, locate

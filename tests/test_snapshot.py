@@ -29,10 +29,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import snapshot, snapshot_files, snapshot_index, snapshot_pool
 from core.model.lifecycle import State
+from core.read import snapshot, snapshot_files, snapshot_index, snapshot_pool
+from core.read.snapshot import Scanner, keys_from_paths, take_snapshot
 from core.review.apply import apply_job
-from core.snapshot import Scanner, keys_from_paths, take_snapshot
 from core.store.layout import Layout
 from core.store.pins import pins_file
 from core.store.queue import claim, reject, requeue
@@ -182,7 +182,7 @@ def test_the_policy_kept_in_the_index_follows_both_config_files(
 ) -> None:
     """The index keeps what config.toml says (so `ls` need not parse it), until it or the
     operator's config.toml, which sets a floor under it, changes."""
-    from core import snapshot
+    from core.read import snapshot
 
     set_config(repo, '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\nsandbox = "none"\n')
     age(repo.config)

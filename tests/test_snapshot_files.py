@@ -1,4 +1,4 @@
-"""core.snapshot_files: what one key's files say, read from real files, never raising for a
+"""core.read.snapshot_files: what one key's files say, read from real files, never raising for a
 bad one."""
 
 from __future__ import annotations
@@ -10,9 +10,17 @@ from pathlib import Path
 from corekit import mint, receive, write_jobs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.snapshot_files import GONE, parse_lease, parse_receipt, racy_after, read, read_facts, read_lease
-from core.snapshot_folders import list_folders
-from core.snapshot_records import NO_SUMMARY, FileFacts, LeaseFacts, ReceiptFacts
+from core.read.snapshot_files import (
+    GONE,
+    parse_lease,
+    parse_receipt,
+    racy_after,
+    read,
+    read_facts,
+    read_lease,
+)
+from core.read.snapshot_folders import list_folders
+from core.read.snapshot_records import NO_SUMMARY, FileFacts, LeaseFacts, ReceiptFacts
 from core.store.layout import Layout
 from core.store.queue import claim, reject
 

@@ -1,4 +1,4 @@
-"""core.snapshot_folders: listing the state folders, and telling which keys changed."""
+"""core.read.snapshot_folders: listing the state folders, and telling which keys changed."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 import pytest
 from corekit import write_jobs
 
-from core import snapshot_files
-from core.snapshot_folders import LISTED, file_identity, list_folders
-from core.snapshot_records import Listing
+from core.read import snapshot_files
+from core.read.snapshot_folders import LISTED, file_identity, list_folders
+from core.read.snapshot_records import Listing
 from core.store.layout import Layout
 from core.store.queue import claim
 

@@ -1,4 +1,4 @@
-"""core.snapshot_index: the index keeps every record whole, and is no index at all when it
+"""core.read.snapshot_index: the index keeps every record whole, and is no index at all when it
 is cut short, damaged, foreign or holds a value of the wrong type."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import snapshot_index
 from core.model.lifecycle import State
-from core.snapshot_folders import LISTED
-from core.snapshot_index import FACTS, ROWS, Malformed, read_index, write_index
-from core.snapshot_records import (
+from core.read import snapshot_index
+from core.read.snapshot_folders import LISTED
+from core.read.snapshot_index import FACTS, ROWS, Malformed, read_index, write_index
+from core.read.snapshot_records import (
     NO_LEASE_FACTS,
     NO_SUMMARY,
     ConfigStamp,

@@ -1,4 +1,4 @@
-"""core.snapshot_pool: keys read by forked workers are read as this process reads them,
+"""core.read.snapshot_pool: keys read by forked workers are read as this process reads them,
 and a worker that fails leaves its keys to the caller instead of failing the scan."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from corekit import count_forks
 from shipkit import wait_for
 
-from core import snapshot_pool
-from core.snapshot_pool import read_many
-from core.snapshot_records import NO_SUMMARY, FileFacts, JobSummary
+from core.read import snapshot_pool
+from core.read.snapshot_pool import read_many
+from core.read.snapshot_records import NO_SUMMARY, FileFacts, JobSummary
 
 KEYS = [f"{i:032x}" for i in range(40)]
 

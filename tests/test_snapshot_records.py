@@ -1,4 +1,4 @@
-"""core.snapshot_records: the records a listing shows and keeps."""
+"""core.read.snapshot_records: the records a listing shows and keeps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from core.model.lifecycle import State
-from core.snapshot_records import FileStamp, JobRow
+from core.read.snapshot_records import FileStamp, JobRow
 
 
 def test_a_row_as_json() -> None:

@@ -1,4 +1,4 @@
-"""core.speedups: each shortcut does exactly what the plain spelling it replaces does."""
+"""core.read.speedups: each shortcut does exactly what the plain spelling it replaces does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.speedups import canonical_chunks, collector_paused
+from core.read.speedups import canonical_chunks, collector_paused
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),

@@ -218,7 +218,7 @@ class Dispatcher(Widget):
     @work(group="actions", exit_on_error=False)
     async def offer_replay(self, key: str) -> None:
         """`a` on a STALE job: say which inputs moved on, and offer to replay it (R)."""
-        from core.inspect_job import job_detail
+        from core.read.inspect_job import job_detail
         from tui.dialogs.next_step import NextStepDialog
 
         try:
@@ -366,8 +366,8 @@ def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
 async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval | None:
     """A single job's preflight (read off the loop); a bulk approve commits by the config,
     in a git work tree (as the preflight offers a commit only there)."""
-    from core.inspect_job import job_detail
-    from core.preflight import preflight
+    from core.read.inspect_job import job_detail
+    from core.read.preflight import preflight
 
     if bulk:
         try:

@@ -27,20 +27,20 @@ from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
-from core.board_view import BoardView
 from core.errors import GenjobError
 from core.model.contract import KEY_RE
 from core.model.lifecycle import State
+from core.read.board_view import BoardView
+from core.read.snapshot import JobRow, Scanner, keys_from_paths
 from core.remote.rules import cut_lines
-from core.snapshot import JobRow, Scanner, keys_from_paths
 from core.store.layout import Layout
 from tui.heap import release_free_memory
 
 if TYPE_CHECKING:
     from watchfiles import Change
 
-    from core.inspect_job import JobDetail
     from core.model.standing import Standing
+    from core.read.inspect_job import JobDetail
     from core.store.config import Config
 
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
@@ -349,7 +349,7 @@ class BoardFeed(Widget):
     def _verdicts(self, keys: list[str]) -> None:
         """Verify received jobs' receipts for the list's ✔/✘ and judge their checks (hashing
         happens here, off the loop)."""
-        from core.preflight import receipt_verdict
+        from core.read.preflight import receipt_verdict
         from core.review.checks import receipt_standing
         from core.store.config import load_config
 
@@ -370,7 +370,7 @@ class BoardFeed(Widget):
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
     def load_detail(self, key: str) -> None:
         """Read, verify and diff one job; the answer is a `DetailLoaded`."""
-        from core.inspect_job import job_detail
+        from core.read.inspect_job import job_detail
 
         try:
             found = job_detail(self.repo, key)

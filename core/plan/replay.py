@@ -6,7 +6,7 @@ from core.errors import WrongState
 from core.model.lifecycle import State, allowed
 from core.model.paths import regular_file_inside
 from core.plan.mint import build_job
-from core.snapshot import Scanner
+from core.read.snapshot import Scanner
 from core.store.events import record_event
 from core.store.layout import Layout
 from core.store.queue import Enqueued, enqueue, locate

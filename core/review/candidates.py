@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.errors import BadInput, NotFound, Stale, VerificationFailed, WrongState
-from core.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job, Receipt, receipt_from_bytes
 from core.model.standing import CheckStatus
+from core.read.inspect_job import DiffStatus, FileDiff, JobDetail, file_diff
 from core.review.apply import Applied, apply_job, check_commit_ready
 from core.review.checks import (
     ChecksRequired,

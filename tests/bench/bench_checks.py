@@ -31,8 +31,8 @@ from common import Result
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core import sandbox  # noqa: E402
 from core.plan.mint import build_job  # noqa: E402
+from core.review import sandbox  # noqa: E402
 from core.review.checks import checkable, run_checks, scratch_mode  # noqa: E402
 from core.review.scratch import scratch_tree  # noqa: E402
 from core.store.config import load_config  # noqa: E402

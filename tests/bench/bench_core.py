@@ -165,7 +165,7 @@ SCAN = """
 import sys
 from pathlib import Path
 from core.store.layout import Layout
-from core.snapshot import Scanner
+from core.read.snapshot import Scanner
 
 scanner = Scanner(Layout(Path(sys.argv[1])))
 snap = scanner.scan()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from core.snapshot import take_snapshot
+from core.read.snapshot import take_snapshot
 from core.store.layout import Layout
 from tui.cli import main
 

@@ -232,8 +232,8 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """The job, its state, lease, receipt verification, diffs and timeline."""
-    from core.board_view import age
-    from core.inspect_job import job_detail
+    from core.read.board_view import age
+    from core.read.inspect_job import job_detail
 
     layout = layout_of(ctx)
     d = job_detail(layout, resolve_key(layout, key))

@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Static
 
-from core.preflight import Preflight
+from core.read.preflight import Preflight
 from tui.actions import Approval
 from tui.dialogs import fit_to_terminal
 from tui.render import preflight_text

@@ -29,11 +29,11 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input, Static
 
-from core.board_view import BoardView
 from core.errors import GenjobError
 from core.model.lifecycle import STATE_ORDER, State
 from core.model.standing import Standing
 from core.model.terminal import visible
+from core.read.board_view import BoardView
 from core.store.events import actor
 from core.store.layout import Layout
 from tui import render

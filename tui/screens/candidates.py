@@ -28,11 +28,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from core.errors import GenjobError
-from core.inspect_job import FileDiff, job_detail
 from core.model.contract import ReceiptStatus
 from core.model.standing import CheckState
 from core.model.terminal import visible
-from core.preflight import Preflight, preflight
+from core.read.inspect_job import FileDiff, job_detail
+from core.read.preflight import Preflight, preflight
 from core.review.candidates import CandidateView, candidate_detail, diff, load, views
 from core.store.layout import Layout
 from tui import render

@@ -20,9 +20,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from core.board_view import age
 from core.errors import GenjobError
 from core.model.terminal import visible
+from core.read.board_view import age
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.fleet import HostView, Note, fleet

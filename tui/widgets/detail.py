@@ -17,7 +17,7 @@ from tui import render
 if TYPE_CHECKING:
     from textual.widgets import TabbedContent
 
-    from core.inspect_job import JobDetail
+    from core.read.inspect_job import JobDetail
     from tui.check_runner import LiveCheck
 
 TABS = (

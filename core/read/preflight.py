@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import GenjobError
-from core.inspect_job import DiffStatus, JobDetail
 from core.model.standing import PASSED, CheckStatus
+from core.read.inspect_job import DiffStatus, JobDetail
 from core.review.verify import verify
 from core.store.config import load_config
 from core.store.layout import Layout

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from core.snapshot_files import racy_after
-from core.snapshot_records import FileId, Listing
+from core.read.snapshot_files import racy_after
+from core.read.snapshot_records import FileId, Listing
 
 # Listed in this order; the first five hold `<key>.json` files.
 LISTED = ("receipts", "running", "queue", "applied", "rejected", "attempts", "candidates")

@@ -1,13 +1,13 @@
 """One consistent read of `.gen/`: every job with its derived state, for `ls` and the board.
 
-A row is made in two steps. `core.snapshot_files.read_facts` reads what a key's files
+A row is made in two steps. `core.read.snapshot_files.read_facts` reads what a key's files
 say (its job documents, receipt and attempts) into `FileFacts`. `Scanner._finish` adds
 what changes without those files changing (the lease, judged by `core.model.freshness`; the
 tree; the clock) and asks `derive_state`.
 
 The index, kept in memory by a long-lived `Scanner` and in `.gen/cache/` for the next
-process (`core.snapshot_index`), holds the folders as last listed
-(`core.snapshot_folders`) and, per key, what was made from the files listed: the
+process (`core.read.snapshot_index`), holds the folders as last listed
+(`core.read.snapshot_folders`) and, per key, what was made from the files listed: the
 finished row when it depends on nothing else (queued, applied, rejected, failed, invalid
 and inconsistent jobs without a lease), else the facts, so only `_finish` runs again.
 Leases are read on every scan and parsed again only when their bytes changed; tree files
@@ -16,9 +16,9 @@ file changed within the last two seconds is used but not kept. The index only sa
 work: a missing, damaged or foreign one is ignored, and verification never reads it.
 
 A scan with many keys the index does not know reads them in several processes at once
-(`core.snapshot_pool`). The index is loaded by a scanner's first scan (or refresh), which
+(`core.read.snapshot_pool`). The index is loaded by a scanner's first scan (or refresh), which
 meanwhile has another process read the leases and list a large attempts/
-(`core.snapshot_pool.list_apart`).
+(`core.read.snapshot_pool.list_apart`).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from core.model.freshness import LeaseState, Verdict
 from core.model.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.model.paths import lstat_inside
 from core.model.protected import DEFAULT_PROTECTED
-from core.snapshot_files import parse_lease, racy_after, read_facts, read_lease, read_leases, share
-from core.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
-from core.snapshot_index import read_index, write_index
-from core.snapshot_pool import list_apart, read_many
-from core.snapshot_records import (
+from core.read.snapshot_files import parse_lease, racy_after, read_facts, read_lease, read_leases, share
+from core.read.snapshot_folders import JSON_FOLDERS, LISTED, file_identity, list_folders, list_growing
+from core.read.snapshot_index import read_index, write_index
+from core.read.snapshot_pool import list_apart, read_many
+from core.read.snapshot_records import (
     NO_LEASE_FACTS,
     ConfigStamp,
     FileFacts,
@@ -66,7 +66,7 @@ __all__ = ["JobRow", "Scanner", "Snapshot", "keys_from_paths", "take_snapshot"]
 
 CACHE_NAME = "snapshot.marshal"
 # A first scan with an index lists attempts/ in another process while this one loads the
-# index (`core.snapshot_pool.list_apart`) when the folder is this large: some 3,000
+# index (`core.read.snapshot_pool.list_apart`) when the folder is this large: some 3,000
 # entries on ext4. `scan_warm`: 0.69 s with this, 0.96 s without (the whole process).
 APART_FOLDER_BYTES = 128 * 1024
 
@@ -344,7 +344,7 @@ class Scanner:
     def _list_meanwhile(self, size: int, now: float) -> _Listed | None:
         """A first scan's listing, made while another process reads the leases and lists
         attempts/; meanwhile this one loads the index and makes the rows it has facts for.
-        None when no other process can (`core.snapshot_pool.list_apart`)."""
+        None when no other process can (`core.read.snapshot_pool.list_apart`)."""
         gen = self._gen
         apart = list_apart(partial(list_growing, gen, "attempts"), partial(read_leases, gen))
         if apart is None:

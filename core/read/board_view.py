@@ -15,7 +15,7 @@ from operator import attrgetter
 
 from core.model.lifecycle import STATE_ORDER, State
 from core.model.terminal import one_line
-from core.snapshot import JobRow
+from core.read.snapshot import JobRow
 
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 

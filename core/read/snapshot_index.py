@@ -1,7 +1,7 @@
 """The snapshot index on disk (`.gen/cache/snapshot.marshal`): what the last scan read, so
 the next process re-reads only what changed.
 
-The index stores the records of `core.snapshot_records` by column, and the records
+The index stores the records of `core.read.snapshot_records` by column, and the records
 declare its format: a table's columns are the fields of its record in order (a nested
 record's fields in its place, an enum by its value), and each column is checked against
 its field's annotation as it loads.
@@ -47,8 +47,8 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
-from core.snapshot_folders import GROWING
-from core.snapshot_records import (
+from core.read.snapshot_folders import GROWING
+from core.read.snapshot_records import (
     ConfigStamp,
     FileFacts,
     FileId,
@@ -59,14 +59,14 @@ from core.snapshot_records import (
     PackedIds,
     TreeStamp,
 )
-from core.speedups import collector_paused
+from core.read.speedups import collector_paused
 from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because
 
 HEADER = b"genjob snapshot index 9\n"
 SLICE = 1024
 # An index this large (some 3,000 jobs) is left out of the collector's walks once loaded
-# (`core.speedups.collector_paused`): what it holds lives as long as its scanner.
+# (`core.read.speedups.collector_paused`): what it holds lives as long as its scanner.
 KEEP_BYTES = 1 << 20
 _FRAME = struct.Struct(">II")
 _NONE = type(None)

@@ -5,7 +5,7 @@ A scan with no index reads every job document, receipt and attempts file under `
 parsing them is CPU work, so on a machine with several cores the keys are read in
 chunks by forked worker processes (`concurrent.futures`) while this process reads
 chunks too. A worker sends what it read when no chunk is left, as one marshal'd block of
-the columns the index stores (`core.snapshot_index.FACTS`): sending each chunk as it is
+the columns the index stores (`core.read.snapshot_index.FACTS`): sending each chunk as it is
 done makes the workers wait for this busy process to take the bytes in.
 
 A warm scan re-reads little, but must stat every file that grows in place (70,000
@@ -26,8 +26,8 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from core.snapshot_index import FACTS
-from core.snapshot_records import FileFacts, FileId, PackedIds
+from core.read.snapshot_index import FACTS
+from core.read.snapshot_records import FileFacts, FileId, PackedIds
 from core.store.durable import write_all
 
 # At most this many processes (this one included), with at least this many keys for

@@ -12,9 +12,9 @@ from core.errors import BadInput, GenjobError, TooLarge
 from core.model.canonical import read_bytes, sha256_bytes
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
+from core.read.snapshot import JobRow, Scanner
 from core.review.checks import check_statuses
 from core.review.verify import Verification, verify
-from core.snapshot import JobRow, Scanner
 from core.store.config import Config, load_config
 from core.store.events import attempts, job_events
 from core.store.evidence import newest_log_tail
@@ -128,7 +128,7 @@ def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff
 
 def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
     """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
-    from core import candidates  # which imports this module's diffs
+    from core.review import candidates  # which imports this module's diffs
 
     scanner = scanner or Scanner(layout, disk_cache=False)
     row = scanner.refresh([key]).get(key)

@@ -29,8 +29,8 @@ from core.model.contract import (
     V2_REQUIRED,
 )
 from core.model.paths import check_relpath
-from core.snapshot_records import JobSummary, LeaseFacts, ReceiptFacts
-from core.speedups import canonical_chunks
+from core.read.snapshot_records import JobSummary, LeaseFacts, ReceiptFacts
+from core.read.speedups import canonical_chunks
 
 _KEY_MATCH = KEY_RE.fullmatch
 _HEX64_MATCH = HEX64_RE.fullmatch

@@ -1,5 +1,5 @@
 """The named records of the listing engine: what it reads from files, what it shows, and
-what its index keeps between processes (`core.snapshot_index` stores exactly these).
+what its index keeps between processes (`core.read.snapshot_index` stores exactly these).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading one key's files under `.gen/` into the `FileFacts` a listing row is made from.
 
-Each document is parsed by the strict JSON reader and checked by `core.docscan`; only a
+Each document is parsed by the strict JSON reader and checked by `core.read.docscan`; only a
 document the quick check does not accept goes to the strict models (and pydantic is
 imported), whose error is the one shown. A file that does not parse makes its job
 INVALID with that error; nothing here raises for a bad file.
@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from core.docscan import quick_job, quick_lease, quick_receipt
 from core.errors import BadInput
 from core.model.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat
 from core.model.contract import KEY_RE, MAX_LEASE_BYTES, V1, V2, ReceiptStatus
-from core.snapshot_records import NO_SUMMARY, FileFacts, FileId, JobSummary, LeaseFacts, ReceiptFacts
+from core.read.docscan import quick_job, quick_lease, quick_receipt
+from core.read.snapshot_records import NO_SUMMARY, FileFacts, FileId, JobSummary, LeaseFacts, ReceiptFacts
 from core.store.layout import JOB_FOLDERS
 
 ATTEMPTS_BYTES = 64 * 1024 * 1024
@@ -192,7 +192,7 @@ def read_lease(path: str) -> bytes | str | Gone:
 
 def read_leases(gen: str) -> dict[str, bytes]:
     """The bytes of each lease in running/ that reads, by key: what a first scan has
-    another process read while it loads the index (`core.snapshot_pool.list_apart`)."""
+    another process read while it loads the index (`core.read.snapshot_pool.list_apart`)."""
     try:
         names = os.listdir(f"{gen}/running")
     except OSError:
