@@ -15,9 +15,13 @@ from shipkit import CommandHost, host_block, script, write_config
 
 from core.errors import VerificationFailed
 from core.model.standing import CheckState, CheckStatus
-from core.review.candidates import apply_choice, choose, chosen, views
-from core.review.checks import ChecksRequired, check_statuses, read_record, run_checks, write_record
+from core.read.candidate_view import views
+from core.review.candidates import apply_choice, choose
+from core.review.check_status import ChecksRequired, check_statuses
+from core.review.checks import run_checks
 from core.review.verify import verify
+from core.store.candidate_store import chosen
+from core.store.check_records import read_record, write_record
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate

@@ -31,17 +31,10 @@ from shipkit import (
 )
 
 from core.errors import BadInput, NotFound, VerificationFailed, WrongState
-from core.review.candidates import (
-    apply_choice,
-    choose,
-    chosen,
-    load,
-    load_all,
-    numbers,
-    verify_candidate,
-    views,
-)
+from core.read.candidate_view import views
+from core.review.candidates import apply_choice, choose, verify_candidate
 from core.review.recover import recover
+from core.store.candidate_store import chosen, load, load_all, numbers
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate, requeue

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.models import Job
 from core.review import sandbox
-from core.review.checks import read_record
 from core.review.sandbox import SandboxError
+from core.store.check_records import read_record
 from core.store.layout import Layout
 from core.store.queue import locate
 

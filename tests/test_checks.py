@@ -28,20 +28,15 @@ from corekit import sha, tree_files, tree_state, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
+from core.model.check_record import CheckResult
 from core.model.models import Job
 from core.model.standing import CheckState
 from core.review import sandbox
 from core.review.apply import apply_job
-from core.review.checks import (
-    CheckResult,
-    ChecksRequired,
-    check_statuses,
-    read_record,
-    run_check,
-    run_checks,
-    running_since,
-)
+from core.review.check_status import ChecksRequired, check_statuses
+from core.review.checks import run_check, run_checks
 from core.review.verify import verify
+from core.store.check_records import read_record, running_since
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate

@@ -11,7 +11,7 @@ from corekit import cli, mint, receive, set_config
 from core.errors import BadInput, GenjobError, Untrusted
 from core.model.standing import CheckState
 from core.remote.rules import DEFAULT_LIMITS
-from core.review.checks import ChecksRequired, check_statuses, require_checks
+from core.review.check_status import ChecksRequired, check_statuses, require_checks
 from core.review.consent import allow, consent
 from core.review.verify import verify
 from core.store.config import DEFAULT_CONFIG, load_config, read_repository_config, runs_digest

@@ -22,7 +22,8 @@ from shipkit import DEMO, host_block, script, write_config
 from test_missing_folders import group_or_other_writable
 
 from core.review.apply import apply_job
-from core.review.candidates import OUT, choose
+from core.review.candidates import choose
+from core.store.candidate_store import OUT
 from core.store.layout import Layout
 from core.store.queue import locate
 from core.store.signing import keygen, trust_repository

@@ -11,7 +11,7 @@ from corekit import cli, tree_state
 from hostilekit import EVIL, OTHER_UID, Hostile, build_hostile, copy_tree, plant_parent_gen
 
 from core.review import sandbox
-from core.review.checks import read_record
+from core.store.check_records import read_record
 from core.store.config import load_config
 from core.store.layout import Layout
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from corekit import mint, receive, set_config, sha
+from corekit import mint, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import GenjobError
 from core.model.lifecycle import State
-from core.read import inspect_job
-from core.read.inspect_job import FileDiff, file_diff, job_detail
+from core.read.inspect_job import job_detail
 from core.review.apply import apply_job
 from core.store.layout import Layout
 from core.store.queue import Claimer
@@ -133,41 +132,3 @@ def test_to_dict_is_json_with_every_part(repo: Layout, signer: Ed25519PrivateKey
         "chosen",
     ]:
         assert name in out
-
-
-# --- file_diff ---------------------------------------------------------------------------
-
-
-def test_file_diff_of_identical_bytes_is_unchanged(
-    repo: Layout, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    out = tmp_path_factory.mktemp("out")
-    (out / "src").mkdir()
-    data = (repo.root / "src/app.py").read_bytes()
-    (out / "src/app.py").write_bytes(data)
-    assert file_diff(repo.root, out, "src/app.py", sha(data)) == FileDiff(
-        "src/app.py", "unchanged", 0, 0, "", True
-    )
-
-
-def test_file_diff_of_binary_missing_and_oversized_outputs(
-    repo: Layout, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    out = tmp_path_factory.mktemp("out")
-    (out / "src").mkdir()
-    (out / "src/app.py").write_bytes(b"\0binary\0")
-    assert file_diff(repo.root, out, "src/app.py").status == "binary"
-    assert file_diff(repo.root, out, "src/gone.py") == FileDiff("src/gone.py", "missing", 0, 0, "")
-    monkeypatch.setattr(inspect_job, "MAX_DIFF_BYTES", 4)
-    assert file_diff(repo.root, out, "src/app.py") == FileDiff("src/app.py", "too large", 0, 0, "")
-
-
-def test_file_diff_says_when_a_file_has_no_final_newline(
-    repo: Layout, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    out = tmp_path_factory.mktemp("out")
-    (out / "README.md").write_bytes(b"# demo\nno newline")
-    diff = file_diff(repo.root, out, "README.md")
-    assert diff.status == "modified" and diff.added == 1 and diff.removed == 0
-    assert diff.text.endswith("+no newline\n\\ No newline at end of file\n")
-    assert diff.signed is None

@@ -21,7 +21,7 @@ from shipkit import host_block, script, write_config
 
 from core.model.canonical import canonical
 from core.review.apply import plan
-from core.review.candidates import OUT, Holder, commit_candidate, staging
+from core.store.candidate_store import OUT, Holder, commit_candidate, staging
 from core.store.layout import Layout
 from core.store.queue import Claimer, claim, reject
 from core.store.receipts import load_receipt, make_receipt

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from core.errors import BadInput, Untrusted
 from core.review import sandbox
-from core.review.checks import read_record, run_checks
+from core.review.checks import run_checks
+from core.store.check_records import read_record
 from core.store.layout import Layout, user_config_dir
 from core.store.seal import seal, sealed_here
 

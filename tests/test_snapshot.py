@@ -498,7 +498,7 @@ def test_keys_from_paths(repo: Layout) -> None:
 def test_candidates_are_counted_and_a_closed_batch_is_received(
     repo: Layout, signer: Ed25519PrivateKey
 ) -> None:
-    from core.review.candidates import Holder, commit_candidate, staging
+    from core.store.candidate_store import Holder, commit_candidate, staging
     from core.store.queue import Claimer
     from core.store.receipts import make_receipt
 

@@ -40,6 +40,7 @@ from tui.dialogs.reason import ReasonDialog
 if TYPE_CHECKING:
     from core.store.config import Config
     from core.store.queue import Claim
+    from tui.dialogs.preflight import Approval
 
 # How many keys a bulk confirm lists before "… and N more".
 LISTED = 12
@@ -99,17 +100,6 @@ class Outcome:
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     select: str | None = None
-
-
-@dataclass(frozen=True)
-class Approval:
-    """The preflight's answer: apply, and whether to commit too; for a job with best-of-N
-    candidates, which one to choose first."""
-
-    commit: bool
-    candidate: int | None = None
-    choose_only: bool = False  # make the candidate the job's receipt, so its checks can run
-    protected: bool = False  # the operator approved writing its protected paths
 
 
 @dataclass
@@ -368,6 +358,7 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
     in a git work tree (as the preflight offers a commit only there)."""
     from core.read.inspect_job import job_detail
     from core.read.preflight import preflight
+    from tui.dialogs.preflight import Approval, PreflightDialog
 
     if bulk:
         try:
@@ -379,8 +370,6 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
 
             commit = await asyncio.to_thread(is_git_work_tree, d.repo.root)
         return Approval(commit)
-    from tui.dialogs.preflight import PreflightDialog
-
     if await asyncio.to_thread(_awaits_a_choice, d.repo, keys[0]):
         from tui.screens.candidates import CandidatesScreen
 
@@ -430,7 +419,7 @@ async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
 
 
 def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
-    from core.review.checks import receipt_standing
+    from core.review.check_status import receipt_standing
 
     config = _config(repo)
     return {key: receipt_standing(repo, key, config) for key in keys}

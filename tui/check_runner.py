@@ -147,7 +147,7 @@ class CheckRunner(Widget):
         return len(stopping)
 
     async def _run(self, live: LiveCheck) -> None:
-        from core.review.checks import describe
+        from core.review.check_status import describe
 
         key, name = live.key, live.name
 

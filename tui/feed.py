@@ -350,7 +350,7 @@ class BoardFeed(Widget):
         """Verify received jobs' receipts for the list's ✔/✘ and judge their checks (hashing
         happens here, off the loop)."""
         from core.read.preflight import receipt_verdict
-        from core.review.checks import receipt_standing
+        from core.review.check_status import receipt_standing
         from core.store.config import load_config
 
         try:

@@ -20,8 +20,9 @@ from core.read.board_view import age
 from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 if TYPE_CHECKING:
-    from core.read.inspect_job import FileDiff, JobDetail
+    from core.read.inspect_job import JobDetail
     from core.read.preflight import Preflight
+    from core.review.diff import FileDiff
     from core.review.verify import Verification
     from tui.check_runner import LiveCheck
 

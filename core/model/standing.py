@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.review.checks import CheckRecord
+    from core.model.check_record import CheckRecord
 
 # The outcome of one verification step.
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"

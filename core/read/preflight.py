@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from core.errors import GenjobError
 from core.model.standing import PASSED, CheckStatus
-from core.read.inspect_job import DiffStatus, JobDetail
+from core.read.inspect_job import JobDetail
+from core.review.diff import DiffStatus
 from core.review.verify import verify
 from core.store.config import load_config
 from core.store.layout import Layout

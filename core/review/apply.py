@@ -64,7 +64,7 @@ from core.errors import (
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.models import Job, Receipt
 from core.model.protected import ProtectedPaths, require_approval
-from core.review.checks import require_checks
+from core.review.check_status import require_checks
 from core.review.verify import Verification, verify
 from core.store.config import Config, load_config
 from core.store.durable import (

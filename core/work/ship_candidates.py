@@ -18,14 +18,7 @@ from collections.abc import Callable, Sequence
 from core.errors import GenjobError
 from core.model.contract import ReceiptStatus
 from core.remote.rules import TailBuffer
-from core.review.candidates import (
-    OUT,
-    CandidateCommitted,
-    Holder,
-    commit_candidate,
-    reserve,
-    staging,
-)
+from core.store.candidate_store import OUT, CandidateCommitted, Holder, commit_candidate, reserve, staging
 from core.store.config import candidate_hosts, load_config
 from core.store.events import actor, record_attempt
 from core.store.layout import Layout

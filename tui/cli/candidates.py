@@ -9,7 +9,8 @@ import click
 from core.model.contract import ReceiptStatus
 from core.model.standing import CheckState
 from core.model.terminal import visible
-from core.review.candidates import CandidateView, diff, load, views
+from core.read.candidate_view import CandidateView, diff, views
+from core.store.candidate_store import load
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import print_json, say
 

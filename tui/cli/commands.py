@@ -268,7 +268,7 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
         say(f"candidates  {d.candidates}, {picked}")
     if d.verification and r.state is not State.INVALID:  # its fault is said above, once
-        from core.review.checks import check_statuses
+        from core.review.check_status import check_statuses
         from core.store.config import load_config
 
         job = d.located.job if d.located is not None else None
@@ -298,7 +298,7 @@ _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old "
 def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     """The receipt's verification step by step, the job's checks, and whether apply may run."""
     from core.model.standing import PASSED, SKIPPED
-    from core.review.checks import run_hint
+    from core.review.check_status import run_hint
 
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
@@ -368,9 +368,10 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
 def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: bool) -> None:
     """Check a job's receipt (or a candidate's) step by step, and list its checks. Exit 0
     only when apply may run."""
-    from core.review.candidates import load, verify_candidate
-    from core.review.checks import check_statuses
+    from core.review.candidates import verify_candidate
+    from core.review.check_status import check_statuses
     from core.review.verify import verify
+    from core.store.candidate_store import load
     from core.store.config import load_config
     from core.store.queue import locate
 

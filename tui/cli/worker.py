@@ -15,7 +15,7 @@ import click
 from core.model.terminal import visible
 from core.remote.demo_generator import STAND_IN
 from core.remote.rules import LineCap
-from core.review.checks import check_statuses
+from core.review.check_status import check_statuses
 from core.review.verify import verify
 from core.store.config import load_config
 from core.store.layout import Layout
@@ -136,7 +136,7 @@ def _ship_candidates(
     layout: Layout, key: str, names: list[str], how_many: int | None, worker_id: str | None
 ) -> None:
     """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
-    from core.review.candidates import views
+    from core.read.candidate_view import views
     from core.work.ship import ShipResult
     from core.work.ship_candidates import CandidateRequest, ship_candidates
     from tui.cli.candidates import print_candidates

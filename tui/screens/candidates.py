@@ -31,12 +31,14 @@ from core.errors import GenjobError
 from core.model.contract import ReceiptStatus
 from core.model.standing import CheckState
 from core.model.terminal import visible
-from core.read.inspect_job import FileDiff, job_detail
+from core.read.candidate_view import CandidateView, candidate_detail, diff, views
+from core.read.inspect_job import job_detail
 from core.read.preflight import Preflight, preflight
-from core.review.candidates import CandidateView, candidate_detail, diff, load, views
+from core.review.diff import FileDiff
+from core.store.candidate_store import load
 from core.store.layout import Layout
 from tui import render
-from tui.actions import Approval
+from tui.dialogs.preflight import Approval
 from tui.widgets.key_bar import Hint, KeyBar
 
 COLUMNS = ("#", "host", "status", "verifies", "checks", "change", "signature", "why not")
