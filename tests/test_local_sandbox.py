@@ -23,11 +23,11 @@ from shipkit import toml_str, write_config
 
 from core.errors import BadInput
 from core.review import sandbox
+from core.review.host_sandbox import LocalSandbox
 from core.store.config import load_config
 from core.store.layout import Layout, user_config_dir
 from core.work.fleet import fleet
 from core.work.ship import ShipResult, ship
-from core.work.transport.local import LocalSandbox
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -306,3 +306,12 @@ async def test_a_read_only_folder_swapped_for_a_link_to_ssh_after_it_was_judged_
     got = (repo.out_dir(job.digest) / "src/app.py").read_text()
     assert "PRIVATE KEY" not in got
     assert got == "the tool that was judged\n"
+
+
+def test_a_local_runs_pythonpath_is_the_folder_that_holds_core() -> None:
+    from core.work.transport.local import local_env
+
+    folder = Path(local_env(sys.executable)["PYTHONPATH"])
+    assert (folder / "core" / "__init__.py").is_file() and (
+        folder / "core" / "remote" / "runner.py"
+    ).is_file()

@@ -10,7 +10,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.model.models import TextEnum
-from core.store.config import CheckName
+
+# A check's name: a TOML key of `[checks.NAME]`, and the name of its record's file.
+CheckName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 RECORD_SCHEMA: Literal["genjob.check.v1"] = "genjob.check.v1"
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from core.errors import GenjobError
 from core.review import sandbox
+from core.review.host_sandbox import LocalSandbox
 from core.store.config import Check, Config, Host, read_repository_config, runs_digest, what_runs
 from core.store.events import record_event
 from core.store.layout import Layout
 from core.store.pins import pin_config, read_pins
-from core.work.transport.local import LocalSandbox
 
 
 @dataclass(frozen=True)

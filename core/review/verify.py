@@ -37,6 +37,7 @@ from core.model.standing import FAILED, PASSED, SKIPPED
 from core.store.config import Config
 from core.store.layout import Layout
 from core.store.ownership import repository_owners, untrusted_because
+from core.store.receipts import ReceiptFiles, receipt_files
 
 
 @dataclass(frozen=True)
@@ -127,20 +128,6 @@ def base_problems(root: Path, job: Job, hasher: FileHasher = sha256_file) -> lis
         elif hasher(root / rel) != want:
             problems.append(f"{rel}: changed since the job was minted")
     return problems
-
-
-@dataclass(frozen=True)
-class ReceiptFiles:
-    """Where a receipt, its signature and its outputs are: the job's own
-    (`receipts/<key>.json`, `.sig`, `out/<digest>/`) or one of its candidates'."""
-
-    receipt: Path
-    signature: Path
-    out: Path
-
-
-def receipt_files(layout: Layout, job: Job) -> ReceiptFiles:
-    return ReceiptFiles(layout.receipt(job.key), layout.signature(job.key), layout.out_dir(job.digest))
 
 
 def verify(layout: Layout, job: Job, config: Config, files: ReceiptFiles | None = None) -> Verification:

@@ -16,15 +16,14 @@ from core.errors import BadInput, NotFound
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job, Receipt, receipt_from_bytes
-from core.review.verify import ReceiptFiles
 from core.store.config import check_candidate_count
 from core.store.durable import atomic_write, flocked, fsync_dir, move
 from core.store.events import attempts, record_attempt, record_event
 from core.store.evidence import set_aside
 from core.store.layout import Layout
 from core.store.queue import check_key, holds_lease
+from core.store.receipts import ReceiptFiles
 from core.store.tree import make_folder
-from core.work.fleet import CANDIDATE_DONE
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -32,6 +31,8 @@ if TYPE_CHECKING:
 
 # The attempt record naming the candidate being chosen, appended just before the receipt
 # is written: it counts only while the receipt is that candidate's (`chosen`).
+# The attempt record of a candidate that finished (`core.work.fleet` counts runs by it).
+CANDIDATE_DONE = "candidate_finished"
 RECEIPT, SIGNATURE, RUN, OUT = "receipt.json", "receipt.sig", "run.json", "out"
 CHOSEN = "chosen"
 

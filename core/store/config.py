@@ -37,6 +37,7 @@ from pydantic_core import core_schema
 
 from core.errors import BadInput
 from core.model.canonical import canonical, read_bytes, sha256_bytes
+from core.model.check_record import CheckName
 from core.model.contract import MAX_CANDIDATES
 from core.model.freshness import MAX_TTL
 from core.model.protected import DEFAULT_PROTECTED
@@ -159,9 +160,6 @@ concurrency = 2
 """
 # The config `genjob init` writes: the template with the protected paths' defaults filled in.
 DEFAULT_CONFIG = _CONFIG_TEMPLATE.replace("{protected}", "\n".join(f'    "{p}",' for p in DEFAULT_PROTECTED))
-
-
-CheckName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class Policy(BaseModel):

@@ -110,3 +110,17 @@ def _keep_late(
     record_attempt(layout, key, "late_receipt", attempt=token, kept=path.name)
     record_event(layout, "late_receipt", key, attempt=token)
     return path
+
+
+@dataclass(frozen=True)
+class ReceiptFiles:
+    """Where a receipt, its signature and its outputs are: the job's own
+    (`receipts/<key>.json`, `.sig`, `out/<digest>/`) or one of its candidates'."""
+
+    receipt: Path
+    signature: Path
+    out: Path
+
+
+def receipt_files(layout: Layout, job: Job) -> ReceiptFiles:
+    return ReceiptFiles(layout.receipt(job.key), layout.signature(job.key), layout.out_dir(job.digest))

@@ -24,6 +24,8 @@ from core.errors import BadInput, GenjobError
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import KEY_RE
+from core.review.host_sandbox import LocalSandbox
+from core.store.candidate_store import CANDIDATE_DONE
 from core.store.config import Config, Host
 from core.store.durable import atomic_write, flocked
 from core.store.events import attempts, bounded
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 # Runs of an attempt are announced with this attempt record (with `host`, and `candidate`
 # for one of several candidates); a candidate's end with `CANDIDATE_DONE`.
 SHIPPING = "shipping"
-CANDIDATE_DONE = "candidate_finished"
 # How long a probe may take before it counts as failed.
 PROBE_TIMEOUT = 60.0
 MAX_FLEET_FILE = 64 * 1024
@@ -93,8 +94,6 @@ def describe_isolation(host: Host) -> tuple[bool | None, str | None]:
     plainly; (None, None) for a remote host, which its own means confine."""
     if host.transport != "local":
         return None, None
-    from core.work.transport.local import LocalSandbox  # the transports (and asyncssh) only here
-
     confine = LocalSandbox.of(host)
     return confine.sandboxed_now(), confine.describe()
 

@@ -24,6 +24,7 @@ from core.model.canonical import canonical, read_bytes, sha256_bytes
 from core.model.contract import ReceiptStatus
 from core.model.paths import regular_file_inside
 from core.remote.rules import TailBuffer
+from core.review.host_sandbox import LocalSandbox
 from core.store.config import Config, Host, load_config
 from core.store.events import actor, bounded, record_attempt, record_event
 from core.store.evidence import keep
@@ -35,7 +36,6 @@ from core.store.tree import make_folder
 from core.work.bundle import BundleError, ResultInfo
 from core.work.fleet import SHIPPING, note_run
 from core.work.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
-from core.work.transport.local import LocalSandbox
 
 OutputCallback = Callable[[bytes], None]
 # How a run ended: its receipt's status, and why when it is not `ok`.

@@ -97,9 +97,9 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
+    from core.review.host_sandbox import LocalSandbox
     from core.store.config import candidate_hosts
     from core.work.ship import Hosts, ship
-    from core.work.transport.local import LocalSandbox
 
     gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
 
