@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from core.read.preflight import Preflight
     from core.review.diff import FileDiff
     from core.review.verify import Verification
-    from tui.check_runner import LiveCheck
+    from tui.services.check_runner import LiveCheck
 
 LABEL = Style(color="bright_black")
 OK = Style(color="green", bold=True)

@@ -23,13 +23,13 @@ from textual.widgets import Button, Static
 from core.model.standing import Standing
 from core.review import sandbox
 from core.store.layout import Layout
-from tui.check_runner import CheckRunner
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.ship import ShipDialog
-from tui.feed import BoardFeed
+from tui.services.check_runner import CheckRunner
+from tui.services.feed import BoardFeed
 from tui.widgets.detail import DetailPane
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")

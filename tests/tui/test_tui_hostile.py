@@ -25,8 +25,8 @@ from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.ship import MAX_LINE_CHARS, MAX_UNSHOWN_CHARS, ShipDialog, Unshown
-from tui.feed import LOG_LINE_CHARS
 from tui.screens.candidates import CandidatesScreen
+from tui.services.feed import LOG_LINE_CHARS
 from tui.widgets.detail import DetailPane
 
 CUT = f" … [line cut at {MAX_LINE_CHARS} characters]"

@@ -10,7 +10,7 @@ from corekit import tree_state
 from hostilekit import Hostile, build_hostile
 
 from core.review import sandbox
-from tui.feed import BoardFeed
+from tui.services.feed import BoardFeed
 
 
 @pytest.fixture

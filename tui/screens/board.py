@@ -2,7 +2,7 @@
 
 Files are the source of truth. The screen composes the widgets and routes messages: a
 `BoardFeed` reports what is on disk (rows, verdicts, checks, a job's detail), a
-`Dispatcher` runs each key's action (`tui.actions.TABLE`) and reports its outcome, a
+`Dispatcher` runs each key's action (`tui.services.actions.TABLE`) and reports its outcome, a
 `CheckRunner` runs checks (as receipts arrive, and on `t`) and reports how they go, and
 the screen shows all three.
 
@@ -37,9 +37,9 @@ from core.read.board_view import BoardView
 from core.store.events import actor
 from core.store.layout import Layout
 from tui import render
-from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
-from tui.check_runner import CheckRunner
-from tui.feed import TIME_SENSITIVE, BoardFeed
+from tui.services.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
+from tui.services.check_runner import CheckRunner
+from tui.services.feed import TIME_SENSITIVE, BoardFeed
 from tui.text import in_repo
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from textual.widgets import TabbedContent
 
     from core.read.inspect_job import JobDetail
-    from tui.check_runner import LiveCheck
+    from tui.services.check_runner import LiveCheck
 
 TABS = (
     ("job", "Job"),

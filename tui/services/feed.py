@@ -34,7 +34,7 @@ from core.read.board_view import BoardView
 from core.read.snapshot import JobRow, Scanner, keys_from_paths
 from core.remote.rules import cut_lines
 from core.store.layout import Layout
-from tui.heap import release_free_memory
+from tui.services.heap import release_free_memory
 
 if TYPE_CHECKING:
     from watchfiles import Change

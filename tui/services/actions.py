@@ -33,9 +33,9 @@ from core.model.lifecycle import ACTIONS, DISCARDABLE, State
 from core.model.standing import Standing, approvable
 from core.model.terminal import visible
 from core.store.layout import Layout
-from tui.check_runner import CheckRunner
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
+from tui.services.check_runner import CheckRunner
 
 if TYPE_CHECKING:
     from core.store.config import Config
