@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on, work
-from textual.message import Message
-from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
 from core.errors import GenjobError
@@ -35,6 +33,7 @@ from core.model.terminal import visible
 from core.store.layout import Layout
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.reason import ReasonDialog
+from tui.messages import ActionDone, ChecksWanted, Held, Released, Say
 from tui.services.check_runner import CheckRunner
 
 if TYPE_CHECKING:
@@ -76,52 +75,10 @@ class Done:
 
 
 @dataclass
-class ActionDone(Message):
-    """An action ran: one line per job done or failed; `keys` changed on disk."""
-
-    verb: str
-    done: list[str]
-    failed: list[str]
-    keys: list[str]
-    select: str | None = None
-
-
-@dataclass
-class Say(Message):
-    """A line for the operator (a refusal, a note), shown literally."""
-
-    text: str
-    severity: SeverityLevel = "information"
-    title: str = ""
-
-
-@dataclass
 class Outcome:
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     select: str | None = None
-
-
-@dataclass
-class ChecksWanted(Message):
-    """Run these checks of `key` in the board's check runner (asked from a thread)."""
-
-    key: str
-    names: list[str]
-
-
-@dataclass
-class Held(Message):
-    """The board holds `claim` (it claimed the job, or heartbeated its lease at `claim.lease.heartbeat`)."""
-
-    claim: Claim
-
-
-@dataclass
-class Released(Message):
-    """The board no longer holds `key` (its receipt is in, or its lease was taken back)."""
-
-    key: str
 
 
 class Dispatcher(Widget):

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from textual.message import Message
 from textual.timer import Timer
 from textual.widget import Widget
 
@@ -26,6 +25,7 @@ from core.errors import GenjobError
 from core.model.standing import CheckState, Standing
 from core.remote.rules import TailBuffer
 from core.store.layout import Layout
+from tui.messages import CheckEnded, CheckOutput, CheckStarted
 
 if TYPE_CHECKING:
     from core.review.checks import CheckRun
@@ -58,27 +58,6 @@ class CheckRunner(Widget):
     """Runs checks for the board and tells it how they go; renders nothing."""
 
     DEFAULT_CSS = "CheckRunner { display: none; }"
-
-    @dataclass
-    class Started(Message):
-        key: str
-        name: str
-
-    @dataclass
-    class Output(Message):
-        """The output of `key`'s running checks moved on."""
-
-        key: str
-
-    @dataclass
-    class Ended(Message):
-        """A check ended: passed (True), failed (False), or stopped or refused (None)."""
-
-        key: str
-        name: str
-        passed: bool | None
-        text: str
-        manual: bool
 
     def __init__(self, layout: Layout, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -152,7 +131,7 @@ class CheckRunner(Widget):
         key, name = live.key, live.name
 
         def ended(passed: bool | None, text: str) -> None:
-            self.post_message(self.Ended(key, name, passed, text, live.manual))
+            self.post_message(CheckEnded(key, name, passed, text, live.manual))
 
         try:
             async with self._slots:
@@ -160,7 +139,7 @@ class CheckRunner(Widget):
                     ended(None, f"check {name} stopped before it started")
                     return
                 live.started_at = time.time()
-                self.post_message(self.Started(key, name))
+                self.post_message(CheckStarted(key, name))
                 run = await self._check(live)
         except GenjobError as exc:
             ended(None, f"check {name}: {exc}")
@@ -203,4 +182,4 @@ class CheckRunner(Widget):
     def _post_output(self, key: str) -> None:
         self._output_timers.pop(key, None)
         self._output_at[key] = time.monotonic()
-        self.post_message(self.Output(key))
+        self.post_message(CheckOutput(key))

@@ -19,12 +19,9 @@ import gc
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from textual import work
-from textual.message import Message
-from textual.notifications import SeverityLevel
 from textual.widget import Widget
 
 from core.errors import GenjobError
@@ -34,12 +31,21 @@ from core.read.board_view import BoardView
 from core.read.snapshot import JobRow, Scanner, keys_from_paths
 from core.remote.rules import cut_lines
 from core.store.layout import Layout
+from tui.messages import (
+    ChecksConfigured,
+    ChecksFound,
+    DetailLoaded,
+    FeedStatus,
+    PolicyRead,
+    RowsChanged,
+    Trouble,
+    VerdictsFound,
+)
 from tui.services.heap import release_free_memory
 
 if TYPE_CHECKING:
     from watchfiles import Change
 
-    from core.model.standing import Standing
     from core.read.inspect_job import JobDetail
     from core.store.config import Config
 
@@ -98,64 +104,6 @@ class BoardFeed(Widget):
 
     DEFAULT_CSS = "BoardFeed { display: none; }"
 
-    @dataclass
-    class RowsChanged(Message):
-        """Jobs that appeared or changed (a row), or left (None)."""
-
-        changed: Mapping[str, JobRow | None]
-
-    @dataclass
-    class Status(Message):
-        """Whether a full scan is under way, and how `.gen/` is being followed."""
-
-        scanning: bool
-        watching: str
-
-    @dataclass
-    class PolicyRead(Message):
-        """What `config.toml` and `trusted_keys/` say, read with the last full scan."""
-
-        signature_required: bool
-        config_error: str | None
-        trusted_keys: int
-        config_held: str | None = None  # what the config would run and may not yet
-        protected: tuple[str, ...] = ()  # `policy.protected_paths`
-
-    @dataclass
-    class VerdictsFound(Message):
-        """Whether each received job's receipt verifies now (None: cannot tell)."""
-
-        verdicts: dict[str, bool | None]
-
-    @dataclass
-    class ChecksFound(Message):
-        """Where each judged job's receipt and checks stand (with checks configured)."""
-
-        standings: dict[str, Standing]
-
-    @dataclass
-    class ChecksConfigured(Message):
-        """The checks `config.toml` defines, which policy requires, and how the board runs them."""
-
-        names: tuple[str, ...]
-        unsandboxed: tuple[str, ...]
-        on_receipt: bool
-        concurrency: int
-
-    @dataclass
-    class DetailLoaded(Message):
-        """One job's detail, or the one-line reason it cannot be read."""
-
-        key: str
-        detail: JobDetail | str
-
-    @dataclass
-    class Trouble(Message):
-        """Reading `.gen/` failed; the feed carries on (rescanning, or polling)."""
-
-        text: str
-        severity: SeverityLevel = "warning"
-
     def __init__(self, layout: Layout, view: BoardView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.repo = layout
@@ -175,7 +123,7 @@ class BoardFeed(Widget):
     def _status(self, scanning: bool | None = None, watching: str | None = None) -> None:
         self._scanning = self._scanning if scanning is None else scanning
         self._watching = watching or self._watching
-        self.post_message(self.Status(self._scanning, self._watching))
+        self.post_message(FeedStatus(self._scanning, self._watching))
 
     def on_mount(self) -> None:
         self._process()
@@ -223,7 +171,7 @@ class BoardFeed(Widget):
                         self.judge(judged)
             except Exception as exc:
                 self._status(watching="polling")
-                self.post_message(self.Trouble(f"watching .gen/ failed ({exc}); rescanning, retrying in 5s"))
+                self.post_message(Trouble(f"watching .gen/ failed ({exc}); rescanning, retrying in 5s"))
                 self._pending.add("*")
                 self._wake.set()
                 await asyncio.sleep(5.0)
@@ -258,7 +206,7 @@ class BoardFeed(Widget):
                     else:
                         changed = await asyncio.to_thread(scanner.refresh, keys)
                 except Exception as exc:
-                    self.post_message(self.Trouble(f"reading .gen/ failed: {exc}", "error"))
+                    self.post_message(Trouble(f"reading .gen/ failed: {exc}", "error"))
                     continue
                 self._emit(changed)
 
@@ -282,7 +230,7 @@ class BoardFeed(Widget):
                 self._emit(dict.fromkeys(gone))
             trusted = await asyncio.to_thread(self._count_trusted)
             policy = (scanner.signature_required, scanner.config_error, trusted, scanner.config_held)
-            self.post_message(self.PolicyRead(*policy, scanner.protected_paths))
+            self.post_message(PolicyRead(*policy, scanner.protected_paths))
             if any_rows and not self._rows_shown.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
@@ -295,7 +243,7 @@ class BoardFeed(Widget):
             gc.collect()
             gc.freeze()
         except Exception as exc:
-            self.post_message(self.Trouble(f"scanning .gen/ failed: {exc}", "error"))
+            self.post_message(Trouble(f"scanning .gen/ failed: {exc}", "error"))
         self._status(scanning=False)
 
     async def _read_checks(self) -> None:
@@ -307,7 +255,7 @@ class BoardFeed(Widget):
             return  # the status line says what is wrong with the config
         checks = config.checks
         self.post_message(
-            self.ChecksConfigured(
+            ChecksConfigured(
                 tuple(checks),
                 tuple(n for n, c in checks.items() if c.sandbox == "none"),
                 config.check_runs.on_receipt,
@@ -327,7 +275,7 @@ class BoardFeed(Widget):
     def _emit(self, changed: Mapping[str, JobRow | None]) -> None:
         if not changed:
             return
-        self.post_message(self.RowsChanged(changed))
+        self.post_message(RowsChanged(changed))
         judge = []
         for key, row in changed.items():
             if row is not None and row.state is State.RECEIVED:
@@ -360,11 +308,11 @@ class BoardFeed(Widget):
         for start in range(0, len(keys), VERDICT_BATCH):
             batch = keys[start : start + VERDICT_BATCH]
             if config is None or not config.checks:
-                self.post_message(self.VerdictsFound({k: receipt_verdict(self.repo, k) for k in batch}))
+                self.post_message(VerdictsFound({k: receipt_verdict(self.repo, k) for k in batch}))
                 continue
             standings = {k: receipt_standing(self.repo, k, config) for k in batch}
-            self.post_message(self.VerdictsFound({k: s.verdict for k, s in standings.items()}))
-            self.post_message(self.ChecksFound(standings))
+            self.post_message(VerdictsFound({k: s.verdict for k, s in standings.items()}))
+            self.post_message(ChecksFound(standings))
 
     # -- one job ----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
@@ -380,4 +328,4 @@ class BoardFeed(Widget):
             detail = str(exc)
         except Exception as exc:
             detail = f"{key}: cannot read ({exc})"
-        self.post_message(self.DetailLoaded(key, detail))
+        self.post_message(DetailLoaded(key, detail))
