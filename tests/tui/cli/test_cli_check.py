@@ -149,7 +149,7 @@ def test_bad_check_settings_name_the_file_and_the_fault(tmp_path: Path, toml: st
 
 
 def test_the_readme_example_of_checks_is_a_valid_config() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     section = readme.split("## Checks", 1)[1]
     block = section.split("```toml\n", 1)[1].split("```", 1)[0]
     config = Config.model_validate(tomllib.loads(block))

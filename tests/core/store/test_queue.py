@@ -31,7 +31,7 @@ from core.store.queue import (
     requeue,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_claim_takes_the_oldest_and_writes_a_lease(repo: Layout) -> None:

@@ -121,7 +121,8 @@ def script(tmp: Path, code: str) -> str:
 
 
 def test_demo_generator_round_trip(tmp_path: Path) -> None:
-    gen = f"PYTHONPATH={shlex.quote(str(Path(__file__).parents[1]))} {PY} -m core.remote.demo_generator"
+    project = shlex.quote(str(Path(__file__).resolve().parents[3]))
+    gen = f"PYTHONPATH={project} {PY} -m core.remote.demo_generator"
     result, outputs = run(tmp_path, gen, ["a.py", "new/b.py"], {"a.py": b"x = 1\n"})
     assert result["exit_code"] == 0 and result["violations"] == [] and result["error"] is None
     assert outputs["a.py"] == b"x = 1\n# genjob demo edit\n# instruction: Make it better.\n"

@@ -39,7 +39,7 @@ from core.work.transport import (
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PY = shlex.quote(sys.executable)
 LIMITS = Limits(max_file_bytes=1 << 16, max_total_bytes=1 << 18, max_files=20, max_tail_bytes=4096)
 

@@ -11,7 +11,7 @@ import pytest
 from core.model import contract, models
 from core.read import docscan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_models_and_the_quick_checks_use_the_same_constants() -> None:
