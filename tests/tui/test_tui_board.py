@@ -225,10 +225,10 @@ async def test_replay_stale(demo: Demo) -> None:
         assert doc["replay_of"] == key
 
 
-async def test_cancel_running_after_confirm_ends_aborted_in_the_demo(demo: Demo) -> None:
-    layout = layout_of(demo)
-    key = demo.keys["running"]
-    async with run_board(demo.root, key=key) as d:
+async def test_cancel_running_after_confirm_ends_aborted_in_the_demo(live_demo: Demo) -> None:
+    layout = layout_of(live_demo)
+    key = live_demo.keys["running"]
+    async with run_board(live_demo.root, key=key) as d:
         await d.press("k")
         dialog = await d.showing(ConfirmDialog)
         labels = [str(b.label) for b in dialog.query("Button")]

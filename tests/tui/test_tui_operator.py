@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from boardkit import plain, run_board
+from corekit import mint
 from textual.color import Color
 from textual.widgets import Button, Checkbox, OptionList, Static
 
@@ -397,7 +398,9 @@ async def test_every_state_label_is_readable(demo: Demo) -> None:
 
 
 async def test_relative_times_tick(demo: Demo) -> None:
-    async with run_board(demo.root, MEDIUM, key=demo.keys["queued"]) as d:
+    # A job created now, so that its age counts in seconds (the demo may have been built minutes ago).
+    job = mint(Layout(demo.root), "Name the magic numbers", ["calc/parse.py"])
+    async with run_board(demo.root, MEDIUM, key=job.key) as d:
         pane = d.board.query_one("#detail-job", Static)
         before = plain(pane)
         await d.until(lambda: plain(pane) != before, "the created time to tick")
