@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,17 @@ def private_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     cfg = tmp_path_factory.mktemp("xdg-config")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(cfg))
     return cfg
+
+
+@pytest.fixture(autouse=True)
+def private_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point the temp folder (TMPDIR, for the processes a test starts, and `tempfile`'s own
+    choice, made once per process) at a fresh folder: what a test, or the code it runs, puts
+    in the temp folder is its own, and no other test's or run's leftovers are seen there."""
+    folder = tmp_path_factory.mktemp("tmp")
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 @pytest.fixture(autouse=True)

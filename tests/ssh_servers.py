@@ -237,18 +237,19 @@ def _sshd_config(folder: Path, port: int, forwarding: bool) -> Path:
     return config
 
 
-def _wait_for_banner(port: int, proc: subprocess.Popen[bytes], log: Path) -> bool:
+def _listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    """Whether this sshd got `port`: it says so in its log once it listens; it exits when
+    another process holds the port (a free port found a moment ago can be taken by another
+    test process before sshd binds it, and a banner on that port may be the other's)."""
+    said = f"Server listening on {HOST} port {port}."
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
+        if said in log.read_text(errors="replace").splitlines():
+            return True
         if proc.poll() is not None:
             return False
-        try:
-            with socket.create_connection((HOST, port), timeout=1) as sock:
-                if sock.recv(64).startswith(b"SSH-"):
-                    return True
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"sshd did not answer on {HOST}:{port}:\n{log.read_text()}")
+        time.sleep(0.05)
+    raise RuntimeError(f"sshd did not listen on {HOST}:{port}:\n{log.read_text()}")
 
 
 def _children() -> dict[int, list[int]]:
@@ -306,7 +307,7 @@ def run_sshd(folder: Path, *, forwarding: bool = False) -> Iterator[SSHServer]:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
             )
-        if _wait_for_banner(port, proc, log):
+        if _listening(port, proc, log):
             break
     else:
         raise RuntimeError(f"sshd would not start:\n{log.read_text()}")

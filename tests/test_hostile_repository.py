@@ -122,7 +122,7 @@ def test_an_unpacked_archive_is_as_foreign_as_a_clone(hostile: Hostile, tmp_path
 def test_a_pull_that_changes_what_runs_asks_again(hostile: Hostile) -> None:
     cli("allow", "--yes", root=hostile.clone.root)
     config = hostile.clone.config
-    config.write_text(config.read_text().replace("test -f src/app.py", "touch /tmp/pulled"))
+    config.write_text(config.read_text().replace("test -f src/app.py", "touch pulled"))
     held = load_config(config).held
     assert held is not None and held.changed
     res = cli("check", hostile.received, root=hostile.clone.root)

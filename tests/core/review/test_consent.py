@@ -106,7 +106,7 @@ def test_a_required_check_held_back_stops_apply(repo: Layout, signer: object) ->
     )
     job = mint(repo)
     receive(repo, job.key, {"src/app.py": b"new\n"}, signer)  # type: ignore[arg-type]
-    write(repo, repo.config.read_text().replace('run = "true"', 'run = "true; touch /tmp/x"'))
+    write(repo, repo.config.read_text().replace('run = "true"', 'run = "true; touch x"'))
     config = load_config(repo.config)
     v = verify(repo, job, config)
     [status] = check_statuses(repo, job, config, v)

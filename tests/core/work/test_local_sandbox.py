@@ -149,7 +149,7 @@ async def test_a_host_that_allows_the_network_reaches_it_and_nothing_more(
 
 
 async def test_a_cancel_leaves_no_process_of_the_sandbox(
-    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, private_tmp: Path
 ) -> None:
     marker = f"genjob-sandbox-sleeper-{os.getpid()}-{tmp_path.name}"
     sleeper = f"sh -c 'sleep 600 & exec -a {marker} sleep 600' & echo started; wait"
@@ -164,7 +164,7 @@ async def test_a_cancel_leaves_no_process_of_the_sandbox(
     res = await ship_gen(repo, job.key, on_output=on_output, cancel=cancel)
     assert (res.status, res.reason) == ("aborted", "cancelled by the operator")
     assert not processes_with(marker)
-    assert not list(Path("/tmp").glob("genjob-local-*/genjob-*")), "its workspace went with it"
+    assert not list(private_tmp.glob("genjob-local-*")), "its workspace went with it"
 
 
 async def test_a_process_the_generator_detached_is_gone_when_the_ship_returns(
