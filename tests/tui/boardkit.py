@@ -103,6 +103,15 @@ class Driver:
             await self.app.workers.wait_for_complete(running)
         await self.pilot.pause()
 
+    async def checks_ended(self) -> None:
+        """Wait until every check the board started by itself on a receipt has ended (it
+        considers each receipt once both its standing and the config's checks are known)."""
+        board = self.board
+        received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED"]
+        await self.until(lambda: all(k in board.table.checks for k in received), "the list's check marks")
+        await self.until(lambda: board.table.check_column or not received, "the checks' column")
+        await self.until(lambda: not board.checks.live, "the checks under way to end")
+
     async def showing(self, kind: type[Screen[Any]]) -> Any:
         """Wait until the screen on top is a `kind` (a dialog the last key opened); return it."""
         await self.until(lambda: isinstance(self.app.screen, kind), f"a {kind.__name__}")

@@ -24,4 +24,6 @@ async def test_the_board_opens_on_a_gen_folder_without_a_subfolder(
         rows = d.board.view.rows
         assert copy.jobs.rejected in rows or missing == "rejected"
         assert copy.jobs.received in rows or missing in ("running", "receipts")
+        # What the checks it starts make under `.gen/scratch/` is judged once they end.
+        await d.checks_ended()
     assert group_or_other_writable(layout.gen) == []
