@@ -90,7 +90,9 @@ async def help_topic(d: Driver, demo: Demo) -> None:
     assert isinstance(screen, HelpScreen)
     await d.press("down", "down")
     viewer = screen.query_one(MarkdownViewer)
-    await d.until(lambda: screen.page == "dashboard" and bool(viewer.table_of_contents.table_of_contents), "the topic")
+    await d.until(
+        lambda: screen.page == "dashboard" and bool(viewer.table_of_contents.table_of_contents), "the topic"
+    )
 
 
 async def diff_view(d: Driver, demo: Demo) -> None:
