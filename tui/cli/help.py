@@ -7,7 +7,6 @@ the file's own text. Nothing here loads Textual.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -20,16 +19,14 @@ from tui.reference import TOPICS, find_topic, summary, topic_text
 @click.argument("topic", required=False)
 def help_cmd(topic: str | None) -> None:
     """The reference: with no TOPIC, the topics; with one (or a unique start of one), that topic."""
-    try:
-        if topic is None:
-            say(topic_list())
-        elif sys.stdout.isatty():
-            show_in_terminal(topic_text(find_topic(topic)))
-        else:
-            say(topic_text(find_topic(topic)), nl=False)
-    except BrokenPipeError:  # the reader left (`genjob help hosts | head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+    # A reader that leaves early (`genjob help hosts | head`) ends it quietly: click
+    # turns the broken pipe into exit 1.
+    if topic is None:
+        say(topic_list())
+    elif sys.stdout.isatty():
+        show_in_terminal(topic_text(find_topic(topic)))
+    else:
+        say(topic_text(find_topic(topic)), nl=False)
 
 
 def topic_list() -> str:
