@@ -85,6 +85,10 @@ run = "test -f src/app.py"
 run = "touch {marks}/check"
 sandbox = "none"
 
+[checks.venv]
+run = "ls .venv"
+read_only = [".venv"]
+
 [check_runs]
 on_receipt = true
 """

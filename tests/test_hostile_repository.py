@@ -32,7 +32,8 @@ def test_a_fresh_clone_runs_lowers_and_trusts_nothing(hostile: Hostile) -> None:
     assert config.hosts == {} and config.checks == {}
     assert config.policy.require_signature is True
     assert config.held is not None and set(config.held.hosts) == {"local", "box"}
-    assert set(config.held.checks) == {"pwn", "tests"} and config.held.lowers == ("policy.require_signature",)
+    assert set(config.held.checks) == {"pwn", "tests", "venv"}
+    assert config.held.lowers == ("policy.require_signature",)
     assert not config.held.changed
 
 
@@ -100,6 +101,11 @@ def test_after_allow_its_sandboxed_check_runs_sandboxed(hostile: Hostile) -> Non
     record = read_record(hostile.clone, hostile.unsigned, "tests")
     assert record is not None and record.sandbox == "bwrap"
     assert hostile.marked() == []
+    # The tracked `.venv`, a link into the operator's home, is refused, not shown.
+    venv = cli("check", hostile.unsigned, "--name", "venv", root=hostile.clone.root)
+    assert venv.exit_code != 0 and "out of the repository" in venv.stderr
+    assert str(hostile.secret) in venv.stdout + venv.stderr
+    assert "id_ed25519" not in venv.stdout
 
 
 def test_an_unpacked_archive_is_as_foreign_as_a_clone(hostile: Hostile, tmp_path: Path) -> None:

@@ -31,9 +31,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 from core.apply import apply_job  # noqa: E402
 from core.layout import Layout  # noqa: E402
 from core.mint import build_job  # noqa: E402
+from core.pins import pin_key  # noqa: E402
 from core.queue import Claimer, enqueue  # noqa: E402
 from core.receipts import commit_receipt, make_receipt  # noqa: E402
 from core.repo import init_repo  # noqa: E402
+from core.signing import trust_repository  # noqa: E402
 
 NAMES = ("apply",)
 CACHE = Path(tempfile.gettempdir()) / "genjob-bench"
@@ -41,6 +43,8 @@ RUNS = 7
 
 
 def run(quick: bool) -> list[Result]:
+    # The operator's pins of the benchmark's repositories live in a folder of its own.
+    os.environ["XDG_CONFIG_HOME"] = str(CACHE / "apply-xdg")
     return [bench_apply(quick)]
 
 
@@ -60,9 +64,10 @@ def _prepare(quick: bool) -> tuple[Path, str, dict[str, bytes]]:
     (layout.config).write_text("[policy]\nrequire_signature = true\n")
     key_pair = Ed25519PrivateKey.generate()
     pub = key_pair.public_key()
-    (layout.trusted_keys / "bench.pub").write_bytes(
-        pub.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b"\n"
-    )
+    pub_file = CACHE / "apply-bench.pub"
+    pub_file.write_bytes(pub.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+    _, fingerprint = trust_repository(layout, pub_file)
+    pin_key(CACHE / "apply-work", fingerprint)  # where each run's copy is applied
     job = build_job(layout, "Benchmark apply.", sorted(outputs))
     enqueue(layout, job)
     claim = Claimer(layout, "bench").claim(job.key)

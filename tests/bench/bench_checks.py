@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from core import sandbox  # noqa: E402
 from core.checks import checkable, run_checks, scratch_mode  # noqa: E402
 from core.config import load_config  # noqa: E402
+from core.consent import allow_as_written  # noqa: E402
 from core.layout import Layout  # noqa: E402
 from core.mint import build_job  # noqa: E402
 from core.queue import Claimer, enqueue  # noqa: E402
@@ -56,6 +57,8 @@ MODULE = "def double(x):\n    return 2 * x\n\n\n" + "".join(f"CONSTANT_{i} = {i}
 
 
 def run(quick: bool) -> list[Result]:
+    # The operator's pins of the benchmark's repositories live in a folder of its own.
+    os.environ["XDG_CONFIG_HOME"] = str(Path(tempfile.gettempdir()) / "genjob-bench" / "checks-xdg")
     if sandbox.bwrap_problem() is not None:
         print(f"check benchmarks skipped: {sandbox.bwrap_problem()}", file=sys.stderr)
         return []
@@ -93,6 +96,7 @@ def _prepare(files: int) -> tuple[Layout, str]:
     layout.config.write_text(
         f'[policy]\nrequire_signature = false\n[checks.tests]\nrun = "{COMMAND}"\ntimeout = 600\n'
     )
+    allow_as_written(layout)  # the benchmark's own config
     target = "pkg/sub0/mod_0000.py"
     job = build_job(layout, "Benchmark a check.", [target])
     enqueue(layout, job)

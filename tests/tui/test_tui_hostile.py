@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from boardkit import drawn, run_board
-from corekit import git, mint
+from corekit import git, mint, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import endless_line, host_block, hostile_host, runner_result, script, write_config
 from textual.widget import Widget
@@ -136,7 +136,7 @@ async def test_a_candidates_toast_shows_a_file_name_as_it_is(
     add_marked_file(repo)
     write = script(tmp_path, "writes", f"open({MARKED!r}, 'w').write('x = 2\\n')\n")
     write_config(repo, host_block("a", None, write, concurrency=2))
-    repo.config.write_text(repo.config.read_text() + '\n[checks.t]\nrun = "true"\nsandbox = "none"\n')
+    set_config(repo, repo.config.read_text() + '\n[checks.t]\nrun = "true"\nsandbox = "none"\n')
     job = mint(repo, "Change it.", [MARKED])
     await ship_candidates(repo, CandidateRequest(job.key, ["a"], 2), worker_id="tester")
     (repo.root / MARKED).write_text("changed in the tree\n")
