@@ -14,11 +14,11 @@ import pytest
 from corekit import make_repo, mint, receive
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import procfs
-from core.checks import CheckRun, run_checks
-from core.consent import allow_as_written
-from core.layout import Layout
-from core.models import Job
+from core.model.models import Job
+from core.review.checks import CheckRun, run_checks
+from core.review.consent import allow_as_written
+from core.store import procfs
+from core.store.layout import Layout
 
 CALC = b"def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
 CALC_BROKEN = b"def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"

@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, settings
 
-from core.layout import Layout
+from core.store.layout import Layout
 
 pytest_plugins = ["ssh_servers"]
 
@@ -49,7 +49,7 @@ def repo(tmp_path: Path) -> Layout:
 @pytest.fixture
 def signer(repo: Layout) -> Ed25519PrivateKey:
     """This machine's worker key (made under the private config) and pinned in `repo`."""
-    from core.signing import keygen, load_private_key, trust_repository
+    from core.store.signing import keygen, load_private_key, trust_repository
 
     pub = keygen()
     trust_repository(repo, pub)

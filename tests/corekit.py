@@ -17,17 +17,17 @@ import pytest
 from click.testing import CliRunner, Result
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import snapshot_pool
-from core.consent import allow_as_written
 from core.errors import GenjobError
-from core.layout import Layout
-from core.mint import build_job
-from core.models import V2, Job, job_bytes, job_from_obj
-from core.pins import read_pins, update_pins
-from core.queue import Claimer, enqueue
-from core.receipts import Committed, commit_receipt, make_receipt
-from core.repo import init_repo
-from core.signing import sign
+from core.model.models import V2, Job, job_bytes, job_from_obj
+from core.plan.mint import build_job
+from core.read import snapshot_pool
+from core.review.consent import allow_as_written
+from core.store.layout import Layout
+from core.store.pins import read_pins, update_pins
+from core.store.queue import Claimer, enqueue
+from core.store.receipts import Committed, commit_receipt, make_receipt
+from core.store.repo import init_repo
+from core.store.signing import sign
 from tui.cli import main
 
 FILES: dict[str, bytes] = {

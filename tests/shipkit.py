@@ -20,22 +20,22 @@ from pathlib import Path
 from corekit import tree_state
 from ssh_servers import SSHServer
 
-from core.apply import apply_job
-from core.config import load_config
-from core.consent import allow_as_written
 from core.errors import VerificationFailed
-from core.events import attempts
-from core.layout import Layout
-from core.models import Job
-from core.runner import write_tar
-from core.verify import verify
+from core.model.models import Job
+from core.remote.runner import write_tar
+from core.review.apply import apply_job
+from core.review.consent import allow_as_written
+from core.review.verify import verify
+from core.store.config import load_config
+from core.store.events import attempts
+from core.store.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = shlex.quote(sys.executable)
 GENJOB = str(Path(sys.executable).parent / "genjob")
 # The demo generator on any host: PYTHONPATH is set in the command line itself, since an
 # SSH session's environment is the server's, not ours.
-DEMO = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.demo_generator"
+DEMO = f"PYTHONPATH={shlex.quote(str(ROOT))} {PY} -m core.remote.demo_generator"
 # The transports every worker-plane contract runs over: the local subprocess, asyncssh to
 # an asyncssh server and to sshd, and the command transport through OpenSSH's own client
 # (to sshd) and through bwrap (a local "remote shell" that execs an argv).

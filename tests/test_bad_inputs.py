@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.canonical import MAX_JSON_BYTES
-from core.layout import Layout
-from core.models import V1, job_bytes
-from core.signing import fingerprint, sign
+from core.model.canonical import MAX_JSON_BYTES
+from core.model.models import V1, job_bytes
+from core.store.layout import Layout
+from core.store.signing import fingerprint, sign
 
 AWS_KEY = "AKIA" + "QWERTYUIOPASDFGH"
 Case = Callable[[Layout, Ed25519PrivateKey], tuple[list[str], list[str]]]

@@ -16,17 +16,17 @@ from corekit import FILES, dead_pid, receive, sha, stage_outputs, tree_files, wr
 from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
-from core.config import load_config
-from core.layout import Layout
-from core.lifecycle import State
-from core.mint import build_job
-from core.models import job_bytes
-from core.queue import Claimer, claim, enqueue, locate, reject, requeue
-from core.receipts import commit_receipt, load_receipt, make_receipt
-from core.recover import recover
-from core.snapshot import take_snapshot
-from core.verify import verify
+from core.model.lifecycle import State
+from core.model.models import job_bytes
+from core.plan.mint import build_job
+from core.read.snapshot import take_snapshot
+from core.review.apply import apply_job
+from core.review.recover import recover
+from core.review.verify import verify
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import Claimer, claim, enqueue, locate, reject, requeue
+from core.store.receipts import commit_receipt, load_receipt, make_receipt
 
 FOLDERS = ("queue", "running", "applied", "rejected")
 NEW_FILES = {"src/app.py": b"def main():\n    return 2\n", "src/pkg/mod.py": b"VALUE = 1\n"}

@@ -23,12 +23,12 @@ from crashkit import disarm, fail_at
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, write_config
 
-from core.apply import plan
-from core.canonical import canonical
-from core.layout import Layout
-from core.lifecycle import State
-from core.receipts import load_receipt
-from core.snapshot import take_snapshot
+from core.model.canonical import canonical
+from core.model.lifecycle import State
+from core.read.snapshot import take_snapshot
+from core.review.apply import plan
+from core.store.layout import Layout
+from core.store.receipts import load_receipt
 
 FAULTS = [errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT]
 WORDS = {

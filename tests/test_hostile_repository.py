@@ -10,10 +10,10 @@ import pytest
 from corekit import cli, tree_state
 from hostilekit import EVIL, OTHER_UID, Hostile, build_hostile, copy_tree, plant_parent_gen
 
-from core import sandbox
-from core.checks import read_record
-from core.config import load_config
-from core.layout import Layout
+from core.review import sandbox
+from core.store.check_records import read_record
+from core.store.config import load_config
+from core.store.layout import Layout
 
 needs_bwrap = pytest.mark.skipif(sandbox.bwrap_problem() is not None, reason="bwrap cannot run here")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root")
@@ -69,6 +69,8 @@ def test_check_and_ship_refuse_until_allowed(hostile: Hostile) -> None:
     assert ship.exit_code == 2 and "waits for your approval" in ship.stderr
     box = cli("ship", hostile.queued, "--host", "box", root=hostile.clone.root)
     assert box.exit_code == 2 and "waits for your approval" in box.stderr
+    hosts = cli("hosts", root=hostile.clone.root)
+    assert hosts.exit_code == 0 and "waits for your approval" in hosts.stdout
     assert hostile.marked() == []
     assert (hostile.clone.queue / f"{hostile.queued}.json").exists()
 
@@ -194,7 +196,7 @@ def test_a_gen_above_a_git_repository_is_not_looked_for(
 def test_another_users_repository_is_refused_until_it_is_listed_safe(tmp_path: Path) -> None:
     from corekit import make_repo
 
-    from core.layout import user_config_dir
+    from core.store.layout import user_config_dir
 
     layout = make_repo(tmp_path / "theirs")
     for path in (layout.root, layout.gen):

@@ -13,13 +13,13 @@ import pytest
 from corekit import cli, mint, receive, set_config, sha, tree_files, tree_state, write_jobs, write_receipt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
 from core.errors import BadInput, KeyConflict, NothingToClaim, VerificationFailed, WrongState
-from core.layout import Layout
-from core.mint import build_job
-from core.models import V1, Job, job_bytes
-from core.queue import Claimer, claim, enqueue, locate, requeue
-from core.snapshot import take_snapshot
+from core.model.models import V1, Job, job_bytes
+from core.plan.mint import build_job
+from core.read.snapshot import take_snapshot
+from core.review.apply import apply_job
+from core.store.layout import Layout
+from core.store.queue import Claimer, claim, enqueue, locate, requeue
 
 HERE = Path(__file__).resolve().parent
 FOLDERS = ("queue", "running", "applied", "rejected")

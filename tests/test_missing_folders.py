@@ -19,13 +19,13 @@ import pytest
 from corekit import carry_pins, cli, dead_pid, make_repo, mint, receive, set_config, sha
 from shipkit import host_block, script, write_config
 
-from core.apply import plan
-from core.candidates import OUT, Holder, commit_candidate, staging
-from core.canonical import canonical
-from core.layout import Layout
-from core.queue import Claimer, claim, reject
-from core.receipts import load_receipt, make_receipt
-from core.signing import keygen, load_private_key, trust_repository
+from core.model.canonical import canonical
+from core.review.apply import plan
+from core.store.candidate_store import OUT, Holder, commit_candidate, staging
+from core.store.layout import Layout
+from core.store.queue import Claimer, claim, reject
+from core.store.receipts import load_receipt, make_receipt
+from core.store.signing import keygen, load_private_key, trust_repository
 
 # The folders a clone or an archive may lose (each is empty on many a repository).
 FOLDERS = (

@@ -19,16 +19,16 @@ import pytest
 from corekit import cli, sha, stage_outputs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.apply import apply_job
-from core.config import load_config
-from core.layout import Layout
-from core.lifecycle import State
-from core.mint import build_job
-from core.models import V1, JobV1, job_bytes
-from core.queue import claim, enqueue, locate
-from core.receipts import commit_receipt, make_receipt
-from core.snapshot import take_snapshot
-from core.verify import verify
+from core.model.lifecycle import State
+from core.model.models import V1, JobV1, job_bytes
+from core.plan.mint import build_job
+from core.read.snapshot import take_snapshot
+from core.review.apply import apply_job
+from core.review.verify import verify
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import claim, enqueue, locate
+from core.store.receipts import commit_receipt, make_receipt
 
 ARTICLE = Path(__file__).resolve().parents[2] / "shared" / "seed" / "replay-the-job-not-the-chat.md"
 

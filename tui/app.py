@@ -8,7 +8,7 @@ from pathlib import Path
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from core.layout import Layout, find_root
+from core.store.layout import Layout, find_root
 from tui.screens.board import BoardScreen
 from tui.text import use_theme
 from tui.widgets.counts import DIGITS

@@ -5,7 +5,7 @@ worker key in a demo-local config folder (`<DIR>/.demo-config`, used as
 XDG_CONFIG_HOME) that is trusted, and jobs that are queued, running (a small holder
 process keeps its lease fresh), orphaned, received (verified, with drifted output, with
 an untrusted signature), stale, failed, applied, rejected and invalid. Outputs are made
-by the demo generator's own edit (`core.demo_generator.comment_block`). The project's
+by the demo generator's own edit (`core.remote.demo_generator.comment_block`). The project's
 tests are a check policy requires; they ran, sandboxed, on two receipts: one passes,
 one (whose output breaks `div`) fails.
 
@@ -30,23 +30,23 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import sandbox
-from core.apply import apply_job
-from core.canonical import sha256_bytes
-from core.checks import CheckRun, run_checks
-from core.consent import allow_as_written
-from core.contract import ReceiptStatus
-from core.demo_generator import comment_block
-from core.durable import atomic_write
 from core.errors import GenjobError
-from core.events import record_attempt
-from core.layout import Layout
-from core.mint import build_job
-from core.models import Job
-from core.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
-from core.receipts import commit_receipt, make_receipt
-from core.repo import init_repo
-from core.signing import keygen, load_private_key, trust_repository
+from core.model.canonical import sha256_bytes
+from core.model.contract import ReceiptStatus
+from core.model.models import Job
+from core.plan.mint import build_job
+from core.remote.demo_generator import comment_block
+from core.review import sandbox
+from core.review.apply import apply_job
+from core.review.checks import CheckRun, run_checks
+from core.review.consent import allow_as_written
+from core.store.durable import atomic_write
+from core.store.events import record_attempt
+from core.store.layout import Layout
+from core.store.queue import cancel_requested, claim, enqueue, heartbeat, reject, requeue
+from core.store.receipts import commit_receipt, make_receipt
+from core.store.repo import init_repo
+from core.store.signing import keygen, load_private_key, trust_repository
 
 CONFIG_DIR = ".demo-config"
 MARKER = "demo-built"
@@ -81,7 +81,7 @@ HOSTS = """
 # A second local host whose generator takes its time, to watch a live tail.
 [hosts.slow-local]
 transport = "local"
-generator = "GENJOB_DEMO_DELAY=0.7 python3 -m core.demo_generator"
+generator = "GENJOB_DEMO_DELAY=0.7 python3 -m core.remote.demo_generator"
 timeout = 120
 concurrency = 1
 """
@@ -453,7 +453,7 @@ def hold(root: Path, key: str, worker: str, ttl: float, parent: int = 0) -> int:
             if stop or (parent and not _alive(parent)):
                 return 0
             if cancel_requested(layout, key):
-                from core.ship import abort_claim  # the transports: only when it is needed
+                from core.work.ship import abort_claim  # the transports: only when it is needed
 
                 abort_claim(layout, c, "cancelled by the operator (genjob cancel)", worker)
                 return 0

@@ -13,17 +13,18 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from core.board_view import age
-from core.protected import PROTECTED_HINT, PROTECTED_MARK
-from core.standing import FAILED, PASSED, CheckState, CheckStatus
-from core.terminal import visible
+from core.model.protected import PROTECTED_HINT, PROTECTED_MARK
+from core.model.standing import FAILED, PASSED, CheckState, CheckStatus
+from core.model.terminal import visible
+from core.read.board_view import age
 from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 if TYPE_CHECKING:
-    from core.inspect_job import FileDiff, JobDetail
-    from core.preflight import Preflight
-    from core.verify import Verification
-    from tui.check_runner import LiveCheck
+    from core.read.inspect_job import JobDetail
+    from core.read.preflight import Preflight
+    from core.review.diff import FileDiff
+    from core.review.verify import Verification
+    from tui.services.check_runner import LiveCheck
 
 LABEL = Style(color="bright_black")
 OK = Style(color="green", bold=True)

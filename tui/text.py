@@ -14,8 +14,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.color import Color
 
-from core.lifecycle import State
-from core.terminal import visible
+from core.model.lifecycle import State
+from core.model.terminal import visible
 
 # Each state's colour: a theme variable (so that every theme keeps them readable) and
 # whether it is bold. INCONSISTENT is the one shown on a background, the loudest.

@@ -28,14 +28,14 @@ sys.path.insert(0, str(ROOT))
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from core.apply import apply_job  # noqa: E402
-from core.layout import Layout  # noqa: E402
-from core.mint import build_job  # noqa: E402
-from core.pins import pin_key  # noqa: E402
-from core.queue import Claimer, enqueue  # noqa: E402
-from core.receipts import commit_receipt, make_receipt  # noqa: E402
-from core.repo import init_repo  # noqa: E402
-from core.signing import trust_repository  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
+from core.review.apply import apply_job  # noqa: E402
+from core.store.layout import Layout  # noqa: E402
+from core.store.pins import pin_key  # noqa: E402
+from core.store.queue import Claimer, enqueue  # noqa: E402
+from core.store.receipts import commit_receipt, make_receipt  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
+from core.store.signing import trust_repository  # noqa: E402
 
 NAMES = ("apply",)
 CACHE = Path(tempfile.gettempdir()) / "genjob-bench"

@@ -33,8 +33,8 @@ APPS = HERE / "boardbench_apps.py"
 PROJECT = HERE.parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from core.canonical import canonical, sha256_bytes  # noqa: E402
-from core.repo import init_repo  # noqa: E402
+from core.model.canonical import canonical, sha256_bytes  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
 
 NAMES = ("board_start", "board_update", "board_rss")
 SOURCE = b"def add(a, b):\n    return a + b\n"

@@ -31,16 +31,16 @@ from common import Result
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core import sandbox  # noqa: E402
-from core.checks import checkable, run_checks, scratch_mode  # noqa: E402
-from core.config import load_config  # noqa: E402
-from core.consent import allow_as_written  # noqa: E402
-from core.layout import Layout  # noqa: E402
-from core.mint import build_job  # noqa: E402
-from core.queue import Claimer, enqueue  # noqa: E402
-from core.receipts import commit_receipt, make_receipt  # noqa: E402
-from core.repo import init_repo  # noqa: E402
-from core.scratch import scratch_tree  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
+from core.review import sandbox  # noqa: E402
+from core.review.checks import checkable, run_checks, scratch_mode  # noqa: E402
+from core.review.consent import allow_as_written  # noqa: E402
+from core.review.scratch import scratch_tree  # noqa: E402
+from core.store.config import load_config  # noqa: E402
+from core.store.layout import Layout  # noqa: E402
+from core.store.queue import Claimer, enqueue  # noqa: E402
+from core.store.receipts import commit_receipt, make_receipt  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
 
 NAMES = ("check_overhead", "check_tree", "check_tree_copy")
 CACHE = Path(tempfile.gettempdir()) / "genjob-bench"

@@ -27,11 +27,11 @@ from common import Result, best_of
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core.canonical import canonical  # noqa: E402
-from core.layout import Layout  # noqa: E402
-from core.mint import build_job  # noqa: E402
-from core.models import job_bytes, job_from_obj  # noqa: E402
-from core.repo import init_repo  # noqa: E402
+from core.model.canonical import canonical  # noqa: E402
+from core.model.models import job_bytes, job_from_obj  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
+from core.store.layout import Layout  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
 
 NAMES = ("hash", "claim", "scan", "scan_warm")
 CACHE = Path(tempfile.gettempdir()) / "genjob-bench"
@@ -77,8 +77,8 @@ RACER = """
 import sys, time
 from pathlib import Path
 from core.errors import NothingToClaim
-from core.layout import Layout
-from core.queue import Claimer
+from core.store.layout import Layout
+from core.store.queue import Claimer
 
 layout, go = Layout(Path(sys.argv[1])), Path(sys.argv[2])
 claimer = Claimer(layout, sys.argv[3])
@@ -164,8 +164,8 @@ def bench_claim(quick: bool) -> Result:
 SCAN = """
 import sys
 from pathlib import Path
-from core.layout import Layout
-from core.snapshot import Scanner
+from core.store.layout import Layout
+from core.read.snapshot import Scanner
 
 scanner = Scanner(Layout(Path(sys.argv[1])))
 snap = scanner.scan()

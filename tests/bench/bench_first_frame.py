@@ -29,9 +29,9 @@ from common import Result
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core.mint import build_job  # noqa: E402
-from core.queue import enqueue  # noqa: E402
-from core.repo import init_repo  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
+from core.store.queue import enqueue  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
 
 NAMES = ("board_first_frame",)
 CACHE = Path(tempfile.gettempdir()) / "genjob-bench"

@@ -29,9 +29,9 @@ sys.path.insert(0, str(TESTS))
 
 from shipkit import CommandHost, host_block, write_config  # noqa: E402
 
-from core.layout import Layout  # noqa: E402
-from core.repo import init_repo  # noqa: E402
-from core.signing import trust_repository  # noqa: E402
+from core.store.layout import Layout  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
+from core.store.signing import trust_repository  # noqa: E402
 
 NAMES = ("throughput_command", "candidates")
 HOSTS = 4

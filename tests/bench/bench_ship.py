@@ -33,11 +33,11 @@ sys.path.insert(0, str(TESTS))
 from shipkit import GENJOB, host_block, write_config  # noqa: E402
 from ssh_servers import SSHServer, run_sshd  # noqa: E402
 
-from core.layout import Layout  # noqa: E402
-from core.mint import build_job  # noqa: E402
-from core.queue import enqueue  # noqa: E402
-from core.repo import init_repo  # noqa: E402
-from core.signing import trust_repository  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
+from core.store.layout import Layout  # noqa: E402
+from core.store.queue import enqueue  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
+from core.store.signing import trust_repository  # noqa: E402
 
 NAMES = ("ship", "throughput")
 # The generator host's own interpreter for the runner, as its [hosts] entry would name it

@@ -22,9 +22,9 @@ from common import Result, best_of
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core.layout import Layout  # noqa: E402
-from core.mint import build_job  # noqa: E402
-from core.repo import init_repo  # noqa: E402
+from core.plan.mint import build_job  # noqa: E402
+from core.store.layout import Layout  # noqa: E402
+from core.store.repo import init_repo  # noqa: E402
 
 NAMES = ("hash_openssl", "cli_start")
 CACHE = Path(tempfile.gettempdir()) / "genjob-bench"
@@ -91,7 +91,7 @@ def bench_cli_start(quick: bool) -> Result:
     layout, _ = init_repo(repo)
     (repo / "a.py").write_text("x = 1\n")
     build = build_job(layout, "One job.", ["a.py"])
-    from core.queue import enqueue
+    from core.store.queue import enqueue
 
     enqueue(layout, build)
     # Files written in the last two seconds are read again by every scan (their

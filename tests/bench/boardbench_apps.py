@@ -46,7 +46,7 @@ async def after_refresh(app: Any) -> float:
 
 
 def board(mode: str, root: Path, keys_file: Path | None, out: Path | None) -> None:
-    from core.lifecycle import State
+    from core.model.lifecycle import State
     from tui.app import make_app
 
     app = make_app(root)
@@ -159,7 +159,7 @@ if __name__ == "__main__":
     elif what == "datatable":
         datatable(args[0], Path(args[1]))
     elif what == "rawwatch":
-        from tui.feed import DEBOUNCE_MS, STEP_MS
+        from tui.services.feed import DEBOUNCE_MS, STEP_MS
 
         rawwatch(Path(args[0]), Path(args[1]), Path(args[2]), DEBOUNCE_MS, STEP_MS)
     else:

@@ -15,9 +15,9 @@ import pytest
 import time_machine
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core import sandbox
-from core.layout import Layout
-from core.lease import new_lease, read_lease, write_lease
+from core.review import sandbox
+from core.store.layout import Layout
+from core.store.lease import new_lease, read_lease, write_lease
 from tui.demo import Demo, build_demo
 
 # The instant a frozen demo is built at; its board is opened 90 seconds later.
@@ -69,7 +69,7 @@ def hold_on_the_frozen_clock(demo: Demo) -> None:
     """Hold the running job's lease from this process, heartbeat at the frozen instant.
 
     The demo's holder heartbeats on the real clock, months past the frozen one, and a
-    heartbeat that far ahead of the clock keeps no job running (`core.freshness`)."""
+    heartbeat that far ahead of the clock keeps no job running (`core.model.freshness`)."""
     demo.stop()
     layout = Layout(demo.root)
     key = demo.keys["running"]

@@ -1,4 +1,4 @@
-"""tui.heap: memory freed after a big piece of work goes back to the system."""
+"""tui.services.heap: memory freed after a big piece of work goes back to the system."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from tui.heap import release_free_memory
+from tui.services.heap import release_free_memory
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
 

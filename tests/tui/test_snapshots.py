@@ -17,7 +17,7 @@ from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
 from textual.widgets import Input, MarkdownViewer, Static, TextArea
 
-from core.layout import Layout
+from core.store.layout import Layout
 from tui.demo import Demo
 from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog

@@ -13,9 +13,9 @@ import pytest
 from boardkit import plain, run_board
 from textual.widgets import Log, OptionList, Static, TabbedContent
 
-from core.layout import Layout
-from core.mint import build_job
-from core.queue import claim, enqueue
+from core.plan.mint import build_job
+from core.store.layout import Layout
+from core.store.queue import claim, enqueue
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker

@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import CommandHost, host_block, script, write_config
 from textual.widgets import DataTable, Static
 
-from core.candidates import chosen, load
-from core.layout import Layout
-from core.ship_candidates import CandidateRequest, ship_candidates
+from core.store.candidate_store import chosen, load
+from core.store.layout import Layout
+from core.work.ship_candidates import CandidateRequest, ship_candidates
 from tui.dialogs.preflight import PreflightDialog
 from tui.screens.candidates import CandidatesScreen
 

@@ -20,16 +20,17 @@ from corekit import set_config
 from textual.message import Message
 from textual.widgets import Button, Static
 
-from core import sandbox
-from core.layout import Layout
-from core.standing import Standing
-from tui.check_runner import CheckRunner
+from core.model.standing import Standing
+from core.review import sandbox
+from core.store.layout import Layout
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.ship import ShipDialog
-from tui.feed import BoardFeed
+from tui.messages import ChecksConfigured, CheckStarted
+from tui.services.check_runner import CheckRunner
+from tui.services.feed import BoardFeed
 from tui.widgets.detail import DetailPane
 
 pytestmark = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
@@ -241,7 +242,7 @@ def started_checks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, int,
     post = CheckRunner.post_message
 
     def observed(runner: CheckRunner, message: Message) -> bool:
-        if isinstance(message, CheckRunner.Started):
+        if isinstance(message, CheckStarted):
             running = sum(1 for live in runner.live.values() if live.started_at is not None)
             seen.append((message.key, message.name, running, len(runner.live)))
         return post(runner, message)
@@ -259,7 +260,7 @@ async def test_with_on_receipt_off_an_arriving_receipt_gets_no_check_and_t_still
     started = started_checks(monkeypatch)
     key, verified = demo.keys["queued3"], demo.keys["verified"]
     async with run_board(demo.root, key=key) as d:
-        await d.until(lambda: BoardFeed.ChecksConfigured in d.inbox.kinds, "the config's [check_runs]")
+        await d.until(lambda: ChecksConfigured in d.inbox.kinds, "the config's [check_runs]")
         assert d.board.checks.on_receipt is False
         await d.until(lambda: d.table.checks.get(verified) == "✔·", "a receipt whose quick check never ran")
         await ship_on_the_first_host(d)

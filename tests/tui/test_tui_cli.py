@@ -9,8 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from core.layout import Layout
-from core.snapshot import take_snapshot
+from core.read.snapshot import take_snapshot
+from core.store.layout import Layout
 from tui.cli import main
 
 GENJOB = str(Path(sys.executable).with_name("genjob"))

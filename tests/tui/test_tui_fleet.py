@@ -12,9 +12,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import CommandHost, host_block, read_report, sleeper, write_config
 from textual.widgets import DataTable
 
-from core.layout import Layout
-from core.queue import request_cancel
-from core.ship import ship
+from core.store.layout import Layout
+from core.store.queue import request_cancel
+from core.work.ship import ship
 from tui.screens.fleet import FleetScreen
 
 

@@ -16,17 +16,17 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Input, Log, SelectionList
 from textual.widgets._toast import Toast
 
-from core.events import MAX_FIELD_CHARS
-from core.evidence import MAX_TAIL_BYTES, keep
-from core.layout import Layout
-from core.ship_candidates import CandidateRequest, ship_candidates
-from core.submit import submit_job
+from core.plan.submit import submit_job
+from core.store.events import MAX_FIELD_CHARS
+from core.store.evidence import MAX_TAIL_BYTES, keep
+from core.store.layout import Layout
+from core.work.ship_candidates import CandidateRequest, ship_candidates
 from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.ship import MAX_LINE_CHARS, MAX_UNSHOWN_CHARS, ShipDialog, Unshown
-from tui.feed import LOG_LINE_CHARS
 from tui.screens.candidates import CandidatesScreen
+from tui.services.feed import LOG_LINE_CHARS
 from tui.widgets.detail import DetailPane
 
 CUT = f" … [line cut at {MAX_LINE_CHARS} characters]"

@@ -9,8 +9,8 @@ from boardkit import run_board
 from corekit import tree_state
 from hostilekit import Hostile, build_hostile
 
-from core import sandbox
-from tui.feed import BoardFeed
+from core.review import sandbox
+from tui.messages import ChecksConfigured
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ async def test_the_board_runs_nothing_and_says_what_waits(hostile: Hostile) -> N
     checks_before = tree_state(hostile.clone.checks)
     async with run_board(hostile.clone.root) as d:
         await d.until(lambda: d.board.config_held is not None, "the policy read")
-        await d.until(lambda: BoardFeed.ChecksConfigured in d.inbox.kinds, "the checks read")
+        await d.until(lambda: ChecksConfigured in d.inbox.kinds, "the checks read")
         await d.settle()
         assert "config waits for approval" in d.text("#status")
         assert d.board.untrusted  # the author's key counts for nothing

@@ -9,7 +9,7 @@ import pytest
 from boardkit import run_board
 from test_missing_folders import FOLDERS, Template, copy, group_or_other_writable, template, umask_002
 
-from core.layout import Layout
+from core.store.layout import Layout
 
 __all__ = ["copy", "template", "umask_002"]  # the fixtures this module uses, from there
 

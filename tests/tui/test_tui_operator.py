@@ -11,10 +11,10 @@ from boardkit import plain, run_board
 from textual.color import Color
 from textual.widgets import Button, Checkbox, OptionList, Static
 
-from core.layout import Layout
-from core.lifecycle import State
-from core.queue import claim, request_cancel
-from core.repo import init_repo
+from core.model.lifecycle import State
+from core.store.layout import Layout
+from core.store.queue import claim, request_cancel
+from core.store.repo import init_repo
 from tui.demo import Demo
 from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog

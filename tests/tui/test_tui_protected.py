@@ -7,10 +7,10 @@ from boardkit import plain, run_board
 from corekit import mint, receive
 from textual.widgets import Static
 
-from core.checks import run_checks
-from core.layout import Layout
-from core.models import Job
-from core.signing import load_private_key
+from core.model.models import Job
+from core.review.checks import run_checks
+from core.store.layout import Layout
+from core.store.signing import load_private_key
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.preflight import PreflightDialog

@@ -6,10 +6,11 @@ import sys
 
 import click
 
-from core.candidates import CandidateView, diff, load, views
-from core.contract import ReceiptStatus
-from core.standing import CheckState
-from core.terminal import visible
+from core.model.contract import ReceiptStatus
+from core.model.standing import CheckState
+from core.model.terminal import visible
+from core.read.candidate_view import CandidateView, diff, views
+from core.store.candidate_store import load
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import print_json, say
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from core.checks import CheckRun, describe, run_checks
+from core.review.check_status import describe
+from core.review.checks import CheckRun, run_checks
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import print_json, say
 

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from core.errors import GenjobError, NotFound
-from core.freshness import MAX_TTL
-from core.layout import JOB_FOLDERS, Layout, find_root
-from core.lifecycle import State
-from core.protected import PROTECTED_HINT, protected_among
-from core.protected import describe as describe_protected
-from core.terminal import visible
+from core.model.freshness import MAX_TTL
+from core.model.lifecycle import State
+from core.model.protected import PROTECTED_HINT, protected_among
+from core.model.protected import describe as describe_protected
+from core.model.terminal import visible
+from core.store.layout import JOB_FOLDERS, Layout, find_root
 from tui.cli.output import guarded, print_json, say
 
 if TYPE_CHECKING:
-    from core.standing import CheckStatus
+    from core.model.standing import CheckStatus
 
 # Each command imports what it uses inside its body, so a command pays only for its own
 # imports: `genjob ls` starts without pydantic, cryptography, asyncssh or textual.
@@ -92,7 +92,7 @@ def layout_of(ctx: click.Context) -> Layout:
 
 def resolve_key(layout: Layout, given: str) -> str:
     """A full key, or a unique prefix of one (like a git commit id)."""
-    from core.contract import KEY_RE
+    from core.model.contract import KEY_RE
 
     if KEY_RE.fullmatch(given):
         if _job_file_named(layout, given) is None and not os.path.lexists(layout.receipt(given)):
@@ -131,7 +131,7 @@ def _job_file_named(layout: Layout, name: str) -> Path | None:
 @click.pass_context
 def init(ctx: click.Context, directory: Path | None) -> None:
     """Create .gen/ (queue, receipts, config.toml with the local host) in DIRECTORY or here."""
-    from core.repo import init_repo, is_git_work_tree
+    from core.store.repo import init_repo, is_git_work_tree
 
     root = directory or ctx.find_root().obj or Path.cwd()
     layout, made = init_repo(root)
@@ -180,11 +180,11 @@ def mint(
     paths: tuple[str, ...],
 ) -> None:
     """Mint a job over PATHS into the queue and print its key."""
-    from core.config import load_config
-    from core.mint import build_job
-    from core.models import V1, V2
-    from core.paths import repo_relative
-    from core.queue import enqueue
+    from core.model.models import V1, V2
+    from core.model.paths import repo_relative
+    from core.plan.mint import build_job
+    from core.store.config import load_config
+    from core.store.queue import enqueue
 
     if (message is None) == (message_file is None):
         raise GenjobError("mint: give the instruction with exactly one of -m TEXT or -f FILE")
@@ -237,8 +237,8 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """The job, its state, lease, receipt verification, diffs and timeline."""
-    from core.board_view import age
-    from core.inspect_job import job_detail
+    from core.read.board_view import age
+    from core.read.inspect_job import job_detail
 
     layout = layout_of(ctx)
     d = job_detail(layout, resolve_key(layout, key))
@@ -273,8 +273,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
         say(f"candidates  {d.candidates}, {picked}")
     if d.verification and r.state is not State.INVALID:  # its fault is said above, once
-        from core.checks import check_statuses
-        from core.config import load_config
+        from core.review.check_status import check_statuses
+        from core.store.config import load_config
 
         job = d.located.job if d.located is not None else None
         config = load_config(layout.config)
@@ -302,8 +302,8 @@ _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old "
 
 def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     """The receipt's verification step by step, the job's checks, and whether apply may run."""
-    from core.checks import run_hint
-    from core.standing import PASSED, SKIPPED
+    from core.model.standing import PASSED, SKIPPED
+    from core.review.check_status import run_hint
 
     marks = {PASSED: "ok  ", SKIPPED: "skip"}
     policy = "required" if v.signature_required else "NOT required by policy"
@@ -342,8 +342,8 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
     The lease names the process that ran this command (its parent) as the holder: when
     that process dies, or the lease's ttl passes without a heartbeat, the job is ORPHANED.
     """
-    from core.config import load_config
-    from core.queue import claim
+    from core.store.config import load_config
+    from core.store.queue import claim
 
     layout = layout_of(ctx)
     ttl = ttl or load_config(layout.config).policy.lease_ttl
@@ -358,7 +358,7 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
 @click.pass_context
 def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
     """Put an ORPHANED job back in the queue, byte for byte."""
-    from core.queue import requeue
+    from core.store.queue import requeue
 
     layout = layout_of(ctx)
     path = requeue(layout, resolve_key(layout, key), force)
@@ -373,11 +373,12 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
 def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: bool) -> None:
     """Check a job's receipt (or a candidate's) step by step, and list its checks. Exit 0
     only when apply may run."""
-    from core.candidates import load, verify_candidate
-    from core.checks import check_statuses
-    from core.config import load_config
-    from core.queue import locate
-    from core.verify import verify
+    from core.review.candidates import verify_candidate
+    from core.review.check_status import check_statuses
+    from core.review.verify import verify
+    from core.store.candidate_store import load
+    from core.store.config import load_config
+    from core.store.queue import locate
 
     layout = layout_of(ctx)
     loc = locate(layout, resolve_key(layout, key))
@@ -408,7 +409,7 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
 @click.pass_context
 def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool) -> None:
     """Verify, then write the job's outputs into the tree atomically."""
-    from core.candidates import apply_choice
+    from core.review.candidates import apply_choice
 
     layout = layout_of(ctx)
     res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected)
@@ -430,7 +431,7 @@ def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool,
 @click.pass_context
 def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
     """Close a job as rejected."""
-    from core.queue import reject
+    from core.store.queue import reject
 
     layout = layout_of(ctx)
     path = reject(layout, resolve_key(layout, key), reason)
@@ -442,7 +443,7 @@ def reject_cmd(ctx: click.Context, key: str, reason: str) -> None:
 @click.pass_context
 def cancel_cmd(ctx: click.Context, key: str) -> None:
     """Ask the worker running KEY to stop; it ends the job with an aborted receipt."""
-    from core.queue import request_cancel
+    from core.store.queue import request_cancel
 
     layout = layout_of(ctx)
     request_cancel(layout, resolve_key(layout, key))
@@ -455,7 +456,7 @@ def cancel_cmd(ctx: click.Context, key: str) -> None:
 @click.pass_context
 def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
     """Mint a stale, failed or rejected job again against the current tree."""
-    from core.replay import replay
+    from core.plan.replay import replay
 
     layout = layout_of(ctx)
     res = replay(layout, resolve_key(layout, key), allow_secrets)
@@ -468,7 +469,7 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 @click.pass_context
 def recover_cmd(ctx: click.Context) -> None:
     """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
-    from core.recover import recover
+    from core.review.recover import recover
 
     report = recover(layout_of(ctx))
     for line in report.lines:
@@ -484,7 +485,7 @@ def recover_cmd(ctx: click.Context) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing worker key.")
 def keygen_cmd(force: bool) -> None:
     """Make this machine's Ed25519 worker key (in the user's config folder); print the public key file."""
-    from core.signing import keygen
+    from core.store.signing import keygen
 
     say(str(keygen(force)))
 
@@ -502,8 +503,8 @@ def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
 
     The key file goes to .gen/trusted_keys/ and its fingerprint to your own pins: a key file
     that came with the repository counts only once you pin it here."""
-    from core.events import record_event
-    from core.signing import trust_operator, trust_repository
+    from core.store.events import record_event
+    from core.store.signing import trust_operator, trust_repository
 
     if operator:
         dest, fp = trust_operator(pubkey_file)
@@ -524,7 +525,7 @@ def allow_cmd(ctx: click.Context, yes: bool, show: bool) -> None:
 
     Until you allow it, a repository's config runs nothing (no host, no check) and lowers
     nothing; any change to what it runs asks again."""
-    from core.consent import allow, consent
+    from core.review.consent import allow, consent
 
     layout = layout_of(ctx)
     now = consent(layout)
@@ -555,7 +556,7 @@ def schema_cmd(kind: str) -> None:
     """Print the JSON Schema of a job document (v1 or v2) or a receipt."""
     from pydantic import TypeAdapter
 
-    from core.models import JobV1, JobV2, Receipt
+    from core.model.models import JobV1, JobV2, Receipt
 
     adapter: TypeAdapter[Any] = TypeAdapter(JobV1 | JobV2 if kind == "job" else Receipt)
     print_json(adapter.json_schema(by_alias=True))

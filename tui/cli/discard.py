@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from core.discard import discard
-from core.terminal import visible
+from core.model.terminal import visible
+from core.review.discard import discard
 from tui.cli.commands import layout_of, resolve_key
 
 

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from core.board_view import age
-from core.config import load_config
-from core.fleet import HostView, Note, fleet
-from core.layout import Layout
-from core.terminal import visible
+from core.model.terminal import visible
+from core.read.board_view import age
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.work.fleet import HostView, Note, fleet
 from tui.cli.commands import layout_of
 from tui.cli.output import print_json, say
 
 if TYPE_CHECKING:
-    from core.ship import Hosts
+    from core.work.ship import Hosts
 
 
 @click.command("hosts")
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: bool) -> None:
     """Each configured host: transport, where it reaches, concurrency, runs on it now,
     the last error and the round trip of the last probe."""
-    from core.ship import Hosts
+    from core.work.ship import Hosts
 
     layout: Layout = layout_of(ctx)
     config = load_config(layout.config)
@@ -42,7 +42,11 @@ def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: 
         print_json([dataclasses.asdict(v) for v in views])
         return
     if not views:
-        say("no hosts configured (genjob init writes `local`)")
+        held = config.held
+        if held is not None and held.hosts:
+            say(visible(held.hint))
+        else:
+            say("no hosts configured (genjob init writes `local`)")
         return
     now = time.time()
     say(f"{'HOST':12} {'TRANSPORT':9} {'CONC':>4} {'NOW':>3} {'RTT':>14}  {'TARGET':36} LAST ERROR")
@@ -56,7 +60,7 @@ def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: 
 
 
 async def _probe_all(layout: Layout, pool: Hosts, names: list[str]) -> None:
-    from core.fleet import probe
+    from core.work.fleet import probe
 
     try:
         await asyncio.gather(*(probe(layout, n, pool.transport(n)) for n in names))

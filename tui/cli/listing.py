@@ -7,20 +7,20 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from core.layout import Layout
-from core.lifecycle import STATE_ORDER
-from core.protected import PROTECTED_MARK, protected_among
-from core.terminal import visible
+from core.model.lifecycle import STATE_ORDER
+from core.model.protected import PROTECTED_MARK, protected_among
+from core.model.terminal import visible
+from core.store.layout import Layout
 from tui.cli.output import print_json, say
 
 if TYPE_CHECKING:
-    from core.snapshot import Snapshot
+    from core.read.snapshot import Snapshot
 
 
 def list_jobs(layout: Layout, states: Sequence[str], as_json: bool) -> None:
     """One row per job (only those in `states`, when given), most urgent state first."""
-    from core.board_view import age, summary_line
-    from core.snapshot import take_snapshot
+    from core.read.board_view import age, summary_line
+    from core.read.snapshot import take_snapshot
 
     snap = take_snapshot(layout)
     wanted = {s.upper() for s in states}

@@ -1,7 +1,7 @@
 """Everything the CLI prints goes through here, and every fault it ends on.
 
 Untrusted text (from a job, receipt, lease, attempts file, audit log, path, worker id,
-host or generator) is made visible field by field with `core.terminal.visible`, which
+host or generator) is made visible field by field with `core.model.terminal.visible`, which
 also shows a newline as a character, so a field can never fake a line of its own; and
 every line is passed through `visible` once more on its way out, so nothing a caller
 missed can drive the terminal.
@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from core.durable import environment_fault
 from core.errors import GenjobError
-from core.terminal import visible
+from core.model.terminal import visible
+from core.store.durable import environment_fault
 
 T = TypeVar("T")
 

@@ -15,8 +15,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.layout import find_root
-from core.lifecycle import State
+from core.model.lifecycle import State
+from core.store.layout import find_root
 from tui.cli.output import guarded
 
 _STATES = {s.value for s in State}

@@ -12,14 +12,14 @@ from typing import TypeVar
 
 import click
 
-from core.checks import check_statuses
-from core.config import load_config
-from core.demo_generator import STAND_IN
-from core.layout import Layout
-from core.queue import locate
-from core.rules import LineCap
-from core.terminal import visible
-from core.verify import verify
+from core.model.terminal import visible
+from core.remote.demo_generator import STAND_IN
+from core.remote.rules import LineCap
+from core.review.check_status import check_statuses
+from core.review.verify import verify
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import locate
 from tui.cli.commands import layout_of, print_checks, resolve_key
 from tui.cli.output import say
 
@@ -97,9 +97,9 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
-    from core.config import candidate_hosts
-    from core.ship import Hosts, ship
-    from core.transport.local import LocalSandbox
+    from core.review.host_sandbox import LocalSandbox
+    from core.store.config import candidate_hosts
+    from core.work.ship import Hosts, ship
 
     gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
 
@@ -136,9 +136,9 @@ def _ship_candidates(
     layout: Layout, key: str, names: list[str], how_many: int | None, worker_id: str | None
 ) -> None:
     """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
-    from core.candidates import views
-    from core.ship import ShipResult
-    from core.ship_candidates import CandidateRequest, ship_candidates
+    from core.read.candidate_view import views
+    from core.work.ship import ShipResult
+    from core.work.ship_candidates import CandidateRequest, ship_candidates
     from tui.cli.candidates import print_candidates
 
     def ended(res: ShipResult) -> None:
@@ -166,7 +166,7 @@ def _ship_candidates(
 @click.pass_context
 def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
-    from core.worker import run_worker
+    from core.work.worker import run_worker
 
     layout: Layout = layout_of(ctx)
     results = run_until_signal(

@@ -22,15 +22,15 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from core.contract import ReceiptStatus
 from core.errors import GenjobError
-from core.layout import Layout
-from core.terminal import visible
+from core.model.contract import ReceiptStatus
+from core.model.terminal import visible
+from core.store.layout import Layout
 from tui.dialogs import fit_to_terminal
 
 if TYPE_CHECKING:
-    from core.queue import Claim
-    from core.worker import BatchEvent
+    from core.store.queue import Claim
+    from core.work.worker import BatchEvent
 
 OK = Style(color="green", bold=True)
 BAD = Style(color="red", bold=True)
@@ -39,7 +39,7 @@ QUIET = Style(dim=True)
 
 
 class BulkShipDialog(ModalScreen[str]):
-    """Runs `core.worker.ship_batch` over `keys`; returns "closed"."""
+    """Runs `core.work.worker.ship_batch` over `keys`; returns "closed"."""
 
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "close", "Stop all / close", id="bulkship.close")]
 
@@ -85,7 +85,7 @@ class BulkShipDialog(ModalScreen[str]):
 
     @work(exclusive=True, group="bulk-ship", exit_on_error=False)
     async def _ship(self) -> None:
-        from core.worker import ship_batch  # asyncssh is slow to import: only when shipping
+        from core.work.worker import ship_batch  # asyncssh is slow to import: only when shipping
 
         try:
             await ship_batch(

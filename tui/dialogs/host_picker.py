@@ -12,9 +12,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from core.config import Host
-from core.demo_generator import stand_in_note
-from core.terminal import visible
+from core.model.terminal import visible
+from core.remote.demo_generator import stand_in_note
+from core.store.config import Host
 
 GENERATOR_SHOWN = 36
 # The answer that ships a batch across every host, each at its own concurrency.

@@ -15,10 +15,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, SelectionList, Static, TextArea
 
 from core.errors import GenjobError
-from core.layout import Layout
-from core.queue import Enqueued
-from core.submit import repo_files, submit_job
-from core.terminal import visible
+from core.model.terminal import visible
+from core.plan.submit import repo_files, submit_job
+from core.store.layout import Layout
+from core.store.queue import Enqueued
 from tui.dialogs import fit_to_terminal
 from tui.text import literal
 

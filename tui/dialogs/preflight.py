@@ -10,6 +10,7 @@ trailer (`genjob apply --commit`); `c` toggles it, and `policy.commit_on_approve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,10 +21,20 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Static
 
-from core.preflight import Preflight
-from tui.actions import Approval
+from core.read.preflight import Preflight
 from tui.dialogs import fit_to_terminal
 from tui.render import preflight_text
+
+
+@dataclass(frozen=True)
+class Approval:
+    """The preflight's answer: apply, and whether to commit too; for a job with best-of-N
+    candidates, which one to choose first."""
+
+    commit: bool
+    candidate: int | None = None
+    choose_only: bool = False  # make the candidate the job's receipt, so its checks can run
+    protected: bool = False  # the operator approved writing its protected paths
 
 
 class PreflightDialog(ModalScreen[Approval | None]):

@@ -24,17 +24,17 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Log, Static
 
-from core.contract import ReceiptStatus
-from core.demo_generator import stand_in_note
 from core.errors import GenjobError
-from core.layout import Layout
-from core.rules import LineCap
-from core.terminal import visible
+from core.model.contract import ReceiptStatus
+from core.model.terminal import visible
+from core.remote.demo_generator import stand_in_note
+from core.remote.rules import LineCap
+from core.store.layout import Layout
 from tui.dialogs import fit_to_terminal
 
 if TYPE_CHECKING:
-    from core.queue import Claim
-    from core.ship import ShipResult
+    from core.store.queue import Claim
+    from core.work.ship import ShipResult
 
 MAX_LOG_LINES = 5000
 MAX_LINE_CHARS = 1000
@@ -77,7 +77,7 @@ class Unshown:
 
 
 class ShipDialog(ModalScreen[str]):
-    """Runs `core.ship.ship` for one job; returns "approve" when the operator asked to
+    """Runs `core.work.ship.ship` for one job; returns "approve" when the operator asked to
     approve the receipt it brought back, else "closed"."""
 
     BINDINGS: ClassVar[list[Binding]] = [
@@ -125,7 +125,7 @@ class ShipDialog(ModalScreen[str]):
 
     @work(exclusive=True, group="ship", exit_on_error=False)
     async def _ship(self) -> None:
-        from core.ship import ship  # asyncssh is slow to import: only when shipping
+        from core.work.ship import ship  # asyncssh is slow to import: only when shipping
 
         self._status(
             Text(f"claiming and shipping to {visible(self.host or 'the default host')}…", style="bold")
@@ -160,8 +160,8 @@ class ShipDialog(ModalScreen[str]):
     def _plan(self) -> tuple[list[str], set[str]]:
         """The host of each run (one, unless the host or the policy asks for candidates),
         and which configured hosts run the stand-in generator."""
-        from core.config import candidate_hosts, load_config
-        from core.ship import Hosts
+        from core.store.config import candidate_hosts, load_config
+        from core.work.ship import Hosts
 
         config = load_config(self.repo.config)
         stand_ins = {name for name, host in config.hosts.items() if host.stand_in}
@@ -169,7 +169,7 @@ class ShipDialog(ModalScreen[str]):
 
     async def _ship_candidates(self, spread: list[str]) -> None:
         """Best-of-N: a line in the log as each candidate ends; then `a` compares them."""
-        from core.ship_candidates import CandidateRequest, ship_candidates
+        from core.work.ship_candidates import CandidateRequest, ship_candidates
 
         self._status(Text(f"running {len(spread)} candidates on {visible(spread[0])}…", style="bold"))
 

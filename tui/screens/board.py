@@ -2,7 +2,7 @@
 
 Files are the source of truth. The screen composes the widgets and routes messages: a
 `BoardFeed` reports what is on disk (rows, verdicts, checks, a job's detail), a
-`Dispatcher` runs each key's action (`tui.actions.TABLE`) and reports its outcome, a
+`Dispatcher` runs each key's action (`tui.services.actions.TABLE`) and reports its outcome, a
 `CheckRunner` runs checks (as receipts arrive, and on `t`) and reports how they go, and
 the screen shows all three.
 
@@ -29,17 +29,32 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input, Static
 
-from core.board_view import BoardView
 from core.errors import GenjobError
-from core.events import actor
-from core.layout import Layout
-from core.lifecycle import STATE_ORDER, State
-from core.standing import Standing
-from core.terminal import visible
+from core.model.lifecycle import STATE_ORDER, State
+from core.model.standing import Standing
+from core.model.terminal import visible
+from core.read.board_view import BoardView
+from core.store.events import actor
+from core.store.layout import Layout
 from tui import render
-from tui.actions import STATES_FOR, TABLE, ActionDone, Dispatcher, Say, may
-from tui.check_runner import CheckRunner
-from tui.feed import TIME_SENSITIVE, BoardFeed
+from tui.messages import (
+    ActionDone,
+    CheckEnded,
+    CheckOutput,
+    ChecksConfigured,
+    ChecksFound,
+    CheckStarted,
+    DetailLoaded,
+    FeedStatus,
+    PolicyRead,
+    RowsChanged,
+    Say,
+    Trouble,
+    VerdictsFound,
+)
+from tui.services.actions import STATES_FOR, TABLE, Dispatcher, may
+from tui.services.check_runner import CheckRunner
+from tui.services.feed import TIME_SENSITIVE, BoardFeed
 from tui.text import in_repo
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
@@ -47,7 +62,7 @@ from tui.widgets.job_table import JobTable
 from tui.widgets.key_bar import Hint, KeyBar
 
 if TYPE_CHECKING:
-    from core.queue import Enqueued
+    from core.store.queue import Enqueued
 
 DETAIL_DEBOUNCE = 0.12
 NARROW = 140
@@ -251,8 +266,8 @@ class BoardScreen(Screen[None]):
         return self.query_one(CheckRunner)
 
     # -- what the feed reports -------------------------------------------------------------------
-    @on(BoardFeed.RowsChanged)
-    def _rows_changed(self, message: BoardFeed.RowsChanged) -> None:
+    @on(RowsChanged)
+    def _rows_changed(self, message: RowsChanged) -> None:
         changed = message.changed
         table = self.table
         selected = table.cursor_key
@@ -278,12 +293,12 @@ class BoardScreen(Screen[None]):
         self.feed.rows_shown()
         self.call_later(self.query_one(DetailPane).build)
 
-    @on(BoardFeed.VerdictsFound)
-    def _verdicts_found(self, message: BoardFeed.VerdictsFound) -> None:
+    @on(VerdictsFound)
+    def _verdicts_found(self, message: VerdictsFound) -> None:
         self.table.set_verdicts(message.verdicts)
 
-    @on(BoardFeed.ChecksFound)
-    def _checks_found(self, message: BoardFeed.ChecksFound) -> None:
+    @on(ChecksFound)
+    def _checks_found(self, message: ChecksFound) -> None:
         before = {k: self.standings.get(k) for k in message.standings}
         self.standings.update(message.standings)
         self._show_check_marks(message.standings)
@@ -292,8 +307,8 @@ class BoardScreen(Screen[None]):
         if selected in message.standings and before[selected] != message.standings[selected]:
             self._schedule_detail()
 
-    @on(BoardFeed.ChecksConfigured)
-    def _checks_configured(self, message: BoardFeed.ChecksConfigured) -> None:
+    @on(ChecksConfigured)
+    def _checks_configured(self, message: ChecksConfigured) -> None:
         self.checks.configure(message.on_receipt and not self.readonly, message.concurrency)
         # Receipts judged before the config was read are considered now (once each).
         rows = self.view.rows
@@ -312,17 +327,17 @@ class BoardScreen(Screen[None]):
             marks[key] = render.check_marks(standing.checks, self.checks.live_for(key)) if standing else None
         self.table.set_checks(marks)
 
-    @on(CheckRunner.Started)
-    @on(CheckRunner.Output)
-    def _check_moved(self, message: CheckRunner.Started | CheckRunner.Output) -> None:
-        if isinstance(message, CheckRunner.Started):
+    @on(CheckStarted)
+    @on(CheckOutput)
+    def _check_moved(self, message: CheckStarted | CheckOutput) -> None:
+        if isinstance(message, CheckStarted):
             self._show_check_marks([message.key])
             self._show_keys()
         if message.key == self.table.cursor_key:
             self.query_one(DetailPane).show_checks(self.checks.live_for(message.key))
 
-    @on(CheckRunner.Ended)
-    def _check_ended(self, message: CheckRunner.Ended) -> None:
+    @on(CheckEnded)
+    def _check_ended(self, message: CheckEnded) -> None:
         severity: SeverityLevel = (
             "information" if message.passed else "error" if message.passed is False else "warning"
         )
@@ -334,14 +349,14 @@ class BoardScreen(Screen[None]):
             self._schedule_detail()
         self._show_keys()
 
-    @on(BoardFeed.Status)
-    def _feed_status(self, message: BoardFeed.Status) -> None:
+    @on(FeedStatus)
+    def _feed_status(self, message: FeedStatus) -> None:
         self.scanning, self.watching = message.scanning, message.watching
         self._show_status()
         self._show_empty()
 
-    @on(BoardFeed.PolicyRead)
-    def _policy_read(self, message: BoardFeed.PolicyRead) -> None:
+    @on(PolicyRead)
+    def _policy_read(self, message: PolicyRead) -> None:
         self.signature_required = message.signature_required
         self.config_error = message.config_error
         self.config_held = message.config_held
@@ -354,12 +369,12 @@ class BoardScreen(Screen[None]):
         self._show_status()
         self._show_empty()
 
-    @on(BoardFeed.Trouble)
-    def _trouble(self, message: BoardFeed.Trouble) -> None:
+    @on(Trouble)
+    def _trouble(self, message: Trouble) -> None:
         self._say(message.text, severity=message.severity)
 
-    @on(BoardFeed.DetailLoaded)
-    def _detail_loaded(self, message: BoardFeed.DetailLoaded) -> None:
+    @on(DetailLoaded)
+    def _detail_loaded(self, message: DetailLoaded) -> None:
         if message.key != self.table.cursor_key:
             return
         self._loaded_at = time.monotonic()
@@ -693,7 +708,7 @@ class BoardScreen(Screen[None]):
         self.run_worker(self._recover, thread=True, group="actions")
 
     def _recover(self) -> None:
-        from core.recover import recover
+        from core.review.recover import recover
 
         try:
             report = recover(self.repo)

@@ -27,16 +27,18 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from core.candidates import CandidateView, candidate_detail, diff, load, views
-from core.contract import ReceiptStatus
 from core.errors import GenjobError
-from core.inspect_job import FileDiff, job_detail
-from core.layout import Layout
-from core.preflight import Preflight, preflight
-from core.standing import CheckState
-from core.terminal import visible
+from core.model.contract import ReceiptStatus
+from core.model.standing import CheckState
+from core.model.terminal import visible
+from core.read.candidate_view import CandidateView, candidate_detail, diff, views
+from core.read.inspect_job import job_detail
+from core.read.preflight import Preflight, preflight
+from core.review.diff import FileDiff
+from core.store.candidate_store import load
+from core.store.layout import Layout
 from tui import render
-from tui.actions import Approval
+from tui.dialogs.preflight import Approval
 from tui.widgets.key_bar import Hint, KeyBar
 
 COLUMNS = ("#", "host", "status", "verifies", "checks", "change", "signature", "why not")
@@ -284,7 +286,7 @@ class CandidatesScreen(Screen[Approval | None]):
         number = self.highlighted
         if number is None or self.checking is not None:
             return
-        from core.checks import run_checks
+        from core.review.checks import run_checks
 
         self.checking = number
         self._show(self.shown)

@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from core.inspect_job import JobDetail
+from core.read.inspect_job import JobDetail
 from tui import render
 from tui.widgets.key_bar import Hint, KeyBar
 

@@ -1,6 +1,6 @@
 """`h`: the fleet, one row per configured host, live; `p` probes every host.
 
-The rows are `core.fleet.HostView`s, read in a thread every REFRESH seconds (and after a
+The rows are `core.work.fleet.HostView`s, read in a thread every REFRESH seconds (and after a
 probe) and posted back as a message; every cell is a `Text`, so nothing a host or a
 config says is read as markup.
 """
@@ -20,12 +20,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from core.board_view import age
-from core.config import load_config
 from core.errors import GenjobError
-from core.fleet import HostView, Note, fleet
-from core.layout import Layout
-from core.terminal import visible
+from core.model.terminal import visible
+from core.read.board_view import age
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.work.fleet import HostView, Note, fleet
 from tui.widgets.key_bar import Hint, KeyBar
 
 REFRESH = 2.0
@@ -162,8 +162,8 @@ class FleetScreen(Screen[None]):
                 markup=False,
             )
             return
-        from core.fleet import probe
-        from core.ship import Hosts  # the transports: only when a probe runs
+        from core.work.fleet import probe
+        from core.work.ship import Hosts  # the transports: only when a probe runs
 
         try:
             pool = await asyncio.to_thread(lambda: Hosts(load_config(self.repo.config)))

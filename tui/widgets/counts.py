@@ -10,7 +10,7 @@ from textual import events
 from textual.message import Message
 from textual.widget import Widget
 
-from core.lifecycle import STATE_ORDER, State
+from core.model.lifecycle import STATE_ORDER, State
 from tui.text import SHORT, STATE_STYLES, TINY
 
 # The digit that toggles each state's filter, in the order the bar shows them.

@@ -17,8 +17,8 @@ from tui import render
 if TYPE_CHECKING:
     from textual.widgets import TabbedContent
 
-    from core.inspect_job import JobDetail
-    from tui.check_runner import LiveCheck
+    from core.read.inspect_job import JobDetail
+    from tui.services.check_runner import LiveCheck
 
 TABS = (
     ("job", "Job"),

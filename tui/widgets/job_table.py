@@ -1,6 +1,6 @@
 """The job list: a Line API `ScrollView` that renders only the rows in view.
 
-The rows live in a `core.board_view.BoardView`; this widget keeps a cursor and a set of
+The rows live in a `core.read.board_view.BoardView`; this widget keeps a cursor and a set of
 marks keyed by job key, so neither moves to another job when rows arrive, leave or
 change state around them.
 
@@ -28,11 +28,11 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.board_view import BoardView, age, summary_line
-from core.lifecycle import State
-from core.protected import PROTECTED_MARK, flagged
-from core.snapshot import JobRow
-from core.terminal import visible
+from core.model.lifecycle import State
+from core.model.protected import PROTECTED_MARK, flagged
+from core.model.terminal import visible
+from core.read.board_view import BoardView, age, summary_line
+from core.read.snapshot import JobRow
 from tui.text import STATE_STYLES
 
 # After RECEIVED: whether the receipt verifies now (unknown until checked).
@@ -117,7 +117,7 @@ class JobTable(ScrollView, can_focus=True):
         # when the config defines checks.
         self.checks: dict[str, str] = {}
         self.check_column = False
-        # `policy.protected_paths`: a job that may write one is marked (`core.protected`).
+        # `policy.protected_paths`: a job that may write one is marked (`core.model.protected`).
         self.protected: tuple[str, ...] = ()
         # What an empty list says instead (set by the screen): lines, and whether each warns.
         self.empty: list[tuple[str, bool]] = []

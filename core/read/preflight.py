@@ -1,0 +1,122 @@
+"""The approve preflight: what apply would write for one job, and whether it may.
+
+An operator sees this before the tree changes: each path with its lines added and
+removed, the signature and the policy that asks for it, whether the base is still
+fresh, every verification step that would refuse the apply, and the job's checks
+(a required one that has not passed refuses it too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.errors import GenjobError
+from core.model.standing import PASSED, CheckStatus
+from core.read.inspect_job import JobDetail
+from core.review.diff import DiffStatus
+from core.review.verify import verify
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.queue import locate
+from core.store.repo import is_git_work_tree
+
+
+@dataclass(frozen=True)
+class PathChange:
+    path: str
+    status: DiffStatus
+    added: int
+    removed: int
+    signed: bool = True  # False: the bytes changed after the worker signed them
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What an operator needs to see before apply writes the tree."""
+
+    key: str
+    changes: tuple[PathChange, ...]
+    signature_required: bool
+    signature: str
+    signature_ok: bool
+    base_fresh: bool
+    base_detail: str
+    verified: bool
+    failures: tuple[str, ...]
+    # Whether apply may also commit (a git work tree), and what the config proposes.
+    git: bool = False
+    commit_default: bool = False
+    # The job's checks, and the required ones that have not passed on these outputs.
+    checks: tuple[CheckStatus, ...] = ()
+    checks_missing: tuple[str, ...] = ()
+    # The best-of-N candidate this preflight is for (its receipt, signature and outputs).
+    candidate: int | None = None
+    # The outputs `policy.protected_paths` covers, each with its pattern: apply writes them
+    # only when the operator approves this job explicitly.
+    protected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def may_apply(self) -> bool:
+        """The receipt verifies and every required check passed: apply would run."""
+        return self.verified and not self.checks_missing
+
+    @property
+    def may_choose(self) -> bool:
+        """A candidate that verifies but whose required checks have not run: checks run on a
+        chosen receipt, so choosing it (without applying) is the way on."""
+        return self.candidate is not None and self.verified and bool(self.checks_missing)
+
+    @property
+    def added(self) -> int:
+        return sum(c.added for c in self.changes)
+
+    @property
+    def removed(self) -> int:
+        return sum(c.removed for c in self.changes)
+
+
+def preflight(layout: Layout, detail: JobDetail) -> Preflight:
+    """The approve preflight of one job, from its freshly read detail."""
+    try:
+        commit_default = load_config(layout.config).policy.commit_on_approve
+    except GenjobError:
+        commit_default = False
+    v = detail.verification
+    checks = {c.name: c for c in v.checks} if v else {}
+    sig = checks.get("signature")
+    base = checks.get("base")
+    return Preflight(
+        key=detail.row.key,
+        changes=tuple(
+            PathChange(d.path, d.status, d.added, d.removed, d.signed is not False) for d in detail.diffs
+        ),
+        signature_required=v.signature_required if v else True,
+        signature=sig.detail if sig else "no receipt to check",
+        signature_ok=bool(sig and sig.status == PASSED),
+        base_fresh=bool(base and base.status == PASSED),
+        base_detail=base.detail if base else "not checked",
+        verified=bool(v and v.ok),
+        failures=tuple(f"{c.name}: {c.detail}" for c in (v.failures if v else [])) + tuple(detail.errors),
+        git=is_git_work_tree(layout.root),
+        commit_default=commit_default,
+        checks=tuple(detail.checks),
+        checks_missing=tuple(c.name for c in detail.checks if c.required and not c.satisfied),
+        protected={
+            p: pattern for p, pattern in detail.protected.items() if any(d.path == p for d in detail.diffs)
+        },
+    )
+
+
+def receipt_verdict(layout: Layout, key: str) -> bool | None:
+    """Whether apply would accept the job's receipt now; None when there is nothing to check.
+
+    The list shows it next to RECEIVED so that an operator sees which receipts are
+    approvable without opening each one; the detail pane always verifies afresh.
+    """
+    try:
+        located = locate(layout, key)
+        if not layout.receipt(key).exists():
+            return None
+        return verify(layout, located.job, load_config(layout.config)).ok
+    except (GenjobError, OSError):
+        return None

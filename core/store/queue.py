@@ -1,0 +1,335 @@
+"""Moving jobs between state folders: enqueue, claim, heartbeat, requeue, reject, cancel.
+
+A claim is a bare rename from `queue/` to `running/`: exactly one claimer's rename can
+succeed. Every other move happens under `.gen/state.lock`, so that a requeue cannot
+interleave with a receipt being committed or an apply.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
+from core.model.canonical import canonical, loads_strict, read_bytes
+from core.model.freshness import LeaseState
+from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
+from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
+from core.store.events import attempts, claims, record_attempt, record_event
+from core.store.layout import FOLDER_STATE, JOB_FOLDERS, Layout
+from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
+from core.store.tree import make_folder
+
+
+@dataclass(frozen=True)
+class Located:
+    """A job document found on disk, with the folder that holds it."""
+
+    key: str
+    folder: str
+    path: Path
+    job: Job
+    record: dict[str, Any] | None = None  # the apply or rejection record, when final
+    also_in: tuple[str, ...] = ()
+
+
+def check_key(key: str) -> str:
+    if not KEY_RE.fullmatch(key):
+        raise BadInput(f"{key!r}: not a job key (32 lower-case hex characters)")
+    return key
+
+
+def read_job_file(path: Path, folder: str) -> tuple[Job, dict[str, Any] | None]:
+    """Load a job document, or an applied/rejected record holding one."""
+    data = read_bytes(path)
+    if folder in ("applied", "rejected"):
+        obj = loads_strict(data, str(path))
+        if not isinstance(obj, dict) or "job" not in obj:
+            raise BadInput(f'{path}: a {folder} record must hold the job under "job"')
+        job = job_from_obj(obj["job"], f"{path} (job)")
+        record = {k: v for k, v in obj.items() if k != "job"}
+    else:
+        job, record = job_from_bytes(data, str(path)), None
+    if job.key != path.stem:
+        raise BadInput(f"{path}: file name does not match its key {job.key}")
+    return job, record
+
+
+def locate(layout: Layout, key: str) -> Located:
+    """Find the job with `key` in whichever state folder holds it."""
+    check_key(key)
+    found = [f for f in JOB_FOLDERS if layout.job_file(f, key).exists()]
+    if not found:
+        raise NotFound(f"{key}: no such job in {layout.gen}")
+    folder = found[0]
+    path = layout.job_file(folder, key)
+    job, record = read_job_file(path, folder)
+    return Located(key, folder, path, job, record, tuple(found[1:]))
+
+
+def same_work(a: Job, b: Job) -> bool:
+    """Whether two documents are one submission: the same digest, or for v1 (whose digest
+    covers a fresh uuid and timestamp) the same schema, instruction, paths and inputs."""
+    if a.digest == b.digest:
+        return True
+    meaning = ("schema_", "instruction", "allowed_paths", "inputs")
+    return (
+        isinstance(a, JobV1) and isinstance(b, JobV1) and all(getattr(a, f) == getattr(b, f) for f in meaning)
+    )
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    key: str
+    path: Path
+    created: bool
+    folder: str
+
+
+def enqueue(layout: Layout, job: Job) -> Enqueued:
+    """Write a minted job into `queue/`, or report where the same job already is.
+
+    The same key with other content anywhere is a `KeyConflict` naming both documents.
+    """
+    key = job.key
+    for folder in JOB_FOLDERS:
+        path = layout.job_file(folder, key)
+        if path.exists():
+            existing, _ = read_job_file(path, folder)
+            if not same_work(existing, job):
+                raise KeyConflict(
+                    f"{path}: key {key} is already used by digest {existing.digest[:16]}…; "
+                    f"the new job has digest {job.digest[:16]}…"
+                )
+            return Enqueued(key, path, False, folder)
+    path = layout.job_file("queue", key)
+    if not create_exclusive(make_folder(path.parent, layout.gen) / path.name, job_bytes(job)):
+        return enqueue(layout, job)
+    record_event(layout, "minted", key, schema=job.schema_name, digest=job.digest)
+    return Enqueued(key, path, True, "queue")
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    job: Job
+    lease: Lease
+    path: Path
+
+
+class Claimer:
+    """Claims jobs for one worker, oldest first, from one listing of the queue at a time.
+
+    Several claimers race by renaming the same files; a lost race is a vanished source,
+    and the claimer simply moves on to its next candidate.
+    """
+
+    def __init__(self, layout: Layout, worker: str, ttl: float = 120.0, pid: int | None = None) -> None:
+        self.layout = layout
+        self.worker = worker
+        self.ttl = ttl
+        self.pid = pid
+        self._candidates: list[str] = []
+
+    def _list(self) -> list[str]:
+        entries = []
+        with os.scandir(self.layout.queue) as it:
+            for e in it:
+                if e.name.endswith(".json") and KEY_RE.fullmatch(e.name[:-5]):
+                    try:
+                        entries.append((e.stat(follow_symlinks=False).st_mtime_ns, e.name[:-5]))
+                    except FileNotFoundError:
+                        continue
+        entries.sort()
+        keys = [k for _, k in entries]
+        # Racing claimers start a little apart so they do not all collide on the head.
+        if len(keys) > 64:
+            cut = random.randrange(min(len(keys), 64))
+            keys = keys[cut:] + keys[:cut]
+        return keys[::-1]
+
+    def claim(self, key: str | None = None) -> Claim:
+        """Claim `key`, or the oldest queued job; NothingToClaim when none is left.
+
+        Without a key, a job file that cannot be claimed (INVALID, or a key already
+        running) is left where it is and skipped, so one bad file never blocks the queue.
+        """
+        if key is not None:
+            claimed = self._try(check_key(key))
+            if claimed is None:
+                loc = locate(self.layout, key)
+                raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}, not QUEUED; nothing claimed")
+            return claimed
+        skipped: dict[str, str] = {}
+        for relisted in (False, True):
+            if relisted or not self._candidates:
+                self._candidates = [k for k in self._list() if k not in skipped]
+            while self._candidates:
+                candidate = self._candidates.pop()
+                try:
+                    claimed = self._try(candidate)
+                except (BadInput, WrongState) as exc:
+                    skipped[candidate] = str(exc)
+                    continue
+                if claimed is not None:
+                    return claimed
+        why = ""
+        if skipped:
+            why = f"; skipped {len(skipped)} that cannot be claimed: {next(iter(skipped.values()))}"
+        raise NothingToClaim(f"{self.layout.queue}: nothing left to claim{why}")
+
+    def _try(self, key: str, remake: bool = True) -> Claim | None:
+        src = self.layout.job_file("queue", key)
+        dst = self.layout.job_file("running", key)
+        try:
+            # The claim's one fsync, of running/ (queue/ is not synced: after a crash the
+            # job is in one folder or the other, whole, either way). Without it a power cut
+            # could undo a claim whose worker already started: the job would be claimed
+            # again and run twice, with nothing in running/ to say it had been taken.
+            move(src, dst, sync_source=False)
+        except FileNotFoundError:
+            if remake and os.path.lexists(src) and not os.path.isdir(dst.parent):
+                # running/ itself is gone (a clone keeps no empty folder): made, then tried again
+                make_folder(dst.parent, self.layout.gen)
+                return self._try(key, remake=False)
+            return None  # another claimer renamed it first
+        except FileExistsError:
+            if not os.path.lexists(src):
+                return None  # another claimer renamed it first
+            raise WrongState(f"{dst}: already running; {src} left in the queue") from None
+        try:
+            # Faults name the queued file: that is where the job stays when it is refused.
+            job = job_from_bytes(read_bytes(dst, source=str(src)), str(src))
+            if job.key != key:
+                raise BadInput(f"{src}: file name does not match its key {job.key}")
+            # Read only now that the rename has made this claim the one: the attempt
+            # number is the lease's fencing token.
+            token = claims(attempts(self.layout, key)) + 1
+        except BadInput:
+            # Not ours to run (or its attempts file cannot be read): put it back, so it
+            # shows in the queue with its fault.
+            rename(dst, src)
+            raise
+        lease = new_lease(self.worker, token, self.ttl, self.pid)
+        write_lease(self.layout, key, lease)
+        record_attempt(self.layout, key, "claimed", attempt=token, worker=self.worker)
+        record_event(self.layout, "claimed", key, worker=self.worker, attempt=token)
+        return Claim(key, job, lease, dst)
+
+
+def claim(
+    layout: Layout, worker: str, key: str | None = None, ttl: float = 120.0, pid: int | None = None
+) -> Claim:
+    """Claim one job; the lease names `pid` (default: this process) as its holder."""
+    return Claimer(layout, worker, ttl, pid).claim(key)
+
+
+def heartbeat(layout: Layout, key: str, token: int, worker: str) -> bool:
+    """Renew our lease; False when it is no longer ours (requeued, reclaimed or gone)."""
+    with flocked(layout.lock):
+        lease = _own_lease(layout, key, token, worker)
+        if lease is None:
+            return False
+        write_lease(layout, key, lease.model_copy(update={"heartbeat": time.time()}))
+        return True
+
+
+def _own_lease(layout: Layout, key: str, token: int, worker: str) -> Lease | None:
+    if not layout.job_file("running", key).exists():
+        return None
+    try:
+        lease = read_lease(layout, key)
+    except BadInput:
+        return None
+    if lease is None or lease.token != token or lease.worker != worker:
+        return None
+    return lease
+
+
+def holds_lease(layout: Layout, key: str, token: int, worker: str) -> bool:
+    return _own_lease(layout, key, token, worker) is not None
+
+
+def lease_state(layout: Layout, key: str, now: float | None = None) -> LeaseState:
+    """The state of the lease of `key`, a job in running/, by the one rule (`core.model.freshness`)."""
+    return lease_verdict(layout, key, now).state
+
+
+def requeue(layout: Layout, key: str, force: bool = False) -> Path:
+    """Put an orphaned job back in the queue, byte for byte; the attempt is recorded."""
+    check_key(key)
+    with flocked(layout.lock):
+        loc = locate(layout, key)
+        if loc.folder != "running":
+            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}; only an ORPHANED job can be requeued")
+        if layout.receipt(key).exists():
+            raise WrongState(f"{key}: has a receipt already; reject or replay it instead")
+        state = lease_state(layout, key)
+        if state.live and not force:
+            lease = read_lease(layout, key)
+            holder = f" held by {lease.worker} (pid {lease.pid} on {lease.host})" if lease else ""
+            raise WrongState(f"{key}: lease is live{holder}; use --force to take it back")
+        dst = layout.job_file("queue", key)
+        move(loc.path, make_folder(dst.parent, layout.gen) / dst.name)
+        layout.lease(key).unlink(missing_ok=True)
+        layout.cancel_request(key).unlink(missing_ok=True)
+        record_attempt(layout, key, "requeued", forced=force, lease=state)
+        record_event(layout, "requeued", key, forced=force, lease=state)
+        return dst
+
+
+def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
+    """Close a job as rejected, with the reason; its receipt and outputs stay as evidence."""
+    check_key(key)
+    if not reason.strip():
+        raise BadInput("--reason: a rejection needs a reason")
+    with flocked(layout.lock):
+        loc = locate(layout, key)
+        if loc.folder in ("applied", "rejected"):
+            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]} already")
+        if layout.journal_file(key).exists():
+            raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
+        live = lease_state(layout, key).live
+        if loc.folder == "running" and not layout.receipt(key).exists() and live:
+            raise WrongState(f"{key}: is running; cancel it first")
+        dst = layout.job_file("rejected", key)
+        make_folder(dst.parent, layout.gen)
+        record = {
+            "job": loc.job.document(),
+            "rejection": {"reason": reason, "by": by, "at": time.time(), "from": loc.folder},
+        }
+        create_exclusive(dst, canonical(record))
+        loc.path.unlink()
+        layout.lease(key).unlink(missing_ok=True)
+        fsync_dir(loc.path.parent)
+        record_event(layout, "rejected", key, reason=reason, rejected_by=by)
+        return dst
+
+
+def request_cancel(layout: Layout, key: str) -> Path:
+    """Ask the worker running `key` to stop; it ends the job with an aborted receipt."""
+    check_key(key)
+    if not layout.job_file("running", key).exists():
+        raise WrongState(f"{key}: is not running")
+    if layout.receipt(key).exists():
+        raise WrongState(f"{key}: has a receipt already; nothing to cancel")
+    path = layout.cancel_request(key)
+    atomic_write(path, canonical({"at": time.time()}))
+    record_event(layout, "cancel_requested", key)
+    return path
+
+
+def cancel_requested(layout: Layout, key: str) -> bool:
+    return layout.cancel_request(key).exists()
+
+
+def cancel_requested_at(layout: Layout, key: str) -> float | None:
+    """When a cancel of `key` was asked for and is still waiting for its worker; else None."""
+    try:
+        return os.stat(layout.cancel_request(key)).st_mtime
+    except FileNotFoundError:
+        return None

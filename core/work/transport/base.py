@@ -1,0 +1,531 @@
+"""What every transport shares: the outcome type, the stdin payload and the job loop.
+
+A transport starts ``core/remote/runner.py`` somewhere (a local subprocess, an SSH session),
+writes the length line and the runner's source to its stdin at once, then the header and
+the bundle once they are ready, keeps stdin open until the job is done (EOF there means
+"cancel" to the runner), streams its stderr to ``on_output`` and reads its stdout, the
+result tar, fully. The runner is started before the job's files are read and bundled,
+so that work overlaps with connecting and with the remote shell and interpreter start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import queue
+import re
+import shlex
+import shutil
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from core import errors
+from core.errors import BadInput, GenjobError
+from core.remote import rules, runner
+from core.remote.rules import DEFAULT_LIMITS, Limits, TailBuffer
+from core.work.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
+
+OutputCallback = Callable[[bytes], None]
+# The runner's stdout, a chunk at a time; an awaitable it returns holds reading back until
+# it is done, so a host can send no faster than what it sent is taken.
+ResultCallback = Callable[[bytes], "Awaitable[None] | None"]
+T = TypeVar("T")
+# The runner's header line, as a mapping, and the bundle it announces.
+Prepared = tuple[Mapping[str, Any], bytes]
+
+STDERR_TAIL_BYTES = 64 << 10
+CHUNK = 1 << 16
+# The most of a result read from the host and not yet taken by the thread that writes it:
+# past it, reading waits until that thread has taken it down to half.
+MAX_RESULT_WAITING = 8 << 20
+STOP_WAIT = runner.KILL_GRACE + 8.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How one run ended, before the result tar is checked.
+
+    ``result_bytes`` counts the runner's stdout, the result tar, which went to the
+    ``on_result`` given to ``run`` as it arrived; ``error`` is None only when the runner
+    exited 0 and the session ended normally.
+    """
+
+    result_bytes: int
+    stderr_tail: bytes
+    exit_status: int | None
+    error: str | None
+
+
+class Transport(Protocol):
+    """Runs the runner on some host.
+
+    ``run`` starts the runner, then awaits ``job`` for the header and bundle to send it;
+    the runner's stdout goes to ``on_result`` and its stderr to ``on_output`` as they come.
+    It reports a failed attempt in the outcome's ``error`` instead of raising. It raises
+    only for an untrusted host key (SSH's ``HostKeyError``: that needs an operator, not a
+    retry), for an exception from ``job`` or ``on_output``, and when its task is
+    cancelled; in the last three cases the remote side is stopped first. When it returns
+    or raises before awaiting ``job``, ``job`` is the caller's to cancel.
+    """
+
+    async def run(
+        self,
+        job: Awaitable[Prepared],
+        on_result: ResultCallback,
+        on_output: OutputCallback | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> RunOutcome: ...
+
+    async def close(self) -> None: ...
+
+
+class Reader(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+class HostKeyError(GenjobError):
+    """The server's host key is not trusted by the known_hosts file: unknown or changed.
+
+    The message carries the key's SHA256 fingerprint (when known) and what trusts it.
+    """
+
+    def __init__(self, message: str, fingerprint: str | None) -> None:
+        super().__init__(message)
+        self.fingerprint = fingerprint
+
+
+# How a transport words a runner that exited with a status other than 0, given that
+# status and the tail of what came on stderr; None keeps the generic wording.
+ExitReason = Callable[[int | None, bytes], "str | None"]
+
+
+@dataclass
+class Session:
+    """One started runner, as the job loop sees it, whatever carries it.
+
+    ``exit_reason`` lets a transport whose exit status is a local client's (``ssh``,
+    ``kubectl``) say what a failed exit means, from the status and the stderr tail.
+    """
+
+    stdin: Writer
+    stdout: Reader
+    stderr: Reader
+    wait: Callable[[], Awaitable[int | None]]
+    stop: Callable[[], Awaitable[None]]
+    lost: tuple[type[BaseException], ...]
+    python: str
+    exit_reason: ExitReason | None = None
+
+    @property
+    def broken(self) -> tuple[type[BaseException], ...]:
+        """What writing to or reading from a session that went away raises."""
+        return (*self.lost, OSError)
+
+
+# Shipped in this order: each module's `from core...` imports name the ones before it.
+_SHIPPED = (errors, rules, runner)
+_CORE_IMPORT = re.compile(rb"^from core\.[\w.]+ import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
+_FUTURE = b"from __future__ import annotations\n"
+
+
+@functools.cache
+def runner_source() -> bytes:
+    """The one blob the generator host runs: `core.errors`, `core.remote.rules` and `core.remote.runner`,
+    stdlib only, with their imports of each other dropped (the source is all there)."""
+    sources = (Path(m.__file__ or "").read_bytes() for m in _SHIPPED)
+    return _FUTURE + b"\n".join(_CORE_IMPORT.sub(b"", src).replace(_FUTURE, b"") for src in sources)
+
+
+# How every transport starts the host's interpreter: isolated (-I: no PYTHON* variables, no
+# user site) and without `site` (-S). The runner needs only the standard library, so the
+# host's site-packages and .pth files neither change it nor cost it (3-4 ms a job here).
+RUNNER_FLAGS = ("-I", "-S")
+
+
+def runner_start(python: str) -> list[str]:
+    """The argv that starts the runner with `python`; it reads itself from stdin."""
+    return [python, *RUNNER_FLAGS, "-c", runner.BOOTSTRAP]
+
+
+def remote_command(python: str) -> str:
+    """The fixed, short command line that starts the runner on any POSIX shell."""
+    return shlex.join(runner_start(python))
+
+
+def runner_preamble() -> bytes:
+    """What ``runner.BOOTSTRAP`` reads first: the source's length on a line, then the source."""
+    source = runner_source()
+    return b"%d\n" % len(source) + source
+
+
+def header_line(header: Mapping[str, Any], bundle: bytes) -> bytes:
+    """The header as the runner reads it, after the preamble and before the bundle."""
+    if header.get("bundle_bytes") != len(bundle):
+        raise ValueError("header bundle_bytes does not match the bundle's length")
+    return json.dumps(dict(header), sort_keys=True, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def max_result_bytes(header: Mapping[str, Any]) -> int:
+    """Largest stdout a well-behaved runner can produce for this header."""
+    limits = header["limits"]
+    per_member = 3 * 512
+    return int(
+        limits["max_total_bytes"]
+        + (limits["max_files"] + 1) * per_member
+        + 4 * limits["max_tail_bytes"]
+        + (8 << 20)
+    )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def drive(
+    session: Session,
+    job: Awaitable[Prepared],
+    on_result: ResultCallback,
+    on_output: OutputCallback | None,
+    cancel: asyncio.Event | None,
+    slack: float,
+) -> RunOutcome:
+    """Feed the runner, stream its stdout and stderr, and stop it if need be.
+
+    The preamble goes out at once; the header and bundle when ``job`` has them. Stops the
+    runner (``session.stop``) when ``job`` raises (and raises that), on cancel, once the
+    header's timeout plus ``slack`` has passed, on a lost connection, on an oversized
+    result, and when this coroutine is itself cancelled.
+    """
+    with contextlib.suppress(*session.broken):
+        session.stdin.write(runner_preamble())
+    try:
+        header, bundle = await _unless_cancelled(job, cancel)
+    except BaseException:
+        await session.stop()
+        raise
+    if header is _CANCELLED:
+        await session.stop()
+        return RunOutcome(0, b"", None, "cancelled")
+    streams = _Streams(
+        session, (header_line(header, bundle), bundle), on_result, on_output, max_result_bytes(header)
+    )
+    running = asyncio.ensure_future(streams.run())
+    try:
+        await _first_of(running, cancel, header["timeout"] + slack)
+    except asyncio.CancelledError:
+        running.cancel()
+        await session.stop()
+        raise
+    if not running.done():
+        running.cancel()
+        await session.stop()
+        return streams.outcome(
+            None, "cancelled" if cancel is not None and cancel.is_set() else "deadline exceeded"
+        )
+    try:
+        status = running.result()
+    except _TooLarge as exc:
+        await session.stop()
+        return streams.outcome(None, str(exc))
+    except session.broken as exc:
+        await session.stop()
+        return streams.outcome(None, f"connection lost: {exc}")
+    except BaseException:
+        await session.stop()
+        raise
+    return _outcome(streams.received, status, bytes(streams.tail), session)
+
+
+class _Streams:
+    """One runner's three streams: the job in on stdin, the result out of stdout (bounded
+    by `limit`), the generator's output out of stderr (its tail kept)."""
+
+    def __init__(
+        self,
+        session: Session,
+        payload: tuple[bytes, ...],
+        on_result: ResultCallback,
+        on_output: OutputCallback | None,
+        limit: int,
+    ) -> None:
+        self.session = session
+        self.payload = payload
+        self.on_result = on_result
+        self.on_output = on_output
+        self.limit = limit
+        self.received = 0
+        self.tail = TailBuffer(STDERR_TAIL_BYTES)
+
+    async def run(self) -> int | None:
+        """Stream until both outputs end; the runner's exit status."""
+        feeder = asyncio.ensure_future(self._feed())
+        try:
+            await asyncio.gather(self._stdout(), self._stderr())
+            return await self.session.wait()
+        finally:
+            feeder.cancel()
+
+    def outcome(self, status: int | None, error: str) -> RunOutcome:
+        return RunOutcome(self.received, bytes(self.tail), status, error)
+
+    async def _feed(self) -> None:
+        try:
+            for part in self.payload:
+                self.session.stdin.write(part)
+            await self.session.stdin.drain()
+        except self.session.broken:
+            return
+
+    async def _stderr(self) -> None:
+        while chunk := await self.session.stderr.read(CHUNK):
+            self.tail.add(chunk)
+            if self.on_output is not None:
+                self.on_output(chunk)
+
+    async def _stdout(self) -> None:
+        while chunk := await self.session.stdout.read(CHUNK):
+            self.received += len(chunk)
+            if self.received > self.limit:
+                raise _TooLarge(f"runner output over {self.limit} bytes")
+            room = self.on_result(chunk)
+            if room is not None:
+                await room
+
+
+async def _first_of(running: asyncio.Future[Any], cancel: asyncio.Event | None, timeout: float) -> None:
+    """Wait until `running` ends, `cancel` is set or `timeout` passes, whichever is first."""
+    waiters: set[asyncio.Future[Any]] = {running}
+    cancel_wait = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
+    if cancel_wait is not None:
+        waiters.add(cancel_wait)
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if cancel_wait is not None:
+            cancel_wait.cancel()
+
+
+# What `_unless_cancelled` gives when the cancel came first.
+_CANCELLED: Any = object()
+
+
+async def _unless_cancelled(job: Awaitable[Prepared], cancel: asyncio.Event | None) -> Prepared:
+    """``job``'s result, or (_CANCELLED, b"") if ``cancel`` is set first."""
+    ready = asyncio.ensure_future(job)
+    if cancel is None:
+        return await ready
+    cancel_wait = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({ready, cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancel_wait.cancel()
+    if not ready.done():
+        return _CANCELLED, b""
+    return ready.result()
+
+
+def _outcome(received: int, status: int | None, tail: bytes, session: Session) -> RunOutcome:
+    explained = session.exit_reason(status, tail) if session.exit_reason and status != 0 else None
+    if status == 127 and not received:
+        error: str | None = f"{session.python} not found on the generator host"
+    elif explained is not None:
+        error = explained
+    elif status is None:
+        error = "connection lost: the runner ended without an exit status"
+    elif status != 0:
+        error = f"runner exited with status {status}"
+    elif not received:
+        error = "runner produced no result"
+    else:
+        error = None
+    return RunOutcome(received, tail, status, error)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a host is asked to do for one job.
+
+    ``files`` gives the job's input files; it is called in a thread while the transport
+    starts the runner, so reading and bundling overlap the remote side's start.
+    """
+
+    job_doc: bytes
+    instruction: str
+    allowed_paths: list[str]
+    files: Callable[[], Mapping[str, bytes | Path]]
+    generator: str
+    timeout: float
+    limits: Limits = DEFAULT_LIMITS
+
+    def prepare(self) -> Prepared:
+        """The header and bundle; BadInput for a bundle that cannot be made."""
+        try:
+            bundle = make_bundle(
+                self.job_doc, self.instruction, self.allowed_paths, self.files(), limits=self.limits
+            )
+        except BundleError as exc:
+            raise BadInput(f"cannot bundle the job: {exc}") from None
+        return make_header(self.generator, self.timeout, self.limits, bundle), bundle
+
+
+async def run_job(
+    transport: Transport,
+    spec: JobSpec,
+    dest_dir: Path,
+    on_output: OutputCallback | None = None,
+    cancel: asyncio.Event | None = None,
+) -> tuple[RunOutcome, ResultInfo | None]:
+    """Bundle, run and check one job: the whole client side in one call.
+
+    What ``spec.files`` raises is raised here once the runner is stopped, and a bundle
+    it cannot make (a file over the limits) raises BadInput.
+
+    Returns the outcome and, when the runner finished and sent a result, the locally
+    checked ``ResultInfo`` (outputs written under the new ``dest_dir``). A result that
+    fails the checks raises ``BundleError``; a failed attempt returns ``(outcome, None)``.
+    Cancelled while the outputs are being written, it returns (raising) once they are,
+    so ``dest_dir`` may then exist and is the caller's to remove.
+    """
+    # Threads keep the event loop (heartbeats, other jobs' streams) moving while big
+    # files are read and bundled, and while the outputs are written as they arrive.
+    prepared = asyncio.ensure_future(asyncio.to_thread(spec.prepare))
+    pipe = _Pipe(asyncio.get_running_loop())
+
+    def extract() -> ResultInfo:
+        try:
+            return extract_result(pipe, spec.allowed_paths, spec.limits, dest_dir)
+        finally:
+            pipe.abandon()
+
+    # Its own thread, not the shared pool: it waits for the result through the whole
+    # run, and jobs enough to fill the pool would leave none to prepare the bundles.
+    extracting = _in_own_thread(extract)
+    try:
+        outcome = await transport.run(prepared, pipe.put, on_output, cancel)
+    except BaseException:
+        pipe.close()
+        # A thread cannot be stopped: let it see the end of what came (and remove
+        # `dest_dir`, cut short) before the caller cleans up.
+        await asyncio.wait([extracting])
+        extracting.exception()
+        raise
+    finally:
+        pipe.close()
+        if not prepared.done():
+            prepared.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prepared
+    if outcome.error is not None:
+        await asyncio.wait([extracting])
+        if not extracting.exception():
+            shutil.rmtree(dest_dir, ignore_errors=True)
+        return outcome, None
+    try:
+        return outcome, await asyncio.shield(extracting)
+    except asyncio.CancelledError:
+        await asyncio.wait([extracting])
+        raise
+
+
+def _in_own_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """`fn()` run in a new thread, as a future of this event loop."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name="genjob-result", daemon=True).start()
+    return future
+
+
+class _Pipe:
+    """The runner's stdout, from the event loop to the thread that extracts it: `read`
+    blocks until there is data or the end. `put` never blocks; with more than
+    MAX_RESULT_WAITING bytes not yet read, it returns a future that `read` settles once
+    it has taken them down to half. Once the reader stops (the result was refused), what
+    still arrives is dropped."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._head = memoryview(b"")
+        self._ended = False
+        self._lock = threading.Lock()  # over `waiting`, `_room` and `abandoned`
+        self.waiting = 0
+        self._room: asyncio.Future[None] | None = None
+        self.abandoned = False
+
+    def put(self, chunk: bytes) -> asyncio.Future[None] | None:
+        with self._lock:
+            if self.abandoned:
+                return None
+            self._chunks.put(chunk)
+            self.waiting += len(chunk)
+            if self.waiting <= MAX_RESULT_WAITING:
+                return None
+            self._room = self._loop.create_future()
+            return self._room
+
+    def close(self) -> None:
+        self._chunks.put(None)
+
+    def abandon(self) -> None:
+        """The reader stops: drop what comes, and let a `put` waiting for room go on."""
+        with self._lock:
+            self.abandoned = True
+            self._make_room()
+
+    def _took(self, size: int) -> None:
+        with self._lock:
+            self.waiting -= size
+            if self.waiting <= MAX_RESULT_WAITING // 2:
+                self._make_room()
+
+    def _make_room(self) -> None:
+        if self._room is not None:
+            room, self._room = self._room, None
+            self._loop.call_soon_threadsafe(_settle, room)
+
+    def read(self, n: int = -1) -> bytes:
+        while not self._head:
+            if self._ended:
+                return b""
+            chunk = self._chunks.get()
+            if chunk is None:
+                self._ended = True
+                return b""
+            self._took(len(chunk))
+            self._head = memoryview(chunk)
+        n = len(self._head) if n is None or n < 0 else n
+        out, self._head = self._head[:n], self._head[n:]
+        return bytes(out)
+
+
+def _settle(room: asyncio.Future[None]) -> None:
+    if not room.done():  # a run stopped meanwhile cancelled it
+        room.set_result(None)

@@ -1,0 +1,743 @@
+"""One consistent read of `.gen/`: states, problems, the index, and files that do not parse."""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import marshal
+import os
+import shutil
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corekit import (
+    count_forks,
+    dead_pid,
+    make_repo,
+    mint,
+    receive,
+    set_config,
+    sha,
+    write_jobs,
+    write_receipt,
+)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.model.lifecycle import State
+from core.read import snapshot, snapshot_files, snapshot_index, snapshot_pool
+from core.read.snapshot import Scanner, keys_from_paths, take_snapshot
+from core.review.apply import apply_job
+from core.store.layout import Layout
+from core.store.pins import pins_file
+from core.store.queue import claim, reject, requeue
+
+HOUR_NS = 3600 * 10**9
+
+
+def age(path: Path, seconds: int = 3600) -> None:
+    """Make a file look written long ago, so the index may keep what was read from it."""
+    old = time.time_ns() - seconds * 10**9
+    os.utime(path, ns=(old, old), follow_symlinks=False)
+
+
+def states(layout: Layout) -> dict[str, State]:
+    return {k: r.state for k, r in take_snapshot(layout).rows.items()}
+
+
+def running_orphaned_rejected_received_stale(repo: Layout, signer: Ed25519PrivateKey) -> list[str]:
+    """One job in each of these states (the running one held by w1), by key in that order."""
+    running, orphaned, rejected = write_jobs(repo, 3, prefix="mixed")
+    claim(repo, "w1", running)
+    claim(repo, "w2", orphaned, pid=dead_pid())
+    reject(repo, rejected, "no")
+    ok = mint(repo, "ok", ["src/app.py"])
+    receive(repo, ok.key, {"src/app.py": b"x"}, signer)
+    stale = mint(repo, "stale", ["src/util.py"])
+    receive(repo, stale.key, {"src/util.py": b"y"}, signer)
+    (repo.root / "src/util.py").write_text("moved on\n")
+    return [running, orphaned, rejected, ok.key, stale.key]
+
+
+def test_every_stored_and_derived_state(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    (queued,) = write_jobs(repo, 1)
+    running, orphaned, rejected, ok, stale = running_orphaned_rejected_received_stale(repo, signer)
+    failed = mint(repo, "failed", ["README.md"])
+    receive(repo, failed.key, {}, signer, status="aborted")
+    applied = mint(repo, "applied", ["docs/guide.md"])
+    receive(repo, applied.key, {"docs/guide.md": b"z"}, signer)
+    apply_job(repo, applied.key)
+    snap = take_snapshot(repo)
+    got = {k: r.state for k, r in snap.rows.items()}
+    assert got == {
+        queued: State.QUEUED,
+        running: State.RUNNING,
+        orphaned: State.ORPHANED,
+        rejected: State.REJECTED,
+        ok: State.RECEIVED,
+        stale: State.STALE,
+        failed.key: State.FAILED,
+        applied.key: State.APPLIED,
+    }
+    assert snap.counts[State.QUEUED] == 1 and sum(snap.counts.values()) == 8
+    assert snap.rows[stale].problems == ("src/util.py: changed since the job was minted",)
+    assert snap.rows[rejected].problems == ("rejected: no",)
+    assert snap.rows[orphaned].problems[0].startswith("lease stale")
+    assert snap.rows[running].worker == "w1" and snap.rows[running].attempts == 1
+    assert snap.rows[ok].receipt_status == "ok"
+    row = snap.rows[ok].to_dict()
+    assert {"key", "state", "schema", "digest", "instruction", "allowed_paths", "attempts", "worker"} <= set(
+        row
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fault"),
+    [
+        ("0" * 32 + ".json", b"{not json", "malformed JSON"),
+        ("1" * 32 + ".json", b'{"schema": "genjob.v2", "schema": "x"}', "duplicate key"),
+        ("2" * 32 + ".json", b"[" * 5000, "nested deeper"),
+        ("3" * 32 + ".json", b'{"a": ' + b"7" * 4300 + b"}", "digits"),
+        ("not-a-key.json", b"{}", "file name is not a job key"),
+    ],
+)
+def test_an_invalid_file_is_shown_with_its_error_and_never_crashes(
+    repo: Layout, name: str, content: bytes, fault: str
+) -> None:
+    write_jobs(repo, 2)
+    (repo.queue / name).write_bytes(content)
+    snap = take_snapshot(repo)
+    row = snap.rows[name[:-5]]
+    assert row.state is State.INVALID
+    assert fault in row.problems[0]
+    assert snap.counts[State.QUEUED] == 2
+
+
+def test_links_folders_and_fifos_in_state_folders_are_invalid(repo: Layout, tmp_path: Path) -> None:
+    good = write_jobs(repo, 1)[0]
+    (tmp_path / "elsewhere.json").write_bytes((repo.queue / f"{good}.json").read_bytes())
+    (repo.queue / ("a" * 32 + ".json")).symlink_to(tmp_path / "elsewhere.json")
+    (repo.queue / ("b" * 32 + ".json")).mkdir()
+    os.mkfifo(repo.queue / ("c" * 32 + ".json"))
+    got = states(repo)
+    assert got["a" * 32] is got["b" * 32] is got["c" * 32] is State.INVALID
+    assert got[good] is State.QUEUED
+
+
+def test_a_receipt_that_does_not_parse_or_names_another_job(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    a, b = mint(repo, "a"), mint(repo, "b", ["src/util.py"])
+    receive(repo, a.key, {"src/app.py": b"x"}, signer)
+    receive(repo, b.key, {"src/util.py": b"y"}, signer)
+    repo.receipt(a.key).write_bytes(b'{"status": Infinity}')
+    other = {
+        "schema": "genjob.v2",
+        "job_digest": a.digest,
+        "idempotency_key": a.key,
+        "status": "ok",
+        "outputs": {"src/util.py": sha(b"y")},
+        "worker_id": "w1",
+    }
+    write_receipt(repo, b.key, other, signer)
+    snap = take_snapshot(repo)
+    assert snap.rows[a.key].state is State.INVALID
+    assert "Infinity is not JSON" in snap.rows[a.key].problems[0]
+    assert "receipt names another job digest" in snap.rows[b.key].problems
+
+
+def test_a_receipt_with_no_job_is_inconsistent(repo: Layout) -> None:
+    key = "d" * 32
+    write_receipt(
+        repo,
+        key,
+        {
+            "schema": "genjob.v2",
+            "job_digest": "d" * 64,
+            "idempotency_key": key,
+            "status": "ok",
+            "outputs": {},
+            "worker_id": "w",
+        },
+    )
+    row = take_snapshot(repo).rows[key]
+    assert row.state is State.INCONSISTENT
+    assert row.problems[-1].startswith("a receipt with no job")
+
+
+def test_a_bad_config_is_reported_not_raised(repo: Layout) -> None:
+    set_config(repo, "[policy]\nrequire_signature = 'yes'\n")
+    snap = take_snapshot(repo)
+    assert snap.config_error is not None and "config.toml: policy.require_signature" in snap.config_error
+    assert snap.signature_required
+    set_config(repo, "[policy]\nrequire_signature = false\n")
+    assert not take_snapshot(repo).signature_required
+
+
+def test_the_policy_kept_in_the_index_follows_both_config_files(
+    repo: Layout, private_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index keeps what config.toml says (so `ls` need not parse it), until it or the
+    operator's config.toml, which sets a floor under it, changes."""
+    from core.read import snapshot
+
+    set_config(repo, '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\nsandbox = "none"\n')
+    age(repo.config)
+    age(pins_file(repo.root))
+    snap = take_snapshot(repo)
+    assert (snap.signature_required, snap.config_error, snap.unsandboxed_checks) == (False, None, ("lint",))
+    parse = snapshot._config_policy
+
+    def not_again(path: str) -> tuple[bool, str | None, tuple[str, ...], str | None]:
+        raise AssertionError("config.toml parsed again though neither file changed")
+
+    monkeypatch.setattr(snapshot, "_config_policy", not_again)
+    cached = take_snapshot(repo)
+    assert (cached.signature_required, cached.unsandboxed_checks) == (False, ("lint",))
+    monkeypatch.setattr(snapshot, "_config_policy", parse)
+    operator = private_config / "genjob" / "config.toml"
+    operator.parent.mkdir(mode=0o700, exist_ok=True)
+    operator.write_text("[policy]\nrequire_signature = true\n")
+    age(operator)
+    assert take_snapshot(repo).signature_required
+    operator.unlink()
+    assert not take_snapshot(repo).signature_required
+    set_config(repo, '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\n')
+    assert take_snapshot(repo).unsandboxed_checks == ()
+
+
+def settle(layout: Layout) -> None:
+    """Age every file under `.gen/`, so the index may keep what is read from them."""
+    for dirpath, _, names in os.walk(layout.gen):
+        for name in names:
+            age(Path(dirpath, name))
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files under `.gen/` a snapshot reads, as folder/name."""
+    seen: list[str] = []
+    real = snapshot_files.read_with_stat
+
+    def counting(path: str | Path, *args: Any, **kwargs: Any) -> tuple[bytes, os.stat_result]:
+        seen.append("/".join(Path(path).parts[-2:]))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot_files, "read_with_stat", counting)
+    return seen
+
+
+def replace_with(path: Path, data: bytes) -> None:
+    """Put a new file (a new inode) at `path`, as genjob's own writers do."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def test_the_index_is_reused_by_the_next_process_and_checked(repo: Layout, reads: list[str]) -> None:
+    keys = write_jobs(repo, 5)
+    settle(repo)
+    first = take_snapshot(repo)
+    assert (repo.cache / "snapshot.marshal").exists() and len(reads) == 5
+    reads.clear()
+    assert Scanner(repo).scan().rows == first.rows
+    assert reads == []
+    path = repo.queue / f"{keys[0]}.json"
+    replace_with(path, path.read_bytes())
+    age(path)
+    assert take_snapshot(repo).rows == first.rows
+    assert reads == [f"queue/{keys[0]}.json"], "a new inode under the same name is read again"
+    replace_with(path, b"{}")
+    assert take_snapshot(repo).rows[keys[0]].state is State.INVALID
+
+
+def test_a_file_still_being_written_is_read_again_until_it_settles(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    path = repo.queue / f"{key}.json"
+    data = path.read_bytes()
+    path.write_bytes(data[:20])  # a writer that is not done yet, in place (same inode)
+    assert states(repo)[key] is State.INVALID
+    path.write_bytes(data)
+    assert states(repo)[key] is State.QUEUED
+
+
+def test_a_cached_row_follows_claims_requeues_and_attempts(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    settle(repo)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts) == (State.QUEUED, 0)
+    claim(repo, "w1", key)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts, row.worker) == (State.RUNNING, 1, "w1")
+    requeue(repo, key, force=True)  # back in queue/ under the same inode; the attempt recorded
+    settle(repo)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts, row.worker) == (State.QUEUED, 1, "w1")
+    claim(repo, "w2", key)
+    requeue(repo, key, force=True)
+    settle(repo)
+    row = take_snapshot(repo).rows[key]
+    assert (row.state, row.attempts, row.worker) == (State.QUEUED, 2, "w2")
+
+
+def test_a_cached_queued_row_shows_running_once_claimed(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    settle(repo)
+    assert states(repo)[key] is State.QUEUED
+    claim(repo, "w1", key)
+    settle(repo)
+    assert states(repo)[key] is State.RUNNING
+    assert Scanner(repo).scan().rows[key].state is State.RUNNING
+
+
+def test_leases_are_read_on_every_scan(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    claim(repo, "w1", key)
+    settle(repo)
+    scanner = Scanner(repo)
+    assert scanner.scan().rows[key].state is State.RUNNING
+    scanner.save_cache()
+    lease = json.loads(repo.lease(key).read_bytes())
+    repo.lease(key).write_text(json.dumps({**lease, "heartbeat": 1.0, "ttl": 1.0}))
+    age(repo.lease(key))
+    assert scanner.scan().rows[key].state is State.ORPHANED
+    assert Scanner(repo).scan().rows[key].state is State.ORPHANED
+
+
+def test_a_received_job_turns_stale_in_the_next_process(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"x"}, signer)
+    settle(repo)
+    age(repo.root / "src/app.py")
+    assert states(repo)[job.key] is State.RECEIVED
+    (repo.root / "src/app.py").write_text("moved on\n")
+    assert states(repo)[job.key] is State.STALE
+
+
+def test_a_folder_recorded_as_settled_is_listed_again_once_it_changes(
+    repo: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot_files, "RACY_NS", 0)  # everything counts as settled at once
+    a, b = write_jobs(repo, 2)
+    assert set(states(repo)) == {a, b}
+    (repo.queue / f"{a}.json").unlink()
+    c = write_jobs(repo, 1, prefix="later")[0]
+    assert set(states(repo)) == {b, c}
+    os.rename(repo.queue / f"{b}.json", repo.rejected / f"{b}.json")
+    assert states(repo)[b] is State.INVALID, "a bare job document is not a rejection record"
+
+
+def test_a_corrupt_index_is_ignored(repo: Layout) -> None:
+    keys = write_jobs(repo, 2)
+    repo.cache.joinpath("snapshot.marshal").write_bytes(b"\x00garbage")
+    assert set(states(repo)) == set(keys)
+    repo.cache.joinpath("snapshot.marshal").write_bytes(b"")
+    assert set(states(repo)) == set(keys)
+    shutil.rmtree(repo.cache)
+    assert set(states(repo)) == set(keys)
+
+
+def framed(*frames: object) -> bytes:
+    """An index file made of these frames, each sealed with a true length and checksum."""
+    out = bytearray(snapshot_index.HEADER)
+    for frame in frames:
+        body = marshal.dumps(frame)
+        out += len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+    return bytes(out)
+
+
+def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path: Path) -> None:
+    write_jobs(repo, 3)
+    mint(repo, "x", ["src/app.py"])
+    settle(repo)
+    want = take_snapshot(repo).rows
+    index = repo.cache / "snapshot.marshal"
+    blob = index.read_bytes()
+    other = make_repo(tmp_path / "other")
+    write_jobs(other, 2)
+    settle(other)
+    take_snapshot(other)
+    head = snapshot_index._read_frame(io.BytesIO(blob[len(snapshot_index.HEADER) :]))
+    key = next(iter(want))
+    row = ("QUEUED", "genjob.v2", "d", "i", (), 0.0, 0, "", None, ("queue",), ())
+
+    candidates = [
+        blob[: len(blob) // 2],
+        blob[:-1],
+        blob + b"\0",
+        bytes(b ^ 0xFF if i % 41 == 7 else b for i, b in enumerate(blob)),
+        marshal.dumps({"files": {}}),
+        blob.replace(b"index 5", b"index 4", 1),
+        framed(("head",) + (None,) * 4, ("end", 2)),
+        framed(head),
+        framed(head, ("end", 5)),
+        framed(head, ("nonsense",), ("end", 3)),
+        framed(head, ("listed", "queue", (key,), ()), ("end", 3)),
+        framed(head, ("fixed", (key,), *((v,) for v in ("NOT-A-STATE", *row[1:]))), ("end", 3)),
+        framed(head, ("fixed", (key,), *((v,) for v in (*row[:-1], (1,)))), ("end", 3)),
+        (other.cache / "snapshot.marshal").read_bytes(),
+    ]
+    for bad in candidates:
+        index.write_bytes(bad)
+        assert take_snapshot(repo).rows == want
+        index.write_bytes(bad)
+        assert Scanner(repo).refresh(want) == want
+
+
+def test_loading_the_index_leaves_the_collector_as_it_found_it(repo: Layout) -> None:
+    write_jobs(repo, 3)
+    settle(repo)
+    take_snapshot(repo)
+    index = repo.cache / "snapshot.marshal"
+    good = index.read_bytes()
+    for data, enabled in [(good, True), (good[:-3], True), (good, False)]:
+        index.write_bytes(data)
+        (gc.enable if enabled else gc.disable)()
+        try:
+            Scanner(repo).scan()  # the index loads with the first scan
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+
+
+def test_an_index_of_many_frames_loads_whole(
+    repo: Layout, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot_index, "SLICE", 3)
+    keys = write_jobs(repo, 10)
+    claim(repo, "w1")
+    settle(repo)
+    first = take_snapshot(repo).rows
+    reads.clear()
+    scanner = Scanner(repo)
+    rows = scanner.scan().rows
+    assert rows == first
+    assert len(reads) == 1 and reads[0].startswith("running/") and reads[0].endswith(".lease"), reads
+    assert set(first) == set(keys)
+    listed = scanner._listed
+    assert listed is not None
+    for row in rows.values():
+        assert any(row.key is k for f in listed.values() for k in f[1]), "one string per key"
+
+
+def test_a_tree_file_rewritten_within_a_clock_tick_is_rehashed(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"x"}, signer)
+    target = repo.root / "src/app.py"
+    original = target.read_bytes()
+    future = time.time_ns() + HOUR_NS
+    os.utime(target, ns=(future, future))
+    scanner = Scanner(repo)
+    assert scanner.scan().rows[job.key].state is State.RECEIVED
+    target.write_bytes(original.upper())
+    os.utime(target, ns=(future, future))
+    assert scanner.scan().rows[job.key].state is State.STALE
+    scanner.save_cache()
+    assert Scanner(repo).scan().rows[job.key].state is State.STALE
+
+
+def test_a_symlinked_parent_in_the_tree_makes_a_job_stale(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"x"}, signer)
+    shutil.copytree(repo.root / "src", tmp_path / "src")
+    shutil.rmtree(repo.root / "src")
+    (repo.root / "src").symlink_to(tmp_path / "src")
+    assert states(repo)[job.key] is State.STALE
+
+
+def test_refresh_rederives_single_keys(repo: Layout) -> None:
+    a, b = write_jobs(repo, 2)
+    scanner = Scanner(repo, disk_cache=False)
+    scanner.scan()
+    claim(repo, "w1", a)
+    (repo.queue / f"{b}.json").unlink()
+    changed = scanner.refresh([a, b])
+    assert changed[b] is None
+    row = changed[a]
+    assert row is not None and row.state is State.RUNNING
+    assert set(scanner.scan().rows) == {a}
+
+
+def test_refresh_reads_only_what_changed_since_the_scan(repo: Layout, reads: list[str]) -> None:
+    a, b = write_jobs(repo, 2)
+    settle(repo)
+    scanner = Scanner(repo)
+    first = scanner.scan()
+    reads.clear()
+    assert scanner.refresh([a, b]) == {a: first.rows[a], b: first.rows[b]}
+    assert reads == []
+    path = repo.queue / f"{b}.json"
+    replace_with(path, b"[]")
+    row = scanner.refresh([a, b])[b]
+    assert row is not None and row.state is State.INVALID
+    assert reads == [f"queue/{b}.json"]
+    assert scanner.scan().rows[b].state is State.INVALID
+
+
+def test_keys_from_paths(repo: Layout) -> None:
+    key = "e" * 32
+    paths = [
+        repo.queue / f"{key}.json",
+        repo.running / f"{key}.lease",
+        repo.root / "src" / f"{'f' * 32}.json",
+        repo.gen / "events.jsonl",
+        str(repo.attempts / f"{'a' * 32}.jsonl"),
+        repo.candidate("c" * 32, 2) / "receipt.json",
+        repo.candidates / ("d" * 32),
+    ]
+    assert keys_from_paths(repo, paths) == {key, "a" * 32, "c" * 32, "d" * 32}
+
+
+def test_candidates_are_counted_and_a_closed_batch_is_received(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    from core.store.candidate_store import Holder, commit_candidate, staging
+    from core.store.queue import Claimer
+    from core.store.receipts import make_receipt
+
+    job = mint(repo, "best of two", ["src/app.py"])
+    held = Claimer(repo, "w1").claim(job.key)
+    scanner = Scanner(repo)
+    assert scanner.scan().rows[job.key].state is State.RUNNING
+
+    def commit(number: int, status: str) -> None:
+        folder = staging(repo, job.key, 1, number)
+        outputs = {}
+        if status == "ok":
+            (folder / "out/src").mkdir(parents=True)
+            (folder / "out/src/app.py").write_bytes(b"x\n")
+            outputs = {"src/app.py": sha(b"x\n")}
+        receipt = make_receipt(held.job, status, outputs, "w1")
+        commit_candidate(repo, held.job, number, [1, 2], receipt, {}, Holder("w1", 1, signer))
+
+    commit(1, "rejected")
+    row = scanner.refresh([job.key])[job.key]
+    assert row is not None and (row.state, row.candidates) == (State.RUNNING, 1), "the batch runs on"
+    commit(2, "ok")
+    row = scanner.refresh([job.key])[job.key]
+    assert row is not None and (row.state, row.candidates) == (State.RECEIVED, 2)
+    assert scanner.scan().rows[job.key].candidates == 2
+    scanner.save_cache()
+    again = take_snapshot(repo).rows[job.key]
+    assert (again.state, again.candidates, again.to_dict()["candidates"]) == (State.RECEIVED, 2, 2)
+
+    failed = mint(repo, "best of one", ["src/util.py"])
+    held = Claimer(repo, "w1").claim(failed.key)
+    receipt = make_receipt(held.job, "aborted", {}, "w1")
+    commit_candidate(repo, held.job, 1, [1], receipt, {}, Holder("w1", 1, signer))
+    assert states(repo)[failed.key] is State.FAILED, "no candidate came back ok"
+
+
+def test_an_empty_repository(repo: Layout) -> None:
+    snap = take_snapshot(repo)
+    assert snap.rows == {} and sum(snap.counts.values()) == 0
+
+
+def test_odd_but_valid_records_and_leases_never_crash_a_listing(repo: Layout) -> None:
+    rejected, running = write_jobs(repo, 2)
+    job = json.loads((repo.queue / f"{rejected}.json").read_bytes())
+    record = {"job": job, "rejection": "no reason object"}
+    (repo.rejected / f"{rejected}.json").write_text(json.dumps(record))
+    (repo.queue / f"{rejected}.json").unlink()
+    claim(repo, "w1", running)
+    lease = json.loads(repo.lease(running).read_bytes())
+    repo.lease(running).write_text(json.dumps({**lease, "pid": 10**25}))
+    got = states(repo)
+    assert got == {rejected: State.REJECTED, running: State.RUNNING}
+
+
+def attempts_reference(data: bytes) -> tuple[int, str]:
+    """Every claim line parsed with `json.loads`: what the listing must agree with."""
+    claimed, worker = 0, ""
+    for line in data.splitlines():
+        if b'"event":"claimed"' in line:
+            claimed += 1
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                worker = str(obj.get("worker") or worker)
+    return claimed, worker
+
+
+NUMBERS = st.one_of(
+    st.integers(-(10**25), 10**25),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["01", "1.", "-0", "1e5", "1E+5", "2.5e-3", "7" * 30, "NaN", "-Infinity"]),
+)
+WORKERS = st.one_of(st.text(max_size=12), st.sampled_from(["w1", "", 'a"b', "a\\b", "é", "\x7f", "x\n"]))
+
+
+@st.composite
+def claim_lines(draw: st.DrawFn) -> bytes:
+    at, attempt = draw(NUMBERS), draw(NUMBERS)
+    worker = draw(st.one_of(WORKERS, st.integers(), st.none()))
+    parts = {"at": at, "attempt": attempt, "event": "claimed", "worker": worker}
+    if draw(st.booleans()):
+        parts.pop(draw(st.sampled_from(sorted(parts))))
+    text = ",".join(
+        f"{json.dumps(k)}:{v if isinstance(v, str) and k in ('at', 'attempt') else json.dumps(v)}"
+        for k, v in parts.items()
+    )
+    line = "{" + text + "}"
+    mangle = draw(st.sampled_from(["", "space", "dup", "cut", "bytes"]))
+    if mangle == "space":
+        line = line.replace(":", ": ", 1)
+    elif mangle == "dup":
+        line = line[:-1] + ',"worker":"dup"}'
+    elif mangle == "cut":
+        line = line[: draw(st.integers(0, len(line)))]
+    data = line.encode("utf-8", "surrogatepass")
+    if mangle == "bytes":
+        data = data.replace(b"w", b"\xff")
+    return data
+
+
+@st.composite
+def written_claims(draw: st.DrawFn) -> bytes:
+    """Claim lines as genjob writes them, some just off that form."""
+    entry = {
+        "at": draw(st.one_of(st.floats(0, 4e9), st.integers(0, 10**22))),
+        "event": "claimed",
+        "attempt": draw(st.integers(-5, 10**21)),
+        "worker": draw(st.text(st.characters(min_codepoint=0x1F, max_codepoint=0x80), max_size=8)),
+    }
+    return json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(
+        st.one_of(claim_lines(), written_claims(), st.sampled_from([b"", b'{"event":"requeued"}', b"[1]"])),
+        max_size=4,
+    )
+)
+def test_attempts_are_counted_as_json_loads_reads_them(lines: list[bytes]) -> None:
+    data = b"\n".join(lines)
+    assert snapshot_files.parse_attempts(data) == attempts_reference(data)
+
+
+def test_rows_made_by_forked_workers_are_the_rows_made_here(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, orphaned, _, _, stale = running_orphaned_rejected_received_stale(repo, signer)
+    write_jobs(repo, 30, prefix="queued")
+    (repo.queue / ("0" * 32 + ".json")).write_bytes(b"{not json")
+    (repo.queue / "not-a-key.json").write_bytes(b"{}")
+    settle(repo)
+    here = Scanner(repo, disk_cache=False).scan().rows
+    assert here[stale].state is State.STALE and here[orphaned].state is State.ORPHANED
+
+    forks = count_forks(monkeypatch, cores=3)
+    monkeypatch.setattr(snapshot_pool, "WORKER_KEYS_MIN", 1)
+    monkeypatch.setattr(snapshot_pool, "CHUNK_KEYS_MIN", 1)
+    assert take_snapshot(repo).rows == here
+    assert len(forks) == 2
+    assert Scanner(repo).scan().rows == here
+    assert len(forks) == 2, "the index the workers' rows went into serves the next scan"
+
+
+def test_attempts_listed_by_another_process_are_listed_as_here(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first scan with an index lists a large attempts/ in a forked process: its rows are
+    those of a scan that lists it here, a grown or removed attempts file is seen, and a
+    process that fails leaves the listing to this one."""
+    running_orphaned_rejected_received_stale(repo, signer)
+    keys = write_jobs(repo, 6, prefix="queued")
+    for key in keys[:3]:
+        claim(repo, "w1", key)
+    settle(repo)
+
+    def here() -> dict[str, Any]:
+        return Scanner(repo, disk_cache=False).scan().rows
+
+    forks = count_forks(monkeypatch, cores=2)
+    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
+    assert take_snapshot(repo).rows == here()
+    assert forks == [], "no index: nothing to load meanwhile"
+    assert take_snapshot(repo).rows == here()
+    assert len(forks) == 1
+    with open(repo.attempts / f"{keys[0]}.jsonl", "ab") as fh:
+        fh.write(b'{"at":1.0,"attempt":2,"event":"claimed","worker":"w9"}\n')
+    (repo.attempts / f"{keys[1]}.jsonl").unlink()
+    rows = take_snapshot(repo).rows
+    assert rows == here() and len(forks) == 2
+    assert (rows[keys[0]].attempts, rows[keys[1]].attempts) == (2, 0)
+
+    def fails(gen: str, folder: str) -> dict[str, Any]:
+        raise OSError("listing failed")
+
+    monkeypatch.setattr(snapshot, "list_growing", fails)
+    (repo.attempts / f"{keys[2]}.jsonl").unlink()
+    rows = take_snapshot(repo).rows
+    assert len(forks) == 3 and rows[keys[2]].attempts == 0
+    monkeypatch.undo()
+    assert rows == here()
+
+
+def test_leases_read_by_another_process_are_read_as_here(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forked process that lists attempts/ first reads the leases, which this one then
+    does not read again; if it fails, this one reads them, and the rows are the same."""
+    running_orphaned_rejected_received_stale(repo, signer)
+    keys = write_jobs(repo, 4, prefix="leased")
+    for key in keys:
+        claim(repo, "w1", key)
+    settle(repo)
+    here = Scanner(repo, disk_cache=False).scan().rows
+    leased = sum(1 for n in os.listdir(repo.running) if n.endswith(".lease"))
+    assert leased >= len(keys)
+    take_snapshot(repo)  # the index
+
+    reads: list[str] = []
+    real_read_lease = snapshot.read_lease
+
+    def counted(path: str) -> Any:
+        reads.append(path)
+        return real_read_lease(path)
+
+    monkeypatch.setattr(snapshot, "read_lease", counted)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
+    assert take_snapshot(repo).rows == here
+    assert reads == [], "every lease was read ahead"
+
+    def fails(gen: str) -> dict[str, bytes]:
+        raise OSError("reading failed")
+
+    monkeypatch.setattr(snapshot, "read_leases", fails)
+    assert take_snapshot(repo).rows == here
+    assert len(reads) == leased
+
+
+def test_a_finished_row_whose_attempts_grew_is_made_again_with_a_listing_apart(
+    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finished rows are batched while the other process lists attempts/; one whose
+    attempts file changed meanwhile is made again from its files."""
+    running_orphaned_rejected_received_stale(repo, signer)
+    keys = write_jobs(repo, 5, prefix="batched")
+    settle(repo)
+    take_snapshot(repo)  # the index
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
+    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
+    for key in keys[1:3]:
+        with open(repo.attempts / f"{key}.jsonl", "ab") as fh:
+            fh.write(b'{"at":1.0,"attempt":1,"event":"claimed","worker":"w7"}\n')
+    for size in (2, 4096):
+        rows = {k: r for batch in Scanner(repo).scan_batches(size) for k, r in batch.items()}
+        assert rows == Scanner(repo, disk_cache=False).scan().rows
+        assert [rows[k].attempts for k in keys] == [0, 1, 1, 0, 0]
+        assert rows[keys[1]].worker == "w7"

@@ -1,0 +1,121 @@
+"""core.read.snapshot_files: what one key's files say, read from real files, never raising for a
+bad one."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from corekit import mint, receive, write_jobs
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.read.snapshot_files import (
+    GONE,
+    parse_lease,
+    parse_receipt,
+    racy_after,
+    read,
+    read_facts,
+    read_lease,
+)
+from core.read.snapshot_folders import list_folders
+from core.read.snapshot_records import NO_SUMMARY, FileFacts, LeaseFacts, ReceiptFacts
+from core.store.layout import Layout
+from core.store.queue import claim, reject
+
+OLD_NS = 10**18  # 2001: long settled
+
+
+def facts(layout: Layout, key: str) -> tuple[FileFacts, bool]:
+    listed, _ = list_folders(str(layout.gen), None)
+    return read_facts(str(layout.gen), key, {f: v.files for f, v in listed.items()}, racy_after())
+
+
+def settle(path: Path) -> None:
+    os.utime(path, ns=(OLD_NS, OLD_NS))
+
+
+def test_a_queued_job(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    settle(repo.queue / f"{key}.json")
+    got, settled = facts(repo, key)
+    assert settled and got.folders == ("queue",) and got.has_job and got.invalid is None
+    assert got.job.schema == "genjob.v2" and got.job.allowed_paths == ("src/app.py",)
+    assert got.job.inputs == (), "only a running job keeps its inputs"
+    assert (got.receipt, got.worker, got.attempts) == (None, "", 0)
+
+
+def test_a_running_job_with_a_receipt_and_attempts(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"new"}, signer)
+    got, _ = facts(repo, job.key)
+    assert got.folders == ("running",) and got.receipt == "ok" and got.receipt_problems == ()
+    assert got.job.inputs == (("src/app.py", job.inputs["src/app.py"]),)
+    assert got.attempts == 1 and got.worker
+
+
+def test_a_rejected_record_gives_its_reason(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    reject(repo, key, "not now")
+    got, _ = facts(repo, key)
+    assert got.folders == ("rejected",) and got.rejection == "not now" and got.has_job
+
+
+def test_a_file_that_does_not_parse_makes_the_key_invalid_with_its_fault(repo: Layout) -> None:
+    key = "0" * 32
+    (repo.queue / f"{key}.json").write_bytes(b"{not json")
+    got, settled = facts(repo, key)
+    assert not got.has_job and got.job == NO_SUMMARY
+    assert got.invalid is not None and "malformed JSON" in got.invalid and str(repo.queue) in got.invalid
+    assert not settled, "a file written just now may still be changing"
+
+
+def test_a_file_name_that_is_not_a_key(repo: Layout) -> None:
+    (repo.queue / "notakey.json").write_bytes(b"{}")
+    got, _ = facts(repo, "notakey")
+    assert got.invalid == "notakey.json: file name is not a job key"
+
+
+def test_a_job_under_another_keys_name_goes_to_the_strict_reader(repo: Layout) -> None:
+    real = write_jobs(repo, 1)[0]
+    wrong = "1" * 32
+    os.rename(repo.queue / f"{real}.json", repo.queue / f"{wrong}.json")
+    got, _ = facts(repo, wrong)
+    assert got.invalid is not None and "file name does not match its key" in got.invalid
+
+
+def test_read_says_what_became_of_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "f.json"
+    path.write_bytes(b"{}")
+    assert read(str(path), racy_after()) == (b"{}", False)
+    settle(path)
+    assert read(str(path), racy_after()) == (b"{}", True)
+    assert read(str(tmp_path / "gone"), racy_after()) == (GONE, False)
+    os.mkfifo(tmp_path / "fifo")
+    data, _ = read(str(tmp_path / "fifo"), racy_after())
+    assert isinstance(data, str) and "cannot read" in data
+
+
+def test_receipts_and_leases_parse_into_their_records(repo: Layout) -> None:
+    receipt = {
+        "schema": "genjob.v2",
+        "job_digest": "d" * 64,
+        "idempotency_key": "d" * 32,
+        "status": "aborted",
+        "outputs": {},
+        "worker_id": "w1",
+    }
+    assert parse_receipt(json.dumps(receipt).encode(), "r") == ReceiptFacts(
+        "aborted", "w1", "d" * 32, "d" * 64
+    )
+    fault = parse_receipt(json.dumps({**receipt, "status": "done"}).encode(), "r.json")
+    assert isinstance(fault, str) and fault.startswith("r.json: status")
+    key = write_jobs(repo, 1)[0]
+    claim(repo, "w1", key)
+    data = read_lease(str(repo.lease(key)))
+    assert isinstance(data, bytes)
+    lease = parse_lease(data, "l")
+    assert isinstance(lease, LeaseFacts) and lease.worker == "w1" and lease.pid == os.getpid()
+    assert isinstance(parse_lease(b"[]", "l.lease"), str)
+    assert read_lease(str(repo.running / "none.lease")) is GONE

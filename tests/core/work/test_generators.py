@@ -1,0 +1,94 @@
+"""The generators genjob ships with: the stand-in says what it is, and `tidy` edits for real.
+
+`tidy` is a real, offline generator (ruff as a codemod host): a round trip through it
+changes code the way ruff does, with no model, key or network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from corekit import cli, mint
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.review.apply import apply_job
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.work.ship import ship
+
+MESSY = b"import sys, os\nimport json\ndef total( items ):\n  return sum( json.loads(items) )\n"
+
+
+async def test_tidy_is_a_real_round_trip(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    (repo.root / "src/messy.py").write_bytes(MESSY)
+    (repo.root / "docs/guide.md").write_bytes(b"Not python:   left  as is.\n")
+    job = mint(repo, "Tidy these files.", ["src/messy.py", "docs/guide.md"])
+    res = await ship(repo, job.key, "tidy")
+    assert res.status == "ok", res.reason
+    apply_job(repo, job.key)
+    tidied = (repo.root / "src/messy.py").read_text()
+    assert tidied == "import json\n\n\ndef total(items):\n    return sum(json.loads(items))\n"
+    assert (repo.root / "docs/guide.md").read_bytes() == b"Not python:   left  as is.\n"
+    ruff = [sys.executable, "-m", "ruff", "format", "--no-cache", "-"]
+    expected = subprocess.run(ruff, input=tidied, capture_output=True, text=True).stdout
+    assert tidied == expected
+
+
+def test_init_and_ship_say_the_local_host_is_a_stand_in(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    assert load_config(repo.config).hosts["local"].stand_in
+    assert not load_config(repo.config).hosts["tidy"].stand_in
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    out = cli("init", str(fresh)).stdout
+    assert "`local` is a stand-in that only appends a comment" in out and "`tidy` runs ruff" in out
+    job = mint(repo, "Anything.", ["src/app.py"])
+    shipped = cli("ship", job.key, "-q", root=repo.root)
+    assert shipped.exit_code == 0, shipped.stderr
+    assert "runs genjob's stand-in generator, which only appends a comment" in shipped.stdout
+
+
+def test_demo_no_tui_prints_commands_that_work_as_printed(tmp_path: Path) -> None:
+    genjob = Path(sys.executable).parent / "genjob"
+    out = subprocess.run(
+        [str(genjob), "demo", str(tmp_path / "demo"), "--no-tui"], capture_output=True, text=True, check=True
+    ).stdout
+    listed = next(line for line in out.splitlines() if line.startswith("or list it:"))
+    command = listed.removeprefix("or list it:").strip()
+    proc = subprocess.run(["bash", "-c", command], cwd="/", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "QUEUED" in proc.stdout and "RECEIVED" in proc.stdout
+    holder = re.search(r"lease holder \(pid (\d+)\)", out)
+    if holder:
+        os.kill(int(holder.group(1)), signal.SIGTERM)
+
+
+SHADOW = b"open('src/app.py', 'w').write('the job ran its own code as the generator\\n')\n"
+
+
+async def test_a_job_naming_the_generators_own_module_cannot_run_its_own_code(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    """`python3 -m core.remote.demo_generator` (or `-m ruff`) runs in a workspace holding the
+    job's files: a job over `core/__init__.py` and `core/remote/demo_generator.py` (a cloned
+    repository's, say) must not stand in for the generator's own module."""
+    for rel in ("core/__init__.py", "core/remote/demo_generator.py", "ruff/__init__.py", "ruff/__main__.py"):
+        (repo.root / rel).parent.mkdir(exist_ok=True)
+        (repo.root / rel).write_bytes(SHADOW)
+    paths = ["core/__init__.py", "core/remote/demo_generator.py", "src/app.py"]
+    for host in ("local", "tidy"):
+        job = mint(
+            repo,
+            f"Edit these ({host}).",
+            paths + (["ruff/__init__.py", "ruff/__main__.py"] if host == "tidy" else []),
+        )
+        res = await ship(repo, job.key, host)
+        assert res.status == "ok", res.reason
+        out = repo.out_dir(job.digest) / "src/app.py"
+        assert b"the job ran its own code" not in out.read_bytes()

@@ -1,0 +1,156 @@
+"""The messages the board's invisible widgets (`tui.services`) post to the screen.
+
+Each is one fact the screen acts on: what the feed read of `.gen/`, how a check run goes,
+what an action did. Widgets that only talk to their own screen (the job table, a dialog)
+keep their messages as nested classes, as Textual's own widgets do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+from textual.notifications import SeverityLevel
+
+if TYPE_CHECKING:
+    from core.model.standing import Standing
+    from core.read.inspect_job import JobDetail
+    from core.read.snapshot import JobRow
+    from core.store.queue import Claim
+
+
+# -- what the feed read ------------------------------------------------------------------------
+@dataclass
+class RowsChanged(Message):
+    """Jobs that appeared or changed (a row), or left (None)."""
+
+    changed: Mapping[str, JobRow | None]
+
+
+@dataclass
+class FeedStatus(Message):
+    """Whether a full scan is under way, and how `.gen/` is being followed."""
+
+    scanning: bool
+    watching: str
+
+
+@dataclass
+class PolicyRead(Message):
+    """What `config.toml` and `trusted_keys/` say, read with the last full scan."""
+
+    signature_required: bool
+    config_error: str | None
+    trusted_keys: int
+    config_held: str | None = None  # what the config would run and may not yet
+    protected: tuple[str, ...] = ()  # `policy.protected_paths`
+
+
+@dataclass
+class VerdictsFound(Message):
+    """Whether each received job's receipt verifies now (None: cannot tell)."""
+
+    verdicts: dict[str, bool | None]
+
+
+@dataclass
+class ChecksFound(Message):
+    """Where each judged job's receipt and checks stand (with checks configured)."""
+
+    standings: dict[str, Standing]
+
+
+@dataclass
+class ChecksConfigured(Message):
+    """The checks `config.toml` defines, which policy requires, and how the board runs them."""
+
+    names: tuple[str, ...]
+    unsandboxed: tuple[str, ...]
+    on_receipt: bool
+    concurrency: int
+
+
+@dataclass
+class DetailLoaded(Message):
+    """One job's detail, or the one-line reason it cannot be read."""
+
+    key: str
+    detail: JobDetail | str
+
+
+@dataclass
+class Trouble(Message):
+    """Reading `.gen/` failed; the feed carries on (rescanning, or polling)."""
+
+    text: str
+    severity: SeverityLevel = "warning"
+
+
+# -- how the checks the board runs go ----------------------------------------------------------
+@dataclass
+class CheckStarted(Message):
+    key: str
+    name: str
+
+
+@dataclass
+class CheckOutput(Message):
+    """The output of `key`'s running checks moved on."""
+
+    key: str
+
+
+@dataclass
+class CheckEnded(Message):
+    """A check ended: passed (True), failed (False), or stopped or refused (None)."""
+
+    key: str
+    name: str
+    passed: bool | None
+    text: str
+    manual: bool
+
+
+# -- what an action did ---------------------------------------------------------------------------
+@dataclass
+class ActionDone(Message):
+    """An action ran: one line per job done or failed; `keys` changed on disk."""
+
+    verb: str
+    done: list[str]
+    failed: list[str]
+    keys: list[str]
+    select: str | None = None
+
+
+@dataclass
+class Say(Message):
+    """A line for the operator (a refusal, a note), shown literally."""
+
+    text: str
+    severity: SeverityLevel = "information"
+    title: str = ""
+
+
+@dataclass
+class ChecksWanted(Message):
+    """Run these checks of `key` in the board's check runner (asked from a thread)."""
+
+    key: str
+    names: list[str]
+
+
+@dataclass
+class Held(Message):
+    """The board holds `claim` (it claimed the job, or heartbeated its lease at `claim.lease.heartbeat`)."""
+
+    claim: Claim
+
+
+@dataclass
+class Released(Message):
+    """The board no longer holds `key` (its receipt is in, or its lease was taken back)."""
+
+    key: str

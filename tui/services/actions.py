@@ -1,0 +1,546 @@
+"""What each key does to the jobs it is pressed on: one table from action to core call.
+
+Every entry of `TABLE` says how an action asks (a confirm, a reason, a preflight, a
+host) and which core call it makes for each key. `Dispatcher` runs an entry in an async
+worker: dialogs are awaited with `push_screen_wait`, core calls run in a thread, and the
+outcome comes back to the screen as an `ActionDone` message. Dialogs, and the core calls
+that load pydantic, the config model or cryptography, are imported when first used, so
+that the board's first frame does not wait for them.
+
+The board is a worker too: a job it claims (`c`) is held by it, its lease heartbeated
+while the board is open, until it ships it (`s`) or a cancel (`k`, or `genjob cancel`)
+ends it with an aborted receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import on, work
+from textual.widget import Widget
+
+from core.errors import GenjobError
+from core.model.lifecycle import ACTIONS, DISCARDABLE, State
+from core.model.standing import Standing, approvable
+from core.model.terminal import visible
+from core.store.layout import Layout
+from tui.dialogs.confirm import ConfirmDialog
+from tui.dialogs.reason import ReasonDialog
+from tui.messages import ActionDone, ChecksWanted, Held, Released, Say
+from tui.services.check_runner import CheckRunner
+
+if TYPE_CHECKING:
+    from core.store.config import Config
+    from core.store.queue import Claim
+    from tui.dialogs.preflight import Approval
+
+# How many keys a bulk confirm lists before "… and N more".
+LISTED = 12
+# How often (s) the board looks at the claims it holds: cancel requests and heartbeats.
+HOLD_CHECK = 1.0
+
+# An action's question before it runs: the answer its core call needs, or None to stop.
+Ask = Callable[["Dispatcher", list[str], bool], Awaitable[Any]]
+# One key's core call, run in a thread: returns the line that reports it.
+Call = Callable[["Dispatcher", str, Any], "str | Done"]
+# An action that runs in a dialog of its own instead of key by key (shipping).
+Run = Callable[["Dispatcher", list[str], Any], Awaitable[None]]
+# A bulk action's own confirm instead of the count's: the marked jobs it runs on (None:
+# none), told how many other marked jobs were skipped already.
+Narrow = Callable[["Dispatcher", list[str], int], Awaitable["list[str] | None"]]
+
+
+@dataclass(frozen=True)
+class JobAction:
+    verb: str
+    ask: Ask | None = None
+    call: Call | None = None
+    run: Run | None = None
+    narrow: Narrow | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """A key's report, and a job to put the cursor on (a replay's new job)."""
+
+    text: str
+    select: str | None = None
+
+
+@dataclass
+class Outcome:
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    select: str | None = None
+
+
+class Dispatcher(Widget):
+    """Runs the board's actions and keeps the claims the board holds; renders nothing."""
+
+    DEFAULT_CSS = "Dispatcher { display: none; }"
+
+    def __init__(self, layout: Layout, worker_id: str, checks: CheckRunner, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.repo = layout
+        self.worker_id = worker_id
+        self.checks = checks
+        # Jobs this board claimed and holds (its pid is in their lease), as last heartbeated;
+        # a job being shipped is heartbeated by its ship instead. Changed on the loop only.
+        self.held: dict[str, Claim] = {}
+        self.shipping: set[str] = set()
+
+    def on_mount(self) -> None:
+        self.set_interval(HOLD_CHECK, self._keep_held)
+
+    @work(group="actions", exit_on_error=False)
+    async def dispatch(self, name: str, keys: list[str], bulk: bool, skipped: int = 0) -> None:
+        """Ask what `name` needs, then run it on `keys` (a bulk action confirms its count first)."""
+        action = TABLE[name]
+        if bulk and action.narrow is not None:
+            narrowed = await action.narrow(self, keys, skipped)
+            if not narrowed:
+                return
+            keys = narrowed
+        elif bulk and not await self.confirm_bulk(action.verb, keys, skipped):
+            return
+        answer: Any = True
+        if action.ask is not None:
+            answer = await action.ask(self, keys, bulk)
+            if answer is None or answer is False:
+                return
+        if action.run is not None:
+            await action.run(self, keys, answer)
+            return
+        assert action.call is not None
+        outcome = await asyncio.to_thread(self._each, action.call, keys, answer)
+        self.post_message(ActionDone(action.verb, outcome.done, outcome.failed, keys, outcome.select))
+
+    def _each(self, call: Call, keys: list[str], answer: Any) -> Outcome:
+        outcome = Outcome()
+        for key in keys:
+            try:
+                res = call(self, key, answer)
+            except GenjobError as exc:
+                outcome.failed.append(str(exc))
+            except OSError as exc:
+                outcome.failed.append(f"{key[:12]}: {exc}")
+            else:
+                outcome.done.append(res if isinstance(res, str) else res.text)
+                if isinstance(res, Done) and len(keys) == 1:
+                    outcome.select = res.select
+        return outcome
+
+    async def ask(self, dialog: Any) -> Any:
+        """Show `dialog` and wait for its answer."""
+        return await self.app.push_screen_wait(dialog)
+
+    async def confirm_bulk(self, verb: str, keys: list[str], skipped: int) -> bool:
+        body = Text(f"{verb.capitalize()} {len(keys)} marked job(s)?\n", style="bold")
+        if skipped:
+            body.append(f"{skipped} other marked job(s) are skipped: {verb} does not apply to them\n")
+        for key in keys[:LISTED]:
+            body.append(f"  {key}\n", style="dim")
+        if len(keys) > LISTED:
+            body.append(f"  … and {len(keys) - LISTED} more\n", style="dim")
+        dialog = ConfirmDialog(f"Bulk {verb}", body, yes=verb.capitalize(), danger=True)
+        return bool(await self.ask(dialog))
+
+    def lease_ttl(self) -> float:
+        try:
+            return _config(self.repo).policy.lease_ttl
+        except GenjobError:
+            return 120.0
+
+    def holds(self, key: str) -> bool:
+        """Whether this board claimed `key` and holds it still (so it may ship or stop it)."""
+        return key in self.held
+
+    @work(group="actions", exit_on_error=False)
+    async def offer_replay(self, key: str) -> None:
+        """`a` on a STALE job: say which inputs moved on, and offer to replay it (R)."""
+        from core.read.inspect_job import job_detail
+        from tui.dialogs.next_step import NextStepDialog
+
+        try:
+            detail = await asyncio.to_thread(job_detail, self.repo, key)
+        except GenjobError as exc:
+            self.post_message(Say(str(exc), "error"))
+            return
+        checks = {c.name: c for c in detail.verification.checks} if detail.verification else {}
+        base = checks.get("base")
+        body = Text(f"{key} is STALE: its receipt can never be applied.\n\n", style="bold")
+        body.append("The tree moved on since the job was minted: ")
+        body.append(visible(base.detail if base else "an input changed"), style="yellow")
+        body.append(
+            "\n\nApply writes only over the exact files the generator saw. Replay mints the same "
+            "instruction again over the tree as it is now (a new job, queued); this one stays "
+            "as it is, as evidence."
+        )
+        if await self.ask(NextStepDialog("Approve: the job is stale", body, "Replay", "R")):
+            self.dispatch("replay", [key], False)
+
+    # -- the claims this board holds -----------------------------------------------------------
+    def _keep_held(self) -> None:
+        idle = {k: c for k, c in self.held.items() if k not in self.shipping}
+        if idle:
+            self._tend(idle)
+
+    @work(thread=True, group="held", exclusive=True, exit_on_error=False)
+    def _tend(self, held: dict[str, Claim]) -> None:
+        """Honour a cancel of a held job (an aborted receipt); heartbeat the others every
+        third of their ttl; let go of a job whose lease is no longer ours."""
+        from core.store.queue import cancel_requested, heartbeat
+        from core.work.ship import abort_claim
+
+        for key, c in held.items():
+            try:
+                if cancel_requested(self.repo, key):
+                    abort_claim(self.repo, c, "cancelled by the operator", self.worker_id)
+                    self.post_message(Released(key))
+                    self.post_message(
+                        ActionDone("cancel", [f"stopped {key[:12]}: aborted receipt"], [], [key])
+                    )
+                    continue
+                now = time.time()
+                if now - c.lease.heartbeat >= c.lease.ttl / 3:
+                    if heartbeat(self.repo, key, c.lease.token, self.worker_id):
+                        beaten = c.lease.model_copy(update={"heartbeat": now})
+                        self.post_message(Held(dataclasses.replace(c, lease=beaten)))
+                    else:
+                        self.post_message(Released(key))
+            except (GenjobError, OSError) as exc:
+                self.post_message(Say(f"{key[:12]}: keeping the claim failed: {exc}", "error"))
+
+    @on(ChecksWanted)
+    def _checks_wanted(self, message: ChecksWanted) -> None:
+        self.checks.start(message.key, message.names)
+
+    @on(Held)
+    def _held(self, message: Held) -> None:
+        self.held[message.claim.key] = message.claim
+
+    @on(Released)
+    def _released(self, message: Released) -> None:
+        self.held.pop(message.key, None)
+
+
+def _config(layout: Layout) -> Config:
+    """The repository's config.toml; the config model (pydantic) loads on the first call,
+    after the board's first frame."""
+    from core.store.config import load_config
+
+    return load_config(layout.config)
+
+
+# -- the actions ------------------------------------------------------------------------------
+def _claim(d: Dispatcher, key: str, _: Any) -> str:
+    from core.store.queue import claim
+
+    ttl = d.lease_ttl()
+    c = claim(d.repo, d.worker_id, key, ttl, pid=os.getpid())
+    d.post_message(Held(c))
+    return f"claimed {key[:12]} (attempt {c.lease.token}); this board holds it: s ships it, k stops it"
+
+
+async def _ask_reason(d: Dispatcher, keys: list[str], bulk: bool) -> str | None:
+    body = Text(f"Reject {len(keys)} job(s)? " if bulk else f"Reject {keys[0]}? ")
+    body.append("The receipt and outputs stay as evidence.", style="dim")
+    return await d.ask(ReasonDialog("Reject", body))
+
+
+def _reject(d: Dispatcher, key: str, reason: str) -> str:
+    from core.store.queue import reject
+
+    return f"rejected {key[:12]}: {reject(d.repo, key, reason).name}"
+
+
+async def _ask_requeue(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
+    if bulk:
+        return True
+    body = Text(f"Put {keys[0]} back in the queue?\n", style="bold")
+    body.append("Its worker is gone; the attempt is recorded and the job will run again.")
+    return bool(await d.ask(ConfirmDialog("Requeue", body, yes="Requeue")))
+
+
+def _requeue(d: Dispatcher, key: str, _: Any) -> str:
+    from core.store.queue import requeue
+
+    requeue(d.repo, key)
+    return f"requeued {key[:12]}"
+
+
+def _replay(d: Dispatcher, key: str, _: Any) -> Done:
+    from core.plan.replay import replay
+
+    res = replay(d.repo, key)
+    note = "" if res.created else " (existed already)"
+    return Done(f"replayed {key[:12]} as {res.key[:12]}{note}", select=res.key)
+
+
+async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[str] | None:
+    """Confirm (one job), and say which of `keys` the board holds (it stops those itself)."""
+    held = frozenset(k for k in keys if d.holds(k))
+    if bulk:
+        return held
+    body = Text(f"Stop the running job {keys[0]}?\n", style="bold")
+    if d.holds(keys[0]):
+        body.append("This board holds it: it ends now with an aborted receipt, ready to replay.")
+    else:
+        body.append(
+            "Its worker is asked to stop the generator and write an aborted receipt; the Lease tab "
+            "shows the request until it does."
+        )
+    dialog = ConfirmDialog("Stop job", body, yes="Stop job", no="Keep running", danger=True)
+    return held if await d.ask(dialog) else None
+
+
+def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
+    from core.store.queue import request_cancel
+
+    request_cancel(d.repo, key)
+    if key in held:
+        return f"stopping {key[:12]}: this board holds it and writes the aborted receipt"
+    return f"cancel requested for {key[:12]}: its worker ends it with an aborted receipt"
+
+
+async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval | None:
+    """A single job's preflight (read off the loop); a bulk approve commits by the config,
+    in a git work tree (as the preflight offers a commit only there)."""
+    from core.read.inspect_job import job_detail
+    from core.read.preflight import preflight
+    from tui.dialogs.preflight import Approval, PreflightDialog
+
+    if bulk:
+        try:
+            commit = (await asyncio.to_thread(_config, d.repo)).policy.commit_on_approve
+        except GenjobError:
+            commit = False
+        if commit:
+            from core.store.repo import is_git_work_tree
+
+            commit = await asyncio.to_thread(is_git_work_tree, d.repo.root)
+        return Approval(commit)
+    if await asyncio.to_thread(_awaits_a_choice, d.repo, keys[0]):
+        from tui.screens.candidates import CandidatesScreen
+
+        chosen = await d.ask(CandidatesScreen(d.repo, keys[0]))
+        return chosen if isinstance(chosen, Approval) else None
+    try:
+        p = await asyncio.to_thread(lambda: preflight(d.repo, job_detail(d.repo, keys[0])))
+    except GenjobError as exc:
+        d.post_message(Say(str(exc), "error"))
+        return None
+    answer = await d.ask(PreflightDialog(p, d.repo.root))
+    return answer if isinstance(answer, Approval) else None
+
+
+async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str] | None:
+    """Bulk approve: the marked jobs whose receipts verify and whose required checks passed,
+    after one confirm that says how many pass, how many are left out and why."""
+    try:
+        standings = await asyncio.to_thread(_standings, d.repo, keys)
+    except GenjobError as exc:
+        d.post_message(Say(str(exc), "error"))
+        return None
+    ok, left = approvable(standings)
+    marked = len(keys) + skipped
+    body = Text()
+    if ok:
+        body.append(f"Approve {len(ok)} of {marked} marked job(s): ", style="bold")
+        body.append("their receipts verify and their required checks passed on these exact outputs.\n")
+    else:
+        body.append(f"None of the {marked} marked job(s) may be approved now.\n", style="bold")
+    body.append("".join(f"  {key}\n" for key in ok[:LISTED]), style="dim")
+    if len(ok) > LISTED:
+        body.append(f"  … and {len(ok) - LISTED} more\n", style="dim")
+    if left or skipped:
+        body.append(f"\n{sum(map(len, left.values())) + skipped} left out:\n")
+    if skipped:
+        body.append(f"  {skipped}: not RECEIVED (approve is for RECEIVED jobs)\n", style="yellow")
+    for why, which in left.items():
+        body.append(f"  {len(which)}: {why}: ", style="yellow")
+        more = " …" if len(which) > LISTED else ""
+        body.append(" ".join(k[:12] for k in which[:LISTED]) + more + "\n", style="dim")
+    if not ok:
+        d.post_message(Say(body.plain.strip(), "warning", "bulk approve"))
+        return None
+    dialog = ConfirmDialog("Bulk approve", body, yes=f"Approve {len(ok)}", danger=True)
+    return ok if await d.ask(dialog) else None
+
+
+def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
+    from core.review.check_status import receipt_standing
+
+    config = _config(repo)
+    return {key: receipt_standing(repo, key, config) for key in keys}
+
+
+def _awaits_a_choice(layout: Layout, key: str) -> bool:
+    """Whether `key` has best-of-N candidates and no receipt yet: approving it is choosing one."""
+    from core.review import candidates
+
+    return not layout.receipt(key).exists() and candidates.count(layout, key) > 0
+
+
+def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
+    from core.review import candidates
+
+    if approval.choose_only and approval.candidate is not None:
+        choice = candidates.choose(d.repo, key, approval.candidate)
+        names = [n for n in _config(d.repo).checks if n not in choice.carried]
+        chose = f"chose candidate {approval.candidate} of {key[:12]}"
+        if not names:
+            return f"{chose}: its checks ran on these bytes already; approve applies it"
+        d.post_message(ChecksWanted(key, names))
+        return f"{chose}: its checks run now; approve applies it once they pass"
+    if approval.candidate is not None:
+        res = candidates.apply_choice(
+            d.repo, key, approval.candidate, commit=approval.commit, protected=approval.protected
+        )
+        line = (
+            f"chose candidate {approval.candidate} of {key[:12]} and applied it: {len(res.changed)} file(s)"
+        )
+        return line + (f", committed {res.commit[:12]}" if res.commit else "")
+    res = candidates.apply_choice(d.repo, key, None, commit=approval.commit, protected=approval.protected)
+    if res.already:
+        return f"{key[:12]}: applied already"
+    line = f"applied {key[:12]}: {len(res.changed)} file(s) changed"
+    return line + (f", committed {res.commit[:12]}" if res.commit else "")
+
+
+def _discard(d: Dispatcher, key: str, _: Any) -> str:
+    from core.review.discard import discard
+
+    done = discard(d.repo, key)
+    where = d.repo.log_dir(key).relative_to(d.repo.root)
+    return f"discarded {key[:12]}: {len(done.moved)} file(s) kept as evidence in {where}/"
+
+
+async def _ask_discard(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
+    if bulk:
+        return True
+    body = Text(f"Discard the INVALID job {keys[0]}?\n", style="bold")
+    body.append(
+        "Its files that do not parse move to .gen/logs/<key>/ as evidence; nothing is deleted, "
+        "and what parses stays where it is."
+    )
+    return bool(await d.ask(ConfirmDialog("Discard", body, yes="Discard", danger=True)))
+
+
+@dataclass(frozen=True)
+class ShipPlan:
+    """Where to ship: one host, or every host (each at its own concurrency)."""
+
+    hosts: list[str] | None
+
+
+async def _ask_host(d: Dispatcher, keys: list[str], bulk: bool) -> ShipPlan | None:
+    """The host to ship to: the only one, or the one picked (hosts are read off the loop)."""
+    from tui.dialogs.host_picker import EVERY_HOST, HostPicker
+
+    try:
+        hosts = await asyncio.to_thread(lambda: _config(d.repo).hosts)
+    except GenjobError as exc:
+        d.post_message(Say(str(exc), "error"))
+        return None
+    if len(hosts) <= 1:
+        return ShipPlan([next(iter(hosts), None) or "local"])
+    picked = await d.ask(HostPicker(hosts, every=bulk))
+    if picked is None:
+        return None
+    return ShipPlan(None if picked == EVERY_HOST else [picked])
+
+
+async def _ship(d: Dispatcher, keys: list[str], plan: ShipPlan) -> None:
+    """One job: the ship dialog with its live tail; marked jobs: the batch dialog."""
+    held = {k: d.held[k] for k in keys if k in d.held}
+    d.shipping.update(keys)
+    try:
+        if len(keys) == 1:
+            from tui.dialogs.ship import ShipDialog
+
+            host = plan.hosts[0] if plan.hosts else None
+            answer = await d.ask(ShipDialog(d.repo, keys[0], host, d.worker_id, held.get(keys[0])))
+        else:
+            from tui.dialogs.bulk_ship import BulkShipDialog
+
+            answer = await d.ask(BulkShipDialog(d.repo, keys, plan.hosts, d.worker_id, held))
+    finally:
+        d.shipping.difference_update(keys)
+        for key in keys:
+            d.held.pop(key, None)
+    d.post_message(ActionDone("ship", [], [], keys))
+    if answer == "approve":
+        d.dispatch("apply", keys[:1], False)
+
+
+async def _all_marked(d: Dispatcher, keys: list[str], skipped: int) -> list[str]:
+    """No confirm: running or stopping checks changes nothing in the tree."""
+    return keys
+
+
+async def _run_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
+    """Run every configured check of each job again (`t`), in the board's check runner."""
+    try:
+        names = list((await asyncio.to_thread(_config, d.repo)).checks)
+    except GenjobError as exc:
+        d.post_message(Say(str(exc), "error"))
+        return
+    if not names:
+        d.post_message(
+            Say(
+                'no checks configured: add a [checks.NAME] table with run = "..." to .gen/config.toml',
+                "warning",
+            )
+        )
+        return
+    started = sum(len(d.checks.start(key, names)) for key in keys)
+    running = len(keys) * len(names) - started
+    note = f"; {running} running already" if running else ""
+    d.post_message(Say(f"checks: {started} started on {len(keys)} job(s){note}", title="run checks"))
+
+
+async def _stop_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
+    stopped = d.checks.stop(keys)
+    d.post_message(
+        Say(f"stopping {stopped} check(s): their sandboxes are killed, no record kept", title="stop checks")
+    )
+
+
+TABLE: dict[str, JobAction] = {
+    "claim": JobAction("claim", call=_claim),
+    "ship": JobAction("ship", ask=_ask_host, run=_ship),
+    "apply": JobAction("approve", ask=_ask_preflight, call=_apply, narrow=_approvable),
+    "checks": JobAction("run checks", run=_run_checks, narrow=_all_marked),
+    "stop_checks": JobAction("stop checks", run=_stop_checks, narrow=_all_marked),
+    "reject": JobAction("reject", ask=_ask_reason, call=_reject),
+    "requeue": JobAction("requeue", ask=_ask_requeue, call=_requeue),
+    "replay": JobAction("replay", call=_replay),
+    "cancel": JobAction("cancel", ask=_ask_cancel, call=_cancel),
+    "discard": JobAction("discard", ask=_ask_discard, call=_discard),
+}
+
+
+# The states each action is for: the lifecycle's rules, discarding, and checks (they run
+# on a receipt not yet applied; any of this board's running checks can be stopped).
+STATES_FOR: dict[str, frozenset[State]] = {
+    **ACTIONS,
+    "discard": DISCARDABLE,
+    "checks": frozenset({State.RECEIVED}),
+    "stop_checks": frozenset(State),
+}
+
+
+def may(d: Dispatcher, action: str, key: str, state: State) -> bool:
+    """Whether `action` applies to a job in `state` here: its rule, and for a job this
+    board holds, shipping it too; stopping checks, only where this board runs some."""
+    if action == "stop_checks":
+        return d.checks.running(key)
+    return state in STATES_FOR[action] or (action == "ship" and state is State.RUNNING and d.holds(key))
