@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 import pytest
 
-from core.config import DEFAULT_CONFIG, Config, OperatorConfig
+from core.store.config import DEFAULT_CONFIG, Config, OperatorConfig
 from tui.cli.commands import main
 from tui.reference import HERE, TOPICS, summary, topic_text
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.errors import BadInput, NotFound
-from core.terminal import visible
+from core.model.terminal import visible
 
 HERE = Path(__file__).resolve().parent
 
