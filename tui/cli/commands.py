@@ -40,6 +40,7 @@ _ELSEWHERE = {
     "check": ("tui.cli.check", "check_cmd"),
     "demo": ("tui.cli.dashboard", "demo"),
     "discard": ("tui.cli.discard", "discard_cmd"),
+    "help": ("tui.cli.help", "help_cmd"),
     "hosts": ("tui.cli.fleet", "hosts_cmd"),
     "ship": ("tui.cli.worker", "ship_cmd"),
     "tui": ("tui.cli.dashboard", "tui"),
@@ -74,7 +75,11 @@ class _Group(click.Group):
 )
 @click.pass_context
 def main(ctx: click.Context, root: Path | None) -> None:
-    """genjob: keyed, replayable code-generation jobs with verified receipts."""
+    """genjob: keyed, replayable code-generation jobs with verified receipts.
+
+    The reference (formats, commands, the board, hosts, checks, trust, the threat model,
+    architecture, benchmarks): `genjob help` lists its topics, `genjob help TOPIC` prints one.
+    """
     ctx.obj = root
     # What is imported by now lives as long as the process: keep the cyclic collector
     # from walking it at each collection and once more at exit (a tenth of a second).
