@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import importlib
 import json
 import os
@@ -81,9 +80,6 @@ def main(ctx: click.Context, root: Path | None) -> None:
     architecture, benchmarks): `genjob help` lists its topics, `genjob help TOPIC` prints one.
     """
     ctx.obj = root
-    # What is imported by now lives as long as the process: keep the cyclic collector
-    # from walking it at each collection and once more at exit (a tenth of a second).
-    gc.freeze()
 
 
 def layout_of(ctx: click.Context) -> Layout:

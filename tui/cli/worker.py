@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import gc
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -100,8 +99,6 @@ def ship_cmd(
     from core.review.host_sandbox import LocalSandbox
     from core.store.config import candidate_hosts
     from core.work.ship import Hosts, ship
-
-    gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
 
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)
