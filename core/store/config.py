@@ -91,7 +91,7 @@ max_tail_bytes = 65536
 [hosts.local]
 # A STAND-IN, not a model: it only appends a comment quoting the instruction to each
 # file, so that a round trip works at once. Point `generator` at a real tool (aider,
-# codex, claude, llm: see "Generator hosts" in genjob's README) or use `tidy` below.
+# codex, claude, llm: `genjob help hosts` shows them) or use `tidy` below.
 # It runs here, in a fresh temp workspace, with a clean environment, under bubblewrap
 # when this machine has it: no network, nothing of your home, SSH keys or genjob's key,
 # its workspace the only place it can write. A generator that calls a model's API opts
@@ -130,7 +130,7 @@ concurrency = 2
 
 # [hosts.pods]
 # Any command that yields a pipe to a Python on the far side: kubectl exec -i, docker
-# exec -i, srun, or OpenSSH's own ssh with your ~/.ssh/config (see genjob's README,
+# exec -i, srun, or OpenSSH's own ssh with your ~/.ssh/config (`genjob help hosts`,
 # "Running on a cluster"). genjob adds the runner's start to the end of it.
 # transport = "command"
 # command = ["kubectl", "exec", "-i", "-n", "gen", "deploy/generator", "--"]

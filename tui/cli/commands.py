@@ -143,8 +143,8 @@ def init(ctx: click.Context, directory: Path | None) -> None:
     if made:
         say(
             "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
-            'ruff for real (no model, no key). For a model, see "Generator hosts" in genjob\'s '
-            f"README and edit {visible(str(layout.config))}."
+            "ruff for real (no model, no key). For a model, see `genjob help hosts` and edit "
+            f"{visible(str(layout.config))}."
         )
 
 
