@@ -412,14 +412,18 @@ def sweep(layout: Layout) -> list[Path]:
     for name in sorted(names):
         path = layout.scratch / name
         if name.endswith(".lock"):
-            if not _lock_is_free(path):
+            lock_fd = _lock_if_free(path)
+            if lock_fd is None:
                 continue
-            run = layout.scratch / name[: -len(".lock")]
-            if os.path.lexists(run):
-                remove(run)
-                removed.append(run)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            # Held while its run's folder and the lock go: a run that opened this lock but
+            # had not locked it yet waits, then sees it unlinked and takes another name.
+            with closing(lock_fd):
+                run = layout.scratch / name[: -len(".lock")]
+                if os.path.lexists(run):
+                    remove(run)
+                    removed.append(run)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         elif f"{name}.lock" not in names:
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - os.lstat(path).st_mtime > ORPHAN_AGE:
@@ -428,17 +432,18 @@ def sweep(layout: Layout) -> list[Path]:
     return removed
 
 
-def _lock_is_free(path: Path) -> bool:
+def _lock_if_free(path: Path) -> int | None:
+    """The lock at `path`, taken, when no run holds it (its run is over); else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
-    with closing(fd):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def remove(path: Path) -> None:
