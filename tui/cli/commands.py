@@ -168,6 +168,7 @@ def init(ctx: click.Context, directory: Path | None) -> None:
 @click.pass_context
 def mint(
     ctx: click.Context,
+    *,
     message: str | None,
     message_file: Any,
     new_paths: tuple[str, ...],
