@@ -155,3 +155,28 @@ def test_trust_takes_an_allowed_signers_file(repo: Layout, tmp_path: Path) -> No
 def test_allowed_signers_lines_without_a_key_are_refused() -> None:
     with pytest.raises(BadInput, match="line 2: no key"):
         allowed_signers_keys("# ok\nw1 namespaces=x\n", RECEIPT_NAMESPACE, "f")
+
+
+def test_a_candidates_receipt_is_signed_so_and_choosing_it_keeps_that(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    from corekit import sha
+
+    from core.model.models import Receipt
+    from core.review.candidates import choose
+    from core.store.candidate_store import SSH_SIGNATURE, Holder, commit_candidate, staging
+    from core.store.queue import Claimer
+    from core.store.receipts import make_receipt
+
+    job = mint(repo, "best of one", ["src/app.py"])
+    held = Claimer(repo, "w1").claim(job.key)
+    folder = staging(repo, job.key, 1, 1)
+    (folder / "out/src").mkdir(parents=True)
+    (folder / "out/src/app.py").write_bytes(b"x\n")
+    receipt: Receipt = make_receipt(held.job, "ok", {"src/app.py": sha(b"x\n")}, "w1")
+    commit_candidate(repo, held.job, 1, [1], receipt, {}, Holder("w1", 1, signer))
+    candidate = repo.candidate(job.key, 1)
+    signers = signers_file(repo, tmp_path)
+    assert ssh_verify(signers, "w1", candidate / SSH_SIGNATURE, (candidate / "receipt.json").read_bytes())
+    choose(repo, job.key, 1)
+    assert ssh_verify(signers, "w1", repo.ssh_signature(job.key), repo.receipt(job.key).read_bytes())
