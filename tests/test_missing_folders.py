@@ -168,6 +168,7 @@ COMMANDS: dict[str, Callable[[Template], list[str]]] = {
     "keygen": lambda t: ["keygen", "--force"],
     "trust": lambda t: ["trust", pubkey(t)],
     "allow": lambda t: ["allow", "--yes"],
+    "attest": lambda t: ["attest", t.jobs.received],
     "schema": lambda t: ["schema", "receipt"],
     "candidates": lambda t: ["candidates", t.jobs.candidates],
     "candidates --diff": lambda t: ["candidates", t.jobs.candidates, "--diff", "1", "--against", "2"],

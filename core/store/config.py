@@ -62,6 +62,9 @@ lease_ttl = 120
 # Whether the board's approve also commits the applied paths (with a Genjob-Key:
 # trailer, like `genjob apply --commit`) in a git repository; the preflight can change it.
 commit_on_approve = false
+# Sign those commits with your SSH key (`genjob keygen --operator`), as git does with
+# gpg.format = ssh, each naming the job's in-toto attestation in a trailer.
+# sign_commits = false
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
@@ -167,6 +170,9 @@ class Policy(BaseModel):
     require_signature: bool = True
     lease_ttl: Annotated[float, Field(gt=0, le=MAX_TTL)] = 120.0
     commit_on_approve: bool = False
+    # Sign every commit apply makes with the operator's SSH key (`genjob keygen --operator`),
+    # with the job's attestation named in a trailer (`genjob apply --commit --sign`).
+    sign_commits: bool = False
     # Checks that must have passed on a receipt's exact outputs before it is applied.
     require_checks: list[CheckName] = []
     # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is

@@ -21,6 +21,7 @@ TOPICS = (
     "checks",
     "trust",
     "threat-model",
+    "audit",
     "formats",
     "architecture",
     "benchmarks",
