@@ -365,9 +365,21 @@ class OperatorPolicy(BaseModel):
     safe_directories: list[Annotated[str, Field(min_length=1)]] = []
 
 
+class AgentLimits(BaseModel):
+    """What `genjob mcp` lets a planning agent do: the operator's to set, never a repository's."""
+
+    model_config = _STRICT
+    # How many jobs an agent may mint in a minute, and in one session of the server.
+    mints_per_minute: Annotated[int, Field(ge=0, le=10_000)] = 10
+    mints_per_session: Annotated[int, Field(ge=0, le=1_000_000)] = 100
+    # Whether the agent may ship a queued job to a host (which spends a model call).
+    allow_ship: bool = False
+
+
 class OperatorConfig(BaseModel):
     model_config = _STRICT
     policy: OperatorPolicy = OperatorPolicy()
+    mcp: AgentLimits = AgentLimits()
 
 
 _M = TypeVar("_M", bound=BaseModel)

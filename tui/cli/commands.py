@@ -41,6 +41,8 @@ _ELSEWHERE = {
     "discard": ("tui.cli.discard", "discard_cmd"),
     "help": ("tui.cli.help", "help_cmd"),
     "hosts": ("tui.cli.fleet", "hosts_cmd"),
+    "mcp": ("tui.cli.clients", "mcp_cmd"),
+    "serve": ("tui.cli.clients", "serve_cmd"),
     "ship": ("tui.cli.worker", "ship_cmd"),
     "tui": ("tui.cli.dashboard", "tui"),
     "worker": ("tui.cli.worker", "worker_cmd"),
