@@ -42,7 +42,7 @@ class GenjobApp(App[None]):
                 return screen
         raise LookupError("the board is not open")
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """Textual's commands (but Maximize: the board's zoom does that), then the board's
         keys by name: none twice, none that the board would refuse (read-only)."""
         board = screen if isinstance(screen, BoardScreen) else None

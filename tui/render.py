@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
+from rich.containers import Lines
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -333,7 +334,7 @@ def file_diff_text(diff: FileDiff) -> Text:
     highlighted.rstrip()
     code_lines = highlighted.split("\n", allow_blank=True)
     if len(code_lines) != len(body):
-        code_lines = [Text(visible(ln[1:])) for ln in body]
+        code_lines = Lines(Text(visible(ln[1:])) for ln in body)
     for raw, line in zip(body, code_lines, strict=True):
         head = raw[:1]
         if raw.startswith("@@"):

@@ -62,7 +62,7 @@ def _over(colour: Color, surface: Color) -> str:
 
 
 def state_styles(variables: Mapping[str, str]) -> dict[State, Style]:
-    styles = {}
+    styles: dict[State, Style] = {}
     for state, (name, bold) in STATE_COLOURS.items():
         if state is State.INCONSISTENT:
             styles[state] = Style(

@@ -105,7 +105,7 @@ def resolve_key(layout: Layout, given: str) -> str:
                 "move it out of .gen/ to keep it, or delete it"
             )
         raise GenjobError(f"{given!r}: not a job key; `genjob ls` lists the jobs")
-    found = set()
+    found: set[str] = set()
     for folder in JOB_FOLDERS:
         try:
             names = os.listdir(layout.gen / folder)
@@ -202,7 +202,7 @@ def mint(
         say(f"note: {PROTECTED_HINT}: {visible(describe_protected(protected))}", err=True)
 
 
-class StateChoice(click.Choice):
+class StateChoice(click.Choice[str]):
     """A job state, typed in either case, named as `ls` shows it (QUEUED, RUNNING, ...) in
     help, errors and completion; the command gets the state's value."""
 
@@ -558,8 +558,8 @@ def trust_cmd(ctx: click.Context, pubkey_file: Path | None, operator: bool, prin
     if print_signers:
         if pubkey_file is not None:
             raise GenjobError("trust --allowed-signers prints the pinned keys; it takes no file")
-        layout = layout_of(ctx)
-        say(allowed_signers(trust_anchors(layout.trusted_keys, layout.root)), nl=False)
+        repo = layout_of(ctx)
+        say(allowed_signers(trust_anchors(repo.trusted_keys, repo.root)), nl=False)
         return
     if pubkey_file is None:
         raise GenjobError("trust: name the key's .pub file (or an allowed_signers file)")

@@ -188,7 +188,7 @@ def make_server(layout: Layout, limits: AgentLimits) -> MCPServer:
         if start is None:
             raise ToolError(f"{key}: no such job")
         deadline = time.monotonic() + max(0.0, min(timeout_seconds, MAX_WAIT_SECONDS))
-        now = start
+        now: State | None = start
         while now == start and time.monotonic() < deadline:
             await asyncio.sleep(WAIT_STEP)
             now = await asyncio.to_thread(_state_of, layout, key)

@@ -16,7 +16,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
@@ -41,7 +41,9 @@ QUIET = Style(dim=True)
 class BulkShipDialog(ModalScreen[str]):
     """Runs `core.work.worker.ship_batch` over `keys`; returns "closed"."""
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "close", "Stop all / close", id="bulkship.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Stop all / close", id="bulkship.close")
+    ]
 
     @dataclass
     class Progress(Message):
@@ -94,7 +96,7 @@ class BulkShipDialog(ModalScreen[str]):
                 self.hosts,
                 worker_id=self.worker_id,
                 claimed=self.claimed,
-                on_event=lambda event: self.post_message(self.Progress(event)),
+                on_event=self._progress,
                 cancel=self.cancel,
             )
         except GenjobError as exc:
@@ -104,6 +106,9 @@ class BulkShipDialog(ModalScreen[str]):
             self._finish(Text(visible(f"shipping failed: {exc}"), style="bold red"))
             return
         self._finish(self._summary())
+
+    def _progress(self, event: BatchEvent) -> None:
+        self.post_message(self.Progress(event))
 
     def on_bulk_ship_dialog_progress(self, message: Progress) -> None:
         event = message.event

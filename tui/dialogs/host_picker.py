@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
@@ -24,7 +24,7 @@ EVERY_HOST = "*every-host*"
 class HostPicker(ModalScreen[str | None]):
     """Returns a host's name, EVERY_HOST (offered for a batch), or None."""
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel", id="hosts.cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="hosts.cancel")]
 
     def __init__(self, hosts: dict[str, Host], every: bool = False) -> None:
         super().__init__()

@@ -8,7 +8,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
@@ -28,7 +28,7 @@ MAX_SHOWN = 500
 class NewJobDialog(ModalScreen[Enqueued | None]):
     """Returns what was queued, or None. Faults (a secret, a bad path) stay in the dialog."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "submit", "Queue the job", id="newjob.submit"),
         Binding("escape", "cancel", "Cancel", id="newjob.cancel"),
     ]

@@ -7,7 +7,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
@@ -18,7 +18,9 @@ from tui.dialogs import fit_to_terminal
 class NextStepDialog(ModalScreen[bool]):
     """Returns True when the operator takes the step offered (its key, or its button)."""
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,n", "answer(False)", "Close", id="nextstep.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,n", "answer(False)", "Close", id="nextstep.close")
+    ]
 
     def __init__(self, title: str, body: Text, step: str, key: str) -> None:
         super().__init__()

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Static
@@ -38,7 +38,7 @@ class Approval:
 
 
 class PreflightDialog(ModalScreen[Approval | None]):
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Apply", id="preflight.yes"),
         Binding("n,escape", "answer(False)", "Cancel", id="preflight.no"),
         Binding("c", "toggle_commit", "Commit too", id="preflight.commit"),

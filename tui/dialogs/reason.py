@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
@@ -15,7 +15,7 @@ from textual.widgets import Input, Static
 class ReasonDialog(ModalScreen[str | None]):
     """Returns the text typed (enter), or None (escape). An empty reason is refused."""
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel", id="reason.cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="reason.cancel")]
 
     def __init__(self, title: str, body: Text) -> None:
         super().__init__()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
@@ -80,7 +80,7 @@ class ShipDialog(ModalScreen[str]):
     """Runs `core.work.ship.ship` for one job; returns "approve" when the operator asked to
     approve the receipt it brought back, else "closed"."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close / cancel", id="ship.close"),
         Binding("a", "approve", "Approve", id="ship.approve"),
     ]

@@ -21,7 +21,7 @@ from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
@@ -88,7 +88,7 @@ def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False)
 
 
 class CandidatesScreen(Screen[Approval | None]):
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "a",
             "approve",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
@@ -17,7 +17,7 @@ from tui.widgets.key_bar import Hint, KeyBar
 
 class DiffScreen(Screen[None]):
     # Movement is the arrows and page keys, as on the board; letters only act.
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,d", "close", "Back", id="diff.close"),
         Binding("down", "scroll(1)", "Down", show=False),
         Binding("up", "scroll(-1)", "Up", show=False),

@@ -12,7 +12,7 @@ from typing import ClassVar
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, MarkdownViewer, OptionList, Static
@@ -69,7 +69,9 @@ class HelpScreen(Screen[None]):
         max-width: 20;
     }
     """
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "close", "Close", id="help.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "close", "Close", id="help.close")
+    ]
 
     def __init__(self, bindings: list[Binding], readonly: bool) -> None:
         super().__init__()

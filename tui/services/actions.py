@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.text import Text
 from textual import on, work
@@ -37,10 +37,14 @@ from tui.messages import ActionDone, ChecksWanted, Held, Released, Say
 from tui.services.check_runner import CheckRunner
 
 if TYPE_CHECKING:
+    from textual.screen import Screen
+
     from core.store.config import Config
     from core.store.queue import Claim
     from tui.dialogs.preflight import Approval
 
+# What a dialog answers, as `Dispatcher.ask` returns it.
+Answer = TypeVar("Answer")
 # How many keys a bulk confirm lists before "… and N more".
 LISTED = 12
 # How often (s) the board looks at the claims it holds: cancel requests and heartbeats.
@@ -137,7 +141,7 @@ class Dispatcher(Widget):
                     outcome.select = res.select
         return outcome
 
-    async def ask(self, dialog: Any) -> Any:
+    async def ask(self, dialog: Screen[Answer]) -> Answer:
         """Show `dialog` and wait for its answer."""
         return await self.app.push_screen_wait(dialog)
 
@@ -150,7 +154,7 @@ class Dispatcher(Widget):
         if len(keys) > LISTED:
             body.append(f"  … and {len(keys) - LISTED} more\n", style="dim")
         dialog = ConfirmDialog(f"Bulk {verb}", body, yes=verb.capitalize(), danger=True)
-        return bool(await self.ask(dialog))
+        return await self.ask(dialog)
 
     def lease_ttl(self) -> float:
         try:
@@ -266,7 +270,7 @@ async def _ask_requeue(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
         return True
     body = Text(f"Put {keys[0]} back in the queue?\n", style="bold")
     body.append("Its worker is gone; the attempt is recorded and the job will run again.")
-    return bool(await d.ask(ConfirmDialog("Requeue", body, yes="Requeue")))
+    return await d.ask(ConfirmDialog("Requeue", body, yes="Requeue"))
 
 
 def _requeue(d: Dispatcher, key: str, _: Any) -> str:
@@ -384,9 +388,9 @@ def _standings(repo: Layout, keys: list[str]) -> dict[str, Standing]:
 
 def _awaits_a_choice(layout: Layout, key: str) -> bool:
     """Whether `key` has best-of-N candidates and no receipt yet: approving it is choosing one."""
-    from core.review import candidates
+    from core.store import candidate_store
 
-    return not layout.receipt(key).exists() and candidates.count(layout, key) > 0
+    return not layout.receipt(key).exists() and candidate_store.count(layout, key) > 0
 
 
 def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
@@ -431,7 +435,7 @@ async def _ask_discard(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
         "Its files that do not parse move to .gen/logs/<key>/ as evidence; nothing is deleted, "
         "and what parses stays where it is."
     )
-    return bool(await d.ask(ConfirmDialog("Discard", body, yes="Discard", danger=True)))
+    return await d.ask(ConfirmDialog("Discard", body, yes="Discard", danger=True))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     import ctypes  # on first use, after the board's first frame
 
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc: nothing to call
         return None
 
