@@ -108,9 +108,12 @@ concurrency = 2
 [hosts.tidy]
 # A real generator that needs no model, no key and no network: ruff removes unused
 # imports, modernises syntax, sorts imports and formats the job's Python files
-# (other files are left as they are). `genjob ship KEY --host tidy`.
+# (other files are left as they are). `genjob ship KEY --host tidy`. It needs ruff
+# installed for the Python genjob runs on; without it a run stops saying how to install it.
 transport = "local"
-generator = "python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero {paths} \
+generator = "python3 -m ruff --version >/dev/null 2>&1 || { echo \\"tidy needs ruff, not installed for \
+$(command -v python3): pip install ruff there, or uv tool install genjob --with ruff\\" >&2; exit 127; }; \
+python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero {paths} \
 && python3 -m ruff format --no-cache --quiet {paths}"
 timeout = 120
 concurrency = 2

@@ -11,8 +11,12 @@ Those files are operational notes, never evidence: losing one loses nothing else
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shlex
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -24,6 +28,7 @@ from core.errors import BadInput, GenjobError
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import KEY_RE
+from core.review import sandbox
 from core.review.host_sandbox import LocalSandbox
 from core.store.candidate_store import CANDIDATE_DONE
 from core.store.config import Config, Host
@@ -78,6 +83,8 @@ class HostView:
     # A local host's sandbox: whether its runs are sandboxed now, and that said plainly.
     sandboxed: bool | None = None
     isolation: str | None = None
+    # What a local host's generator needs and this machine lacks, with how to install it.
+    missing: str | None = None
 
 
 def describe_target(host: Host) -> str:
@@ -96,6 +103,60 @@ def describe_isolation(host: Host) -> tuple[bool | None, str | None]:
         return None, None
     confine = LocalSandbox.of(host)
     return confine.sandboxed_now(), confine.describe()
+
+
+def describe_missing(host: Host) -> str | None:
+    """What a local host's generator runs as `python3 -m MODULE` and the Python its runs
+    find first on their PATH cannot import, said with how to install it; None when nothing
+    is missing (or the host is remote, where its own machine has what it has)."""
+    if host.transport != "local":
+        return None
+    python = shutil.which("python3", path=_run_path(host))
+    if python is None:
+        return "needs python3, and a local run finds none on its PATH"
+    for module in generator_modules(host.generator):
+        if not _importable(python, module):
+            return (
+                f"needs {module}, not installed for {python}: "
+                f"`pip install {module}` there, or `uv tool install genjob --with {module}`"
+            )
+    return None
+
+
+def generator_modules(generator: str) -> list[str]:
+    """The modules a generator command line runs as `python3 -m MODULE`, in order."""
+    try:
+        words = shlex.split(generator)
+    except ValueError:  # unbalanced quotes: the run will say so itself
+        return []
+    found = [words[i + 2] for i in range(len(words) - 2) if words[i] == "python3" and words[i + 1] == "-m"]
+    return list(dict.fromkeys(found))
+
+
+def _run_path(host: Host) -> str:
+    """The PATH a local run of `host` starts with (`core.work.transport.local`)."""
+    from core.work.transport.local import local_env
+
+    if LocalSandbox.of(host).sandboxed_now():
+        return sandbox.sandbox_path()
+    return local_env(sys.executable)["PATH"]
+
+
+@functools.cache
+def _importable(python: str, module: str) -> bool:
+    """Whether `python` finds `module` with genjob's own package on its path, as a local
+    run has it (asked once per process: the fleet view reads the hosts every few seconds)."""
+    from core.work.transport.local import local_env
+
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+    env = {**local_env(python), "PYTHONSAFEPATH": "1"}
+    try:
+        done = subprocess.run(
+            [python, "-c", probe, module], env=env, cwd="/", capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def _read(layout: Layout, host: str) -> dict[str, Any]:
@@ -219,6 +280,7 @@ def fleet(layout: Layout, config: Config, now: float | None = None) -> list[Host
                 stand_in=host.stand_in,
                 sandboxed=sandboxed,
                 isolation=isolation,
+                missing=describe_missing(host),
             )
         )
     return views

@@ -57,6 +57,8 @@ def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: 
         )
         if v.isolation is not None:
             say(f"{'':12} {v.isolation}")
+        if v.missing is not None:
+            say(f"{'':12} {visible(v.missing)}")
 
 
 async def _probe_all(layout: Layout, pool: Hosts, names: list[str]) -> None:

@@ -15,7 +15,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
@@ -45,8 +45,13 @@ def host_cells(view: HostView, now: float) -> tuple[Text, ...]:
         Text(str(view.concurrency), justify="right"),
         Text(str(busy), justify="right", style="bold yellow" if busy else "dim"),
         rtt,
-        _error(view.last_error, view.last_ok, now),
+        _missing(view) or _error(view.last_error, view.last_ok, now),
     )
+
+
+def _missing(view: HostView) -> Text | None:
+    """What the host lacks to run at all, ahead of its last error: a run there would fail."""
+    return None if view.missing is None else Text(visible(view.missing), style="bold red")
 
 
 def _transport(view: HostView) -> Text:
@@ -69,7 +74,7 @@ def _error(error: Note | None, ok: Note | None, now: float) -> Text:
 
 
 class FleetScreen(Screen[None]):
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "p", "probe", "Probe", tooltip="Time an empty job on every host, there and back", id="fleet.probe"
         ),

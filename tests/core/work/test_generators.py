@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from corekit import cli, mint
+import pytest
+from corekit import cli, mint, tree_state
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+import core
 from core.review.apply import apply_job
 from core.store.config import load_config
 from core.store.layout import Layout
+from core.work.fleet import fleet
 from core.work.ship import ship
 
 MESSY = b"import sys, os\nimport json\ndef total( items ):\n  return sum( json.loads(items) )\n"
@@ -37,6 +41,83 @@ async def test_tidy_is_a_real_round_trip(repo: Layout, signer: Ed25519PrivateKey
     ruff = [sys.executable, "-m", "ruff", "format", "--no-cache", "-"]
     expected = subprocess.run(ruff, input=tidied, capture_output=True, text=True).stdout
     assert tidied == expected
+
+
+# What a run of `tidy` and `genjob hosts` say where ruff is not installed.
+INSTALL_RUFF = "pip install ruff there, or uv tool install genjob --with ruff"
+
+
+@pytest.fixture(scope="session")
+def without_ruff(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """genjob installed as a user installs it (its runtime dependencies only, from uv's
+    cache) into an environment of its own, whose Python has no ruff: its bin folder."""
+    venv = tmp_path_factory.mktemp("without-ruff") / "venv"
+    uv = shutil.which("uv")
+    assert uv is not None, "the suite runs under uv"
+    project = Path(core.__file__).resolve().parents[1]
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = [uv, "pip", "install", "-q", "--offline", "--python", str(python), str(project)]
+    subprocess.run(install, check=True)
+    assert subprocess.run([python, "-c", "import ruff"], capture_output=True).returncode != 0
+    return venv / "bin"
+
+
+@pytest.mark.xdist_group("without-ruff")
+def test_without_ruff_genjob_hosts_says_so_for_tidy_before_any_run(repo: Layout, without_ruff: Path) -> None:
+    listed = subprocess.run(
+        [without_ruff / "genjob", "--root", str(repo.root), "hosts"], capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    python3 = without_ruff / "python3"
+    said = [line.strip() for line in listed.stdout.splitlines() if "needs" in line]
+    assert said == [
+        f"needs ruff, not installed for {python3}: `pip install ruff` there, "
+        "or `uv tool install genjob --with ruff`"
+    ], listed.stdout
+
+
+@pytest.mark.xdist_group("without-ruff")
+def test_without_ruff_a_tidy_run_fails_with_one_line_saying_how_to_install_it(
+    repo: Layout, signer: Ed25519PrivateKey, without_ruff: Path
+) -> None:
+    (repo.root / "src/messy.py").write_bytes(MESSY)
+    job = mint(repo, "Tidy this file.", ["src/messy.py"])
+    before = tree_state(repo.root / "src")
+    shipped = subprocess.run(
+        [without_ruff / "genjob", "--root", str(repo.root), "ship", job.key, "--host", "tidy"],
+        capture_output=True,
+        text=True,
+    )
+    assert shipped.returncode != 0, shipped.stdout
+    line = f"tidy needs ruff, not installed for {without_ruff / 'python3'}: {INSTALL_RUFF}"
+    assert (shipped.stdout + shipped.stderr).count(line) == 1, (shipped.stdout, shipped.stderr)
+    assert tree_state(repo.root / "src") == before
+
+
+def test_with_ruff_installed_no_host_of_the_default_config_lacks_anything(repo: Layout) -> None:
+    assert [(v.name, v.missing) for v in fleet(repo, load_config(repo.config))] == [
+        ("local", None),
+        ("tidy", None),
+    ]
+    listed = cli("hosts", root=repo.root)
+    assert listed.exit_code == 0 and "needs" not in listed.stdout, listed.stdout
+
+
+def test_a_local_host_running_a_module_its_python_lacks_is_named_with_the_module(repo: Layout) -> None:
+    config = repo.config.read_text().replace(
+        'generator = "python3 -m core.remote.demo_generator"',
+        'generator = "python3 -m core.remote.demo_generator && python3 -m genjob_no_such_tool {paths}"',
+    )
+    repo.config.write_text(config)
+    assert cli("allow", "--yes", root=repo.root).exit_code == 0
+    views = {v.name: v.missing for v in fleet(repo, load_config(repo.config))}
+    python3 = shutil.which("python3", path=os.path.dirname(sys.executable))
+    assert views["local"] == (
+        f"needs genjob_no_such_tool, not installed for {python3}: `pip install genjob_no_such_tool` "
+        "there, or `uv tool install genjob --with genjob_no_such_tool`"
+    )
+    assert views["tidy"] is None
 
 
 def test_init_and_ship_say_the_local_host_is_a_stand_in(
