@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,12 +51,37 @@ def collector_thawed() -> Iterator[None]:
     gc.unfreeze()
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Layout:
-    """A git repository with a few files and an initialised `.gen/`."""
+@pytest.fixture(scope="session")
+def repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`corekit.make_repo`'s repository, made once per test process (under a config folder
+    of its own) for `repo` to copy: one git command, not six, for each test that takes one."""
     from corekit import make_repo
 
-    return make_repo(tmp_path / "repo")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("template-xdg")))
+        return make_repo(tmp_path_factory.mktemp("template") / "repo").root
+
+
+@pytest.fixture
+def repo(repo_template: Path, tmp_path: Path) -> Layout:
+    """A git repository with a few files and an initialised `.gen/`: a copy of the
+    template, whose config the operator allowed as `genjob init` allows the config it
+    writes (a copy at another path is another repository to the operator)."""
+    from corekit import git
+
+    from core.store.config import read_repository_config, runs_digest
+    from core.store.pins import pin_config
+
+    root = tmp_path / "repo"
+    shutil.copytree(repo_template, root, symlinks=True)
+    # The copies' inodes and change times are new: git's index learns them now, as a
+    # fresh repository's knows them, so that no later git command rewrites it.
+    git(root, "update-index", "-q", "--refresh")
+    layout = Layout(root.resolve())
+    digest = runs_digest(read_repository_config(layout.config))
+    assert digest is not None, "genjob's own config runs its hosts"
+    pin_config(layout.root, digest)
+    return layout
 
 
 @pytest.fixture

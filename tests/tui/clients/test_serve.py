@@ -92,8 +92,9 @@ def test_a_request_without_the_token_is_refused(received_repo: tuple[Layout, str
         assert get(url, "/static/js/textual.js", elsewhere)[0] == 403
 
 
-@contextmanager
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
+    """One headless Chromium for the module's tests, each in a page of its own."""
     playwright = pytest.importorskip("playwright.sync_api")
     if CHROMIUM is None:
         pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
@@ -109,6 +110,17 @@ def browser() -> Iterator[object]:
             yield chromium
         finally:
             chromium.close()
+
+
+@contextmanager
+def pages(chromium: object) -> Iterator[object]:
+    """A browser context of the test's own, closed (its pages and their websockets with it)
+    before the served board it talks to is stopped."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})  # type: ignore[attr-defined]
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 class Screen:
@@ -133,17 +145,20 @@ class Screen:
 
 
 def open_board(chromium: object, url: str) -> tuple[object, Screen]:
-    page = chromium.new_page(viewport={"width": 1400, "height": 900})  # type: ignore[attr-defined]
+    page = chromium.new_page()  # type: ignore[attr-defined]
     screen = Screen()
     page.on("websocket", lambda ws: ws.on("framereceived", screen.heard))
     page.goto(url)
     return page, screen
 
 
-def test_the_served_board_shows_the_jobs_and_takes_keys_read_only(received_repo: tuple[Layout, str]) -> None:
+@pytest.mark.xdist_group("browser")
+def test_the_served_board_shows_the_jobs_and_takes_keys_read_only(
+    received_repo: tuple[Layout, str], browser: object
+) -> None:
     repo, key = received_repo
     before = (repo.root / "src/app.py").read_bytes()
-    with served(repo) as url, browser() as chromium:
+    with served(repo) as url, pages(browser) as chromium:
         refused = chromium.new_page()  # type: ignore[attr-defined]
         assert refused.goto(url.split("?", 1)[0]).status == 403
         page, screen = open_board(chromium, url)
@@ -164,9 +179,12 @@ def test_the_served_board_shows_the_jobs_and_takes_keys_read_only(received_repo:
     assert not repo.job_file("applied", key).exists()
 
 
-def test_with_actions_allowed_an_approve_opens_the_preflight(received_repo: tuple[Layout, str]) -> None:
+@pytest.mark.xdist_group("browser")
+def test_with_actions_allowed_an_approve_opens_the_preflight(
+    received_repo: tuple[Layout, str], browser: object
+) -> None:
     repo, key = received_repo
-    with served(repo, "--allow-actions") as url, browser() as chromium:
+    with served(repo, "--allow-actions") as url, pages(browser) as chromium:
         page, screen = open_board(chromium, url)
         assert "actions allowed" in page.inner_text("#genjob-board")
         screen.wait_for(page, key[:8])
