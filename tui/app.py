@@ -34,6 +34,15 @@ class GenjobApp(App[None]):
         use_theme(self.get_css_variables())
         self.refresh_css()
 
+    async def action_quit(self) -> None:
+        """`q` and `ctrl+q`: the board asks first while it runs jobs or holds claims."""
+        try:
+            board = self.board
+        except LookupError:
+            self.exit()
+            return
+        board.ask_quit()
+
     @property
     def board(self) -> BoardScreen:
         """The board screen (under any dialog open on top of it)."""

@@ -229,13 +229,13 @@ async def test_cancel_running_after_confirm_ends_aborted_in_the_demo(demo: Demo)
     layout = layout_of(demo)
     key = demo.keys["running"]
     async with run_board(demo.root, key=key) as d:
-        await d.press("k")
+        await d.press("ctrl+k")
         dialog = await d.showing(ConfirmDialog)
         labels = [str(b.label) for b in dialog.query("Button")]
         assert labels == ["Stop job (y)", "Keep running (n)"]
         await d.press("n")
         assert not (layout.running / f"{key}.cancel").exists()
-        await d.press("k")
+        await d.press("ctrl+k")
         await d.showing(ConfirmDialog)
         await d.press("y")
         await d.until(lambda: d.state_of(key) == "FAILED", "the aborted receipt from the lease holder")
@@ -381,7 +381,7 @@ async def test_bulk_claim_confirms_with_the_count(demo: Demo) -> None:
         await d.press("c")
         await d.showing(ConfirmDialog)
         body = str(d.screen.body)
-        assert "Claim 2 marked job(s)?" in body and "1 other marked job(s) are skipped" in body
+        assert "Claim 2 marked jobs?" in body and "1 other marked job is skipped" in body
         await d.press("y")
         await d.until(lambda: all(d.state_of(k) == "RUNNING" for k in keys), "the claims")
         assert all(layout.job_file("running", k).exists() for k in keys)
@@ -407,12 +407,26 @@ async def test_readonly_refuses_every_change(demo: Demo) -> None:
     assert after == before
 
 
+@pytest.mark.parametrize("opens", ["h", "d"])
+async def test_question_mark_shows_the_keys_of_the_screen_it_is_pressed_on(demo: Demo, opens: str) -> None:
+    async with run_board(demo.root, key=demo.keys["verified"]) as d:
+        await d.press(opens)
+        await d.until(lambda: d.screen is not d.board, "the screen")
+        under = d.screen
+        await d.press("question_mark")
+        help_screen = await d.showing(HelpScreen)
+        listed = {b.id for b in help_screen.bindings}
+        assert listed == {b.id for b in under.BINDINGS if b.description and b.action != "help"}
+        await d.press("escape")
+        await d.until(lambda: d.screen is under, "back on the screen")
+
+
 async def test_help_lists_every_key(demo: Demo) -> None:
     async with run_board(demo.root) as d:
         await d.press("question_mark")
         await d.showing(HelpScreen)
         keys = {b.key for b in d.screen.bindings}
-        assert {"c", "s", "a", "x", "r", "R", "k", "n", "d", "slash", "q", "space"} <= keys
+        assert {"c", "s", "a", "x", "r", "R", "ctrl+k", "n", "d", "slash", "q", "space"} <= keys
         assert all(b.description for b in d.screen.bindings)
         await d.press("escape")
         await d.press("q")
@@ -488,7 +502,9 @@ async def test_ship_cancel_ends_with_an_aborted_receipt(demo: Demo) -> None:
         await d.until(
             lambda: any("edited" in ln for ln in dialog.query_one(Log).lines), lambda: plain(status)
         )
-        await d.press("escape")
+        await d.press("ctrl+k")
+        await d.showing(ConfirmDialog)
+        await d.press("y")
         await d.until(lambda: dialog.done, "the ship to stop")
         assert not dialog.succeeded
         assert "aborted" in plain(dialog.query_one("#ship-status", Static))

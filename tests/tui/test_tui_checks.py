@@ -185,7 +185,7 @@ async def test_bulk_approve_takes_the_jobs_whose_required_checks_passed_and_says
         await d.press("a")
         dialog = await d.showing(ConfirmDialog)
         body = plain(dialog.query_one(".dialog-body Static", Static))
-        assert "Approve 1 of 4 marked job(s)" in body
+        assert "Approve 1 of 4 marked jobs" in body
         assert "3 left out" in body
         assert "1: not RECEIVED" in body
         assert f"1: required checks failed: {keys['checks_failed'][:12]}" in body
@@ -201,7 +201,7 @@ async def test_bulk_approve_with_nothing_approvable_says_why_and_asks_nothing(de
             await d.select(demo.keys[role])
             await d.press("space")
         await d.press("a")
-        await d.until(lambda: d.inbox.said("None of the 2 marked job(s) may be approved now"), "the refusal")
+        await d.until(lambda: d.inbox.said("None of the 2 marked jobs may be approved now"), "the refusal")
         assert d.inbox.said("1: required checks failed") and d.inbox.said("1: the receipt does not verify")
         assert d.screen is d.board
 

@@ -30,7 +30,6 @@ from tui.screens.help import HelpScreen
 from tui.text import STATE_STYLES
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
-from tui.widgets.job_table import JobTable
 from tui.widgets.key_bar import KeyBar
 
 NARROW = (80, 24)
@@ -106,7 +105,7 @@ async def test_the_finished_ship_dialog_offers_approve_and_a_opens_the_preflight
         status = plain(dialog.query_one("#ship-status", Static))
         assert "receipt ok" in status and "Next: a opens the approve preflight" in status
         buttons = {b.id: b.display for b in dialog.query(Button)}
-        assert buttons == {"ship-approve": True, "ship-cancel": False, "ship-close": True}
+        assert buttons == {"ship-approve": True, "ship-hide": False, "ship-cancel": False, "ship-close": True}
         await d.press("a")
         preflight = await d.showing(PreflightDialog)
         assert preflight.preflight.key == key and preflight.preflight.verified
@@ -156,7 +155,7 @@ async def test_stop_a_job_the_board_holds_ends_it_aborted(demo: Demo) -> None:
     async with run_board(demo.root, key=key) as d:
         await d.press("c")
         await d.until(lambda: d.state_of(key) == "RUNNING", "the claim")
-        await d.press("k")
+        await d.press("ctrl+k")
         dialog = await d.showing(ConfirmDialog)
         assert "This board holds it" in str(dialog.body)
         await d.press("y")
@@ -172,7 +171,7 @@ async def test_bulk_ship_asks_once_and_ships_each_with_a_summary(demo: Demo) -> 
             await d.press("space")
         await d.press("s")
         confirm = await d.showing(ConfirmDialog)
-        assert "Ship 3 marked job(s)?" in str(confirm.body)
+        assert "Ship 3 marked jobs?" in str(confirm.body)
         await d.press("y")
         picker = await d.showing(HostPicker)
         options = picker.query_one(OptionList)
@@ -432,16 +431,27 @@ async def test_the_palette_has_no_duplicates_and_esc_closes_the_key_panel(demo: 
         await d.until(lambda: not d.screen.query("HelpPanel"), "the key panel to close")
 
 
-async def test_movement_is_arrows_only_and_letters_are_actions(demo: Demo) -> None:
-    movement = {b.key for b in JobTable.BINDINGS if b.action.startswith(("cursor", "page", "edge"))}
-    assert movement == {"up", "down", "pageup", "pagedown", "home", "end"}
-    diff_keys = {k for b in DiffScreen.BINDINGS for k in b.key.split(",")}
-    assert not diff_keys & {"j", "k", "h", "l"}
+async def test_j_k_g_and_G_move_as_in_k9s_and_lazygit(demo: Demo) -> None:
     async with run_board(demo.root, MEDIUM) as d:
+        table = d.board.table
+        await d.press("g")
+        first = table.cursor_key
+        await d.press("j")
+        second = table.cursor_key
+        assert second != first
+        await d.press("k")
+        assert table.cursor_key == first
+        await d.press("G")
+        last = table.cursor_key
+        assert last not in (first, second)
+        await d.press("down")
+        assert table.cursor_key == last
         await d.press("question_mark")
         help_screen = await d.showing(HelpScreen)
         text = plain(help_screen.query_one("#help-intro", Static))
-        assert "The arrow and page keys move; every letter is an action." in text
+        assert "The arrow and page keys move, and so do j, k, g and G." in text
+        keys = {b.key_display or b.key for b in help_screen.bindings}
+        assert {"↑ ↓ j k", "home end g G", "ctrl+k"} <= keys
 
 
 async def test_an_empty_board_says_how_to_mint_and_warns_without_a_trusted_key(tmp_path: Path) -> None:

@@ -24,12 +24,17 @@ from tui.widgets.key_bar import Hint, KeyBar
 INTRO = (
     "A job moves queued → running → received → applied or rejected; orphaned, failed, stale, "
     "invalid and inconsistent are derived from what is on disk. Every key is one core operation; "
-    "mark several jobs with space first to act on all of them. The arrow and page keys move; "
-    "every letter is an action."
+    "mark several jobs with space first to act on all of them. The arrow and page keys move, "
+    "and so do j, k, g and G."
 )
 KEYS = "keys"
 # Below this many columns the topic list and the table of contents take less room.
 NARROW = 100
+
+
+def screen_keys(bindings: list[Binding]) -> list[Binding]:
+    """A screen's keys as its help lists them: each with what it does, `?` itself left out."""
+    return [b for b in bindings if b.description and b.action != "help"]
 
 
 class HelpScreen(Screen[None]):
@@ -91,7 +96,8 @@ class HelpScreen(Screen[None]):
 
     def keys_table(self) -> Table:
         table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=True)
-        table.add_column(style="bold cyan", no_wrap=True, max_width=12)
+        widest = max((len(b.key_display or b.key) for b in self.bindings), default=1)
+        table.add_column(style="bold cyan", no_wrap=True, min_width=widest)
         table.add_column(ratio=1)
         for b in self.bindings:
             table.add_row(b.key_display or b.key, Text(b.tooltip or b.description))
