@@ -189,9 +189,27 @@ async def test_quit_leaving_a_claim_keeps_it_running(repo: Layout, signer: Ed255
 
 
 def test_leaving_names_each_job_and_how_to_put_it_back() -> None:
-    text = left_behind(["a" * 64], ["b" * 64])
+    text = left_behind(["a" * 64, "b" * 64])
     assert "left 2 jobs RUNNING" in text and "genjob requeue KEY" in text
     assert text.splitlines()[-2:] == ["  " + "a" * 64, "  " + "b" * 64]
+
+
+async def test_quit_with_a_run_offers_no_leaving_it_running(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """A run is the board's process: it cannot be left behind, only stopped or waited for."""
+    gated_host(repo, tmp_path)
+    key = mint(repo, "add a comment").key
+    async with run_board(repo.root, key=key) as d:
+        await ship_and_wait_for_output(d)
+        await d.press("escape")
+        await d.press("q")
+        dialog: QuitDialog = await d.showing(QuitDialog)
+        assert not dialog.query("#leave")
+        await d.press("l")
+        assert d.screen is dialog and d.app.return_code is None
+        await d.press("s")
+        await d.until(lambda: d.app.return_code is not None, "the board to quit")
 
 
 async def test_quit_with_nothing_in_hand_does_not_ask(repo: Layout) -> None:

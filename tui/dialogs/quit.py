@@ -1,9 +1,10 @@
 """Quitting a board that still runs jobs or holds claims: what becomes of them.
 
-A run is a process of this board's: quitting ends it. So the board asks, and each answer
-says what follows: stop the runs (aborted receipts, ready to replay) and give the claims
-back; wait for the runs to end; or leave everything as it is, for the leases to lapse
-and the jobs to turn ORPHANED, for a worker or `genjob requeue` to pick up.
+A run is a process of this board's: it cannot outlive the board, so quitting either
+stops it (an aborted receipt, ready to replay) or waits for it to end. A claim the board
+holds but has not shipped can go back to the queue, or be left held: its lease lapses,
+the job turns ORPHANED, and a worker or `genjob requeue` picks it up. The board asks,
+and each answer says what follows.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class QuitDialog(ModalScreen["QuitChoice | None"]):
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("s", "answer('stop')", "Stop and quit", id="quit.stop"),
         Binding("w", "answer('wait')", "Wait, then quit", id="quit.wait"),
-        Binding("l", "answer('leave')", "Leave and quit", id="quit.leave"),
+        Binding("l", "answer('leave')", "Leave the claims and quit", id="quit.leave"),
         Binding("escape,n", "answer(None)", "Keep the board", id="quit.keep"),
     ]
 
@@ -48,11 +49,17 @@ class QuitDialog(ModalScreen["QuitChoice | None"]):
         if self.claims:
             body.append(f"{counted(len(self.claims), 'claim')} this board holds:\n", style="bold")
             body.append("".join(f"  {k}\n" for k in self.claims[:LISTED]), style="dim")
-        body.append("\ns  stop the runs (aborted receipts, ready to replay), give the claims back, quit\n")
+        stop = ["stop the runs (aborted receipts, ready to replay)"] if self.runs else []
+        back = ["give the claims back to the queue"] if self.claims else []
+        body.append(f"\ns  {', '.join([*stop, *back])}, and quit\n")
         if self.runs:
-            body.append("w  give the claims back, quit once the runs have ended\n")
-        body.append("l  quit now: the jobs stay RUNNING until their leases lapse, then ORPHANED\n")
-        body.append("   (genjob requeue KEY, or any worker's board, picks them up)\n")
+            body.append(
+                "w  quit once the runs have ended" + ("; the claims go back now\n" if self.claims else "\n")
+            )
+        if self.claims:
+            first = "stop the runs, then " if self.runs else ""
+            body.append(f"l  {first}quit leaving the claims held: each job turns ORPHANED once its\n")
+            body.append("   lease lapses, for a worker or `genjob requeue KEY` to pick up\n")
         return body
 
     def compose(self) -> ComposeResult:
@@ -64,7 +71,8 @@ class QuitDialog(ModalScreen["QuitChoice | None"]):
                 yield Button("Stop and quit (s)", id="stop", variant="error")
                 if self.runs:
                     yield Button("Wait (w)", id="wait", variant="primary")
-                yield Button("Leave (l)", id="leave")
+                if self.claims:
+                    yield Button("Leave claims (l)", id="leave")
                 yield Button("Keep (esc)", id="keep")
 
     def on_mount(self) -> None:
@@ -74,6 +82,6 @@ class QuitDialog(ModalScreen["QuitChoice | None"]):
         self.action_answer(event.button.id)
 
     def action_answer(self, choice: str | None) -> None:
-        if choice == "wait" and not self.runs:
+        if (choice == "wait" and not self.runs) or (choice == "leave" and not self.claims):
             return
         self.dismiss(CHOICES.get(choice or ""))

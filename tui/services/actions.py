@@ -219,18 +219,16 @@ class Dispatcher(Widget):
     # -- quitting with jobs in hand ------------------------------------------------------------------
     @work(group="quit", exclusive=True, exit_on_error=False)
     async def quit_with(self, choice: QuitChoice) -> None:
-        """Stop the runs or wait for them, giving the idle claims back; or leave them all."""
+        """Stop the runs or wait for them; give the idle claims back, or leave them held."""
         runs = self.live_runs()
-        if choice == "leave":
-            self.app.exit(message=left_behind([r.key for r in runs], list(self.idle_claims())))
-            return
         idle = self.idle_claims()
-        failed = await asyncio.to_thread(self._release, idle)
-        for key in idle:
-            self.held.pop(key, None)
-        for line in failed:
-            self.post_message(Say(line, "error", "release"))
-        if choice == "stop":
+        if choice != "leave":
+            failed = await asyncio.to_thread(self._release, idle)
+            for key in idle:
+                self.held.pop(key, None)
+            for line in failed:
+                self.post_message(Say(line, "error", "release"))
+        if choice != "wait":
             for run in runs:
                 run.stop()
         if runs:
@@ -238,7 +236,7 @@ class Dispatcher(Widget):
                 Say(f"quitting once {_runs(len(runs))} ended; q again to leave them instead", title="quit")
             )
             await asyncio.gather(*(run.ended.wait() for run in runs))
-        self.app.exit()
+        self.app.exit(message=left_behind(list(idle)) if choice == "leave" else None)
 
     def _release(self, claims: dict[str, Claim]) -> list[str]:
         from core.store.queue import release
@@ -324,14 +322,13 @@ def _runs(n: int) -> str:
     return f"{counted(n, 'run')} {'has' if n == 1 else 'have'}"
 
 
-def left_behind(runs: list[str], claims: list[str]) -> str:
-    """What the board says as it quits leaving jobs in hand."""
-    keys = [*runs, *claims]
+def left_behind(claims: list[str]) -> str:
+    """What the board says as it quits leaving claims held."""
     lines = [
-        f"genjob: left {counted(len(keys), 'job')} RUNNING: each turns ORPHANED once its lease lapses,",
+        f"genjob: left {counted(len(claims), 'job')} RUNNING: each turns ORPHANED once its lease lapses,",
         "then `genjob requeue KEY` (or another board's r) puts it back in the queue:",
     ]
-    return "\n".join([*lines, *(f"  {k}" for k in keys)])
+    return "\n".join([*lines, *(f"  {k}" for k in claims)])
 
 
 def _config(layout: Layout) -> Config:

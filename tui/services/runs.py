@@ -182,6 +182,5 @@ def describe(result: ShipResult) -> str:
 
 
 def ended_line(run: BoardRun) -> str:
-    """The toast for a run that ended while its dialog was hidden."""
-    first = run.status.plain.split("\n", 1)[0]
-    return f"{first}; s shows how it ended" if run.succeeded else first
+    """The toast for a run that ended while its dialog was hidden: how, and what next."""
+    return " ".join(line for line in run.status.plain.splitlines() if line)
