@@ -347,11 +347,14 @@ async def test_readonly_hides_every_change_from_keys_help_and_palette(demo: Demo
         status = plain(d.board.query_one("#status", Static))
         assert "READ-ONLY: changes are off" in status
         labels = {h.label for h in d.board.query_one(KeyBar).hints}
-        assert labels == {"Diff", "Zoom", "Filter", "Mark"}
+        assert labels == {"Diff", "Zoom", "Filter", "Hosts"}
+        await d.press("space")
+        await d.until(lambda: d.inbox.said("read-only board: nothing to mark jobs for"), "the refusal")
+        assert not d.table.marks
         await d.press("question_mark")
         help_screen = await d.showing(HelpScreen)
         ids = {b.id for b in help_screen.bindings}
-        assert not ids & set(d.board.CHANGES)
+        assert not ids & {*d.board.CHANGES, "mark"}
         titles = [c.title for c in d.app.get_system_commands(d.board)]
         assert not any(t.startswith(("Approve", "Claim", "Ship", "New")) for t in titles)
 
@@ -465,3 +468,18 @@ async def test_an_empty_board_says_how_to_mint_and_warns_without_a_trusted_key(t
         assert "No jobs yet." in lines and 'genjob mint -m "' in lines
         assert "no key is trusted" in lines and "genjob trust" in lines
         assert "no trusted key" in plain(d.board.query_one("#status", Static))
+
+
+async def test_the_theme_chosen_is_the_next_boards_theme(demo: Demo) -> None:
+    from core.store.layout import user_config_dir
+    from tui.prefs import PREFS
+
+    async with run_board(demo.root) as d:
+        assert d.app.theme != "nord"
+        d.app.theme = "nord"
+        await d.until(lambda: (user_config_dir() / PREFS).exists(), "the choice to be kept")
+    async with run_board(demo.root) as d:
+        assert d.app.theme == "nord"
+    (user_config_dir() / PREFS).write_text("not json")
+    async with run_board(demo.root) as d:
+        assert d.app.theme != "nord", "a file of another shape is no choice"

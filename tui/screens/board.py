@@ -475,12 +475,13 @@ class BoardScreen(Screen[None]):
                 if self._applies(action):
                     b = by_id["approve" if action == "apply" else action]
                     hints.append(Hint(b.key_display or b.key, b.description, b.action))
-        for ident in ("diff", "zoom", "filter", "new"):
+        for ident in ("diff", "zoom", "filter", "new", "hosts"):
             if self.readonly and ident in self.CHANGES:
                 continue
             b = by_id[ident]
             hints.append(Hint(b.key_display or b.key, b.description, b.action))
-        hints.append(Hint("space", "Mark", "mark"))
+        if not self.readonly:
+            hints.append(Hint("space", "Mark", "mark"))
         return hints
 
     def _applies(self, action: str) -> bool:
@@ -508,6 +509,10 @@ class BoardScreen(Screen[None]):
 
     @on(JobTable.MarksChanged)
     def _marks_changed(self) -> None:
+        if self.readonly and self.table.marks:
+            # Marks only gather jobs for an action, and a read-only board runs none.
+            self.table.clear_marks()
+            self._say("read-only board: nothing to mark jobs for", severity="warning")
         self._show_status()
         self._show_keys()
 
@@ -606,7 +611,9 @@ class BoardScreen(Screen[None]):
             and not b.id.startswith(("state-", "move-"))
             and not (self.readonly and b.id in self.CHANGES)
         ]
-        marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
+        marks = [
+            b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark" and not self.readonly
+        ]
         extra = [
             Binding("1-9,0", "", "Show only one state (again to undo; several combine)", key_display="1…0"),
             Binding("up,down,j,k", "", "Move the cursor", key_display="↑ ↓ j k"),
