@@ -9,7 +9,7 @@ from pathlib import Path
 
 from boardkit import plain, run_board
 from textual.color import Color
-from textual.widgets import Button, Checkbox, OptionList, Static
+from textual.widgets import Button, Checkbox, OptionList, Static, TabbedContent
 
 from core.model.lifecycle import State
 from core.store.layout import Layout
@@ -483,3 +483,29 @@ async def test_the_theme_chosen_is_the_next_boards_theme(demo: Demo) -> None:
     (user_config_dir() / PREFS).write_text("not json")
     async with run_board(demo.root) as d:
         assert d.app.theme != "nord", "a file of another shape is no choice"
+
+
+async def test_after_a_zoom_and_escape_the_arrows_move_the_cursor_again(demo: Demo) -> None:
+    async with run_board(demo.root, (80, 24)) as d:
+        first = d.table.cursor_key
+        await d.press("enter")
+        await d.until(lambda: d.board.maximized is not None, "the zoom")
+        await d.press("escape")
+        await d.until(lambda: d.board.maximized is None, "the zoom to end")
+        assert d.app.focused is d.table
+        await d.press("down")
+        assert d.table.cursor_key != first
+
+
+async def test_with_no_job_selected_the_tabs_and_keys_speak_of_no_job(demo: Demo) -> None:
+    async with run_board(demo.root, key=demo.keys["verified"]) as d:
+        tabs = d.board.query_one(DetailPane).query_one(TabbedContent)
+        assert tabs.get_tab("tab-verify").label.plain.startswith("Verify ✔")
+        await d.press("slash")
+        await d.press(*"matches-no-job-at-all", "enter")
+        await d.until(lambda: d.table.cursor_key is None, "the filter to empty the list")
+        await d.until(lambda: d.board.query_one(DetailPane).detail is None, "the detail to clear")
+        labels = [tabs.get_tab(f"tab-{t}").label.plain for t in ("verify", "diff", "timeline")]
+        assert labels == ["Verify", "Diff", "Timeline"]
+        hints = {h.label for h in d.board.query_one(KeyBar).hints}
+        assert not hints & {"Diff", "Zoom"} and "Filter" in hints

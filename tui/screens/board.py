@@ -112,6 +112,9 @@ class FilterBox(Input):
 
 class BoardScreen(Screen[None]):
     AUTO_FOCUS = "#jobs"
+    # Escape is the board's own (`clear`): it un-zooms and gives the list the focus back,
+    # where Textual's minimize would leave the focus nowhere.
+    ESCAPE_TO_MINIMIZE = False
     BINDINGS: ClassVar[list[Binding]] = [
         Binding(
             "a", "job('apply')", "Approve", tooltip="Preflight, then apply a verified receipt", id="approve"
@@ -475,8 +478,9 @@ class BoardScreen(Screen[None]):
                 if self._applies(action):
                     b = by_id["approve" if action == "apply" else action]
                     hints.append(Hint(b.key_display or b.key, b.description, b.action))
+        selected = self.table.cursor_key is not None
         for ident in ("diff", "zoom", "filter", "new", "hosts"):
-            if self.readonly and ident in self.CHANGES:
+            if (self.readonly and ident in self.CHANGES) or (ident in ("diff", "zoom") and not selected):
                 continue
             b = by_id[ident]
             hints.append(Hint(b.key_display or b.key, b.description, b.action))

@@ -111,8 +111,9 @@ class DetailPane(Vertical):
         self.query_one("#detail-title", Static).update(message)
         if self._tabs is None:
             return
-        for tab_id, _ in TABS:
+        for tab_id, title in TABS:
             self._body(tab_id).update("")
+            self._tabs.get_tab(f"tab-{tab_id}").label = title  # no badge of a job not shown
 
     def show_checks(self, live: Mapping[str, LiveCheck]) -> None:
         """Show the checks this board runs for the shown job (their output as it comes)."""
