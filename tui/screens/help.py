@@ -28,6 +28,28 @@ INTRO = (
     "and so do j, k, g and G."
 )
 KEYS = "keys"
+
+
+def marks_legend() -> str:
+    """What the list's marks mean, from the marks the list draws."""
+    from core.model.standing import CheckState
+    from tui.render import CHECK_MARKS
+
+    names = {
+        CheckState.PASSED: "passed",
+        CheckState.FAILED: "failed",
+        CheckState.RUNNING: "running",
+        CheckState.STALE: "stale",
+        CheckState.NOT_RUN: "not run",
+    }
+    checks = ", ".join(f"{CHECK_MARKS[s][0]} {names[s]}" for s in names)
+    return (
+        "In the list, a received job's state ends in its receipt's verification (RECEIVED ✔ verifies, "
+        f"RECEIVED ✘ does not); CHK has one mark per check, in the config's order: {checks}. "
+        "⚑: the job may write a protected path."
+    )
+
+
 # Below this many columns the topic list and the table of contents take less room.
 NARROW = 100
 
@@ -89,7 +111,8 @@ class HelpScreen(Screen[None]):
             with ContentSwitcher(initial="help-keys-page", id="help-pages"):
                 with VerticalScroll(id="help-keys-page"):
                     note = "\n\nREAD-ONLY: the keys that change anything are off, and not listed."
-                    yield Static(Text(INTRO + (note if self.readonly else "") + "\n"), id="help-intro")
+                    intro = f"{INTRO}\n\n{marks_legend()}{note if self.readonly else ''}\n"
+                    yield Static(Text(intro), id="help-intro")
                     yield Static(self.keys_table(), id="help-keys")
                 yield MarkdownViewer(show_table_of_contents=True, id="help-topic")
         yield KeyBar(id="help-keybar")
