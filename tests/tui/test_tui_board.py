@@ -483,36 +483,6 @@ async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) 
     assert layout.receipt(key).exists() and layout.signature(key).exists()
 
 
-async def test_ship_cancel_ends_with_an_aborted_receipt(demo: Demo) -> None:
-    layout = layout_of(demo)
-    key = demo.keys["queued2"]
-    async with run_board(demo.root, key=key) as d:
-        await d.press("s")
-        await d.showing(HostPicker)
-        hosts = d.screen.query_one(OptionList)
-        hosts.focus()
-        # slow-local: its generator sleeps after each file
-        hosts.highlighted = next(
-            i for i in range(hosts.option_count) if "slow-local" in str(hosts.get_option_at_index(i).prompt)
-        )
-        await d.press("enter")
-        await d.showing(ShipDialog)
-        dialog = d.screen
-        status = dialog.query_one("#ship-status", Static)
-        await d.until(
-            lambda: any("edited" in ln for ln in dialog.query_one(Log).lines), lambda: plain(status)
-        )
-        await d.press("ctrl+k")
-        await d.showing(ConfirmDialog)
-        await d.press("y")
-        await d.until(lambda: dialog.done, "the ship to stop")
-        assert not dialog.succeeded
-        assert "aborted" in plain(dialog.query_one("#ship-status", Static))
-        await d.press("escape")
-        await d.until(lambda: d.state_of(key) == "FAILED", "the aborted receipt")
-    assert json.loads(layout.receipt(key).read_bytes())["status"] == "aborted"
-
-
 async def test_bad_config_is_shown_and_nothing_crashes(demo: Demo) -> None:
     layout = layout_of(demo)
     async with run_board(demo.root) as d:
