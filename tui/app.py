@@ -9,6 +9,7 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from core.store.layout import Layout, find_root
+from tui.prefs import keep_theme, kept_theme
 from tui.screens.board import BoardScreen
 from tui.text import use_theme
 from tui.widgets.counts import DIGITS
@@ -24,6 +25,9 @@ class GenjobApp(App[None]):
         self.repo = layout
         self.readonly = readonly
         self.sub_title = str(layout.root)
+        theme = kept_theme()
+        if theme in self.available_themes:
+            self.theme = theme
 
     def on_mount(self) -> None:
         use_theme(self.get_css_variables())  # styled already: no CSS refresh before the first frame
@@ -33,6 +37,16 @@ class GenjobApp(App[None]):
     def _theme_changed(self) -> None:
         use_theme(self.get_css_variables())
         self.refresh_css()
+        self.run_worker(lambda: keep_theme(self.theme), thread=True, group="prefs")
+
+    async def action_quit(self) -> None:
+        """`q` and `ctrl+q`: the board asks first while it runs jobs or holds claims."""
+        try:
+            board = self.board
+        except LookupError:
+            self.exit()
+            return
+        board.ask_quit()
 
     @property
     def board(self) -> BoardScreen:

@@ -121,3 +121,8 @@ def in_repo(text: str, root: Path | None) -> str:
     """A message from the core with the repository's own paths shown from its root
     (`.gen/queue/…`), as everything else on the board is."""
     return text.replace(f"{root}{os.sep}", "") if root is not None else text
+
+
+def counted(n: int, noun: str) -> str:
+    """`n` and `noun`, plural unless `n` is 1: "1 job", "3 jobs", "1,200 jobs"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

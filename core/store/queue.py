@@ -1,4 +1,4 @@
-"""Moving jobs between state folders: enqueue, claim, heartbeat, requeue, reject, cancel.
+"""Moving jobs between state folders: enqueue, claim, heartbeat, release, requeue, reject, cancel.
 
 A claim is a bare rename from `queue/` to `running/`: exactly one claimer's rename can
 succeed. Every other move happens under `.gen/state.lock`, so that a requeue cannot
@@ -257,6 +257,25 @@ def holds_lease(layout: Layout, key: str, token: int, worker: str) -> bool:
 def lease_state(layout: Layout, key: str, now: float | None = None) -> LeaseState:
     """The state of the lease of `key`, a job in running/, by the one rule (`core.model.freshness`)."""
     return lease_verdict(layout, key, now).state
+
+
+def release(layout: Layout, key: str, token: int, worker: str) -> Path:
+    """Give back a claim this worker holds and has not run: the job goes back to the
+    queue, byte for byte, and the attempt is recorded as released."""
+    check_key(key)
+    with flocked(layout.lock):
+        if _own_lease(layout, key, token, worker) is None:
+            raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); nothing released")
+        if layout.receipt(key).exists():
+            raise WrongState(f"{key}: has a receipt already; nothing released")
+        src = layout.job_file("running", key)
+        dst = layout.job_file("queue", key)
+        move(src, make_folder(dst.parent, layout.gen) / dst.name)
+        layout.lease(key).unlink(missing_ok=True)
+        layout.cancel_request(key).unlink(missing_ok=True)
+        record_attempt(layout, key, "released", attempt=token, worker=worker)
+        record_event(layout, "released", key, worker=worker, attempt=token)
+        return dst
 
 
 def requeue(layout: Layout, key: str, force: bool = False) -> Path:

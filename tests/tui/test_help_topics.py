@@ -57,7 +57,9 @@ async def test_the_help_lists_the_keys_first_then_every_topic(demo: Demo) -> Non
         topics = screen.query_one(OptionList)
         assert [topics.get_option_at_index(i).id for i in range(topics.option_count)] == [KEYS, *TOPICS]
         assert screen.query_one(ContentSwitcher).current == "help-keys-page"
-        assert "every letter is an action" in plain(screen.query_one("#help-intro", Static))
+        intro = plain(screen.query_one("#help-intro", Static))
+        assert "and so do j, k, g and G" in intro
+        assert "RECEIVED ✔ verifies" in intro and "✔ passed, ✘ failed, ● running, ○ stale, · not run" in intro
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -16,6 +16,7 @@ from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.next_step import NextStepDialog
 from tui.dialogs.preflight import PreflightDialog
+from tui.dialogs.quit import QuitDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
 from tui.screens.board import BoardScreen
@@ -50,6 +51,7 @@ VIEWS: dict[str, type[Screen[object]]] = {
     "a batch ship": BulkShipDialog,
     "the new job": NewJobDialog,
     "the candidates": CandidatesScreen,
+    "quitting with jobs in hand": QuitDialog,
     "the fleet": FleetScreen,
     "the diff": DiffScreen,
     "the help": HelpScreen,

@@ -127,7 +127,7 @@ async def requeue_confirm(d: Driver, demo: Demo) -> None:
 
 async def stop_confirm(d: Driver, demo: Demo) -> None:
     await on_job(d, demo.keys["running"])
-    await d.press("k")
+    await d.press("ctrl+k")
     await d.showing(ConfirmDialog)
 
 

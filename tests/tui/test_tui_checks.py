@@ -28,7 +28,7 @@ from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.ship import ShipDialog
-from tui.messages import ChecksConfigured, CheckStarted
+from tui.messages import ChecksConfigured, ChecksFound, CheckStarted
 from tui.services.check_runner import CheckRunner
 from tui.services.feed import BoardFeed
 from tui.widgets.detail import DetailPane
@@ -141,6 +141,30 @@ async def test_a_running_check_streams_its_output_and_t_capital_stops_it(demo: D
     assert not any(p.is_dir() for p in layout_of(demo).scratch.iterdir())
 
 
+async def test_a_check_stopped_with_t_capital_is_not_started_again_by_itself(demo: Demo) -> None:
+    """Stopping holds: the receipt is judged again after the stop, and the stopped check,
+    not run, would be one to run by itself; it waits for `t` instead."""
+    marker = unique_sleep()
+    add_checks(demo, f'\n[checks.slow]\nrun = "echo started; sleep {marker}"\ntimeout = 600\n')
+    key = demo.keys["verified"]
+    async with run_board(demo.root, key=key) as d:
+        await d.until(lambda: d.board.checks.running(key), "the slow check to start by itself")
+        await d.press("T")
+        await d.until(lambda: not d.board.checks.running(key), "the stop")
+        await d.press("t")
+        await d.until(lambda: d.board.checks.running(key), "t to start it again")
+        await d.press("T")
+        await d.until(lambda: not d.board.checks.running(key), "the second stop")
+        for _ in range(2):
+            seen = len(d.inbox.kinds)
+            d.board.feed.judge([key])
+            await d.until(lambda seen=seen: ChecksFound in d.inbox.kinds[seen:], "the receipt judged again")
+            await d.pilot.pause()
+            assert not d.board.checks.running(key), "a stopped check started again by itself"
+    assert processes_left(marker) == []
+    assert not layout_of(demo).check_record(key, "slow").exists()
+
+
 async def test_t_runs_the_checks_again(demo: Demo) -> None:
     key = demo.keys["verified"]
     before = record(demo, key)["started_at"]
@@ -185,7 +209,7 @@ async def test_bulk_approve_takes_the_jobs_whose_required_checks_passed_and_says
         await d.press("a")
         dialog = await d.showing(ConfirmDialog)
         body = plain(dialog.query_one(".dialog-body Static", Static))
-        assert "Approve 1 of 4 marked job(s)" in body
+        assert "Approve 1 of 4 marked jobs" in body
         assert "3 left out" in body
         assert "1: not RECEIVED" in body
         assert f"1: required checks failed: {keys['checks_failed'][:12]}" in body
@@ -201,7 +225,7 @@ async def test_bulk_approve_with_nothing_approvable_says_why_and_asks_nothing(de
             await d.select(demo.keys[role])
             await d.press("space")
         await d.press("a")
-        await d.until(lambda: d.inbox.said("None of the 2 marked job(s) may be approved now"), "the refusal")
+        await d.until(lambda: d.inbox.said("None of the 2 marked jobs may be approved now"), "the refusal")
         assert d.inbox.said("1: required checks failed") and d.inbox.said("1: the receipt does not verify")
         assert d.screen is d.board
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from boardkit import plain, run_board
 from corekit import mint
 from textual.color import Color
-from textual.widgets import Button, Checkbox, OptionList, Static
+from textual.widgets import Button, Checkbox, OptionList, Static, TabbedContent
 
 from core.model.lifecycle import State
 from core.store.layout import Layout
@@ -31,7 +31,6 @@ from tui.screens.help import HelpScreen
 from tui.text import STATE_STYLES
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
-from tui.widgets.job_table import JobTable
 from tui.widgets.key_bar import KeyBar
 
 NARROW = (80, 24)
@@ -107,7 +106,7 @@ async def test_the_finished_ship_dialog_offers_approve_and_a_opens_the_preflight
         status = plain(dialog.query_one("#ship-status", Static))
         assert "receipt ok" in status and "Next: a opens the approve preflight" in status
         buttons = {b.id: b.display for b in dialog.query(Button)}
-        assert buttons == {"ship-approve": True, "ship-cancel": False, "ship-close": True}
+        assert buttons == {"ship-approve": True, "ship-hide": False, "ship-cancel": False, "ship-close": True}
         await d.press("a")
         preflight = await d.showing(PreflightDialog)
         assert preflight.preflight.key == key and preflight.preflight.verified
@@ -157,7 +156,7 @@ async def test_stop_a_job_the_board_holds_ends_it_aborted(demo: Demo) -> None:
     async with run_board(demo.root, key=key) as d:
         await d.press("c")
         await d.until(lambda: d.state_of(key) == "RUNNING", "the claim")
-        await d.press("k")
+        await d.press("ctrl+k")
         dialog = await d.showing(ConfirmDialog)
         assert "This board holds it" in str(dialog.body)
         await d.press("y")
@@ -173,7 +172,7 @@ async def test_bulk_ship_asks_once_and_ships_each_with_a_summary(demo: Demo) -> 
             await d.press("space")
         await d.press("s")
         confirm = await d.showing(ConfirmDialog)
-        assert "Ship 3 marked job(s)?" in str(confirm.body)
+        assert "Ship 3 marked jobs?" in str(confirm.body)
         await d.press("y")
         picker = await d.showing(HostPicker)
         options = picker.query_one(OptionList)
@@ -349,11 +348,14 @@ async def test_readonly_hides_every_change_from_keys_help_and_palette(demo: Demo
         status = plain(d.board.query_one("#status", Static))
         assert "READ-ONLY: changes are off" in status
         labels = {h.label for h in d.board.query_one(KeyBar).hints}
-        assert labels == {"Diff", "Zoom", "Filter", "Mark"}
+        assert labels == {"Diff", "Zoom", "Filter", "Hosts"}
+        await d.press("space")
+        await d.until(lambda: d.inbox.said("read-only board: nothing to mark jobs for"), "the refusal")
+        assert not d.table.marks
         await d.press("question_mark")
         help_screen = await d.showing(HelpScreen)
         ids = {b.id for b in help_screen.bindings}
-        assert not ids & set(d.board.CHANGES)
+        assert not ids & {*d.board.CHANGES, "mark"}
         titles = [c.title for c in d.app.get_system_commands(d.board)]
         assert not any(t.startswith(("Approve", "Claim", "Ship", "New")) for t in titles)
 
@@ -435,16 +437,27 @@ async def test_the_palette_has_no_duplicates_and_esc_closes_the_key_panel(demo: 
         await d.until(lambda: not d.screen.query("HelpPanel"), "the key panel to close")
 
 
-async def test_movement_is_arrows_only_and_letters_are_actions(demo: Demo) -> None:
-    movement = {b.key for b in JobTable.BINDINGS if b.action.startswith(("cursor", "page", "edge"))}
-    assert movement == {"up", "down", "pageup", "pagedown", "home", "end"}
-    diff_keys = {k for b in DiffScreen.BINDINGS for k in b.key.split(",")}
-    assert not diff_keys & {"j", "k", "h", "l"}
+async def test_j_k_g_and_G_move_as_in_k9s_and_lazygit(demo: Demo) -> None:
     async with run_board(demo.root, MEDIUM) as d:
+        table = d.board.table
+        await d.press("g")
+        first = table.cursor_key
+        await d.press("j")
+        second = table.cursor_key
+        assert second != first
+        await d.press("k")
+        assert table.cursor_key == first
+        await d.press("G")
+        last = table.cursor_key
+        assert last not in (first, second)
+        await d.press("down")
+        assert table.cursor_key == last
         await d.press("question_mark")
         help_screen = await d.showing(HelpScreen)
         text = plain(help_screen.query_one("#help-intro", Static))
-        assert "The arrow and page keys move; every letter is an action." in text
+        assert "The arrow and page keys move, and so do j, k, g and G." in text
+        keys = {b.key_display or b.key for b in help_screen.bindings}
+        assert {"↑ ↓ j k", "home end g G", "ctrl+k"} <= keys
 
 
 async def test_an_empty_board_says_how_to_mint_and_warns_without_a_trusted_key(tmp_path: Path) -> None:
@@ -458,3 +471,44 @@ async def test_an_empty_board_says_how_to_mint_and_warns_without_a_trusted_key(t
         assert "No jobs yet." in lines and 'genjob mint -m "' in lines
         assert "no key is trusted" in lines and "genjob trust" in lines
         assert "no trusted key" in plain(d.board.query_one("#status", Static))
+
+
+async def test_the_theme_chosen_is_the_next_boards_theme(demo: Demo) -> None:
+    from core.store.layout import user_config_dir
+    from tui.prefs import PREFS
+
+    async with run_board(demo.root) as d:
+        assert d.app.theme != "nord"
+        d.app.theme = "nord"
+        await d.until(lambda: (user_config_dir() / PREFS).exists(), "the choice to be kept")
+    async with run_board(demo.root) as d:
+        assert d.app.theme == "nord"
+    (user_config_dir() / PREFS).write_text("not json")
+    async with run_board(demo.root) as d:
+        assert d.app.theme != "nord", "a file of another shape is no choice"
+
+
+async def test_after_a_zoom_and_escape_the_arrows_move_the_cursor_again(demo: Demo) -> None:
+    async with run_board(demo.root, (80, 24)) as d:
+        first = d.table.cursor_key
+        await d.press("enter")
+        await d.until(lambda: d.board.maximized is not None, "the zoom")
+        await d.press("escape")
+        await d.until(lambda: d.board.maximized is None, "the zoom to end")
+        assert d.app.focused is d.table
+        await d.press("down")
+        assert d.table.cursor_key != first
+
+
+async def test_with_no_job_selected_the_tabs_and_keys_speak_of_no_job(demo: Demo) -> None:
+    async with run_board(demo.root, key=demo.keys["verified"]) as d:
+        tabs = d.board.query_one(DetailPane).query_one(TabbedContent)
+        assert tabs.get_tab("tab-verify").label.plain.startswith("Verify ✔")
+        await d.press("slash")
+        await d.press(*"matches-no-job-at-all", "enter")
+        await d.until(lambda: d.table.cursor_key is None, "the filter to empty the list")
+        await d.until(lambda: d.board.query_one(DetailPane).detail is None, "the detail to clear")
+        labels = [tabs.get_tab(f"tab-{t}").label.plain for t in ("verify", "diff", "timeline")]
+        assert labels == ["Verify", "Diff", "Timeline"]
+        hints = {h.label for h in d.board.query_one(KeyBar).hints}
+        assert not hints & {"Diff", "Zoom"} and "Filter" in hints

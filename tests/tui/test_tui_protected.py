@@ -59,7 +59,7 @@ async def test_bulk_approve_leaves_it_out_and_says_why(demo: Demo, protected_job
         await d.press("a")
         dialog = await d.showing(ConfirmDialog)
         body = plain(dialog.query_one(".dialog-body Static", Static))
-        assert "Approve 1 of 2 marked job(s)" in body
+        assert "Approve 1 of 2 marked jobs" in body
         assert f"1: it writes protected paths (approved alone, explicitly): {protected_job.key[:12]}" in body
         await d.press("y")
         await d.until(lambda: d.state_of(verified) == "APPLIED", "the apply")

@@ -74,6 +74,7 @@ class _Group(click.Group):
     default=None,
     help="The repository (default: found by walking up from the current folder).",
 )
+@click.version_option(package_name="genjob", prog_name="genjob", message="%(prog)s %(version)s")
 @click.pass_context
 def main(ctx: click.Context, root: Path | None) -> None:
     """genjob: keyed, replayable code-generation jobs with verified receipts.

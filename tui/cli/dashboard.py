@@ -42,9 +42,9 @@ def demo(directory: Path | None, no_tui: bool) -> None:
     say(f"worker key: {made.config_home} (XDG_CONFIG_HOME for this demo)")
     for line in made.summary:
         say(f"  {line}")
+    env = f"XDG_CONFIG_HOME={shlex.quote(str(made.config_home))}"
+    genjob = f"{env} {shlex.quote(_this_command())} --root {shlex.quote(str(made.root))}"
     if no_tui:
-        env = f"XDG_CONFIG_HOME={shlex.quote(str(made.config_home))}"
-        genjob = f"{env} {shlex.quote(_this_command())} --root {shlex.quote(str(made.root))}"
         say(f"open it with: {genjob} tui")
         say(f"or list it:   {genjob} ls")
         if made.holder is not None:
@@ -57,3 +57,4 @@ def demo(directory: Path | None, no_tui: bool) -> None:
         make_app(made.root).run()
     finally:
         made.stop()
+    say(f"the demo repository stays at {made.root}; open it again with: {genjob} tui")

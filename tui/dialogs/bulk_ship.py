@@ -27,6 +27,7 @@ from core.model.contract import ReceiptStatus
 from core.model.terminal import visible
 from core.store.layout import Layout
 from tui.dialogs import fit_to_terminal
+from tui.text import counted
 
 if TYPE_CHECKING:
     from core.store.queue import Claim
@@ -71,7 +72,9 @@ class BulkShipDialog(ModalScreen[str]):
     def compose(self) -> ComposeResult:
         where = ", ".join(map(visible, self.hosts)) if self.hosts else "every host"
         with Vertical(classes="dialog wide tall"):
-            yield Static(Text(f"Shipping {len(self.keys)} jobs to {where}"), classes="dialog-title")
+            yield Static(
+                Text(f"Shipping {counted(len(self.keys), 'job')} to {where}"), classes="dialog-title"
+            )
             yield Static(Text("starting…", style="dim"), id="bulk-status")
             with VerticalScroll(id="bulk-scroll"):
                 yield Static(id="bulk-jobs")

@@ -6,10 +6,10 @@ Files are the source of truth. The screen composes the widgets and routes messag
 `CheckRunner` runs checks (as receipts arrive, and on `t`) and reports how they go, and
 the screen shows all three.
 
-Movement is the arrow keys (and page up/down, home/end); every letter is an action, so
-that no movement key ever collides with one. The job list holds the focus: after a
-dialog, the full-screen diff or an un-zoom it has it again, and the filter box takes it
-only while it is shown.
+Movement is the arrow keys (and page up/down, home/end), and `j`/`k`/`g`/`G` as in k9s,
+lazygit and less; stopping a run is `ctrl+k`, as in k9s, always confirmed. The job list
+holds the focus: after a dialog, the full-screen diff or an un-zoom it has it again, and
+the filter box takes it only while it is shown.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -55,7 +55,7 @@ from tui.messages import (
 from tui.services.actions import STATES_FOR, TABLE, Dispatcher, may
 from tui.services.check_runner import CheckRunner
 from tui.services.feed import TIME_SENSITIVE, BoardFeed
-from tui.text import in_repo
+from tui.text import counted, in_repo
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
@@ -63,6 +63,7 @@ from tui.widgets.key_bar import Hint, KeyBar
 
 if TYPE_CHECKING:
     from core.store.queue import Enqueued
+    from tui.dialogs.quit import QuitChoice
 
 DETAIL_DEBOUNCE = 0.12
 NARROW = 140
@@ -86,7 +87,7 @@ JOB_ACTIONS = (
 # What to do with a job in each state: the hint a refusal ends with.
 NEXT_STEP = {
     State.QUEUED: "claim (c) or ship (s) it",
-    State.RUNNING: "wait for its receipt, or stop it (k)",
+    State.RUNNING: "wait for its receipt, or stop it (ctrl+k)",
     State.ORPHANED: "its worker is gone: requeue it (r)",
     State.RECEIVED: "approve (a) or reject (x) it",
     State.STALE: "replay it (R) over the tree as it is now",
@@ -111,7 +112,10 @@ class FilterBox(Input):
 
 class BoardScreen(Screen[None]):
     AUTO_FOCUS = "#jobs"
-    BINDINGS: ClassVar[list[Binding]] = [
+    # Escape is the board's own (`clear`): it un-zooms and gives the list the focus back,
+    # where Textual's minimize would leave the focus nowhere.
+    ESCAPE_TO_MINIMIZE = False
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "a", "job('apply')", "Approve", tooltip="Preflight, then apply a verified receipt", id="approve"
         ),
@@ -119,7 +123,9 @@ class BoardScreen(Screen[None]):
             "s", "job('ship')", "Ship", tooltip="Ship a queued job (or one this board claimed)", id="ship"
         ),
         Binding("c", "job('claim')", "Claim", tooltip="Claim a queued job: this board holds it", id="claim"),
-        Binding("k", "job('cancel')", "Stop", tooltip="Stop a running job (it ends aborted)", id="cancel"),
+        Binding(
+            "ctrl+k", "job('cancel')", "Stop", tooltip="Stop a running job (it ends aborted)", id="cancel"
+        ),
         Binding("r", "job('requeue')", "Requeue", tooltip="Requeue an orphaned job", id="requeue"),
         Binding(
             "R", "job('replay')", "Replay", tooltip="Replay a stale, failed or rejected job", id="replay"
@@ -155,7 +161,11 @@ class BoardScreen(Screen[None]):
         Binding("enter", "zoom", "Zoom", tooltip="The detail pane alone (again to go back)", id="zoom"),
         Binding("escape", "clear", "Clear", tooltip="Close the filter; clear marks and filters", id="clear"),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="Every key", id="help"),
-        Binding("q", "app.quit", "Quit", tooltip="Quit the board", id="quit"),
+        Binding("q", "app.quit", "Quit", tooltip="Quit the board (asks first while it runs jobs)", id="quit"),
+        Binding("j", "move(1)", "Down", show=False, id="move-down"),
+        Binding("k", "move(-1)", "Up", show=False, id="move-up"),
+        Binding("g", "to_edge(0)", "First job", show=False, id="move-first"),
+        Binding("G", "to_edge(1)", "Last job", show=False, id="move-last"),
         *(
             Binding(
                 digit,
@@ -420,7 +430,7 @@ class BoardScreen(Screen[None]):
         if marks:
             text.append(f"  {marks} marked", style="bold yellow")
         if self.scanning:
-            text.append(f"  scanning… {len(self.view.rows):,} jobs", style="yellow")
+            text.append(f"  scanning… {counted(len(self.view.rows), 'job')}", style="yellow")
         else:
             text.append(f"  {self.watching}", style="green" if self.watching == "watching" else "yellow")
         self.query_one("#status", Static).update(text, layout=False)
@@ -468,12 +478,14 @@ class BoardScreen(Screen[None]):
                 if self._applies(action):
                     b = by_id["approve" if action == "apply" else action]
                     hints.append(Hint(b.key_display or b.key, b.description, b.action))
-        for ident in ("diff", "zoom", "filter", "new"):
-            if self.readonly and ident in self.CHANGES:
+        selected = self.table.cursor_key is not None
+        for ident in ("diff", "zoom", "filter", "new", "hosts"):
+            if (self.readonly and ident in self.CHANGES) or (ident in ("diff", "zoom") and not selected):
                 continue
             b = by_id[ident]
             hints.append(Hint(b.key_display or b.key, b.description, b.action))
-        hints.append(Hint("space", "Mark", "mark"))
+        if not self.readonly:
+            hints.append(Hint("space", "Mark", "mark"))
         return hints
 
     def _applies(self, action: str) -> bool:
@@ -495,12 +507,16 @@ class BoardScreen(Screen[None]):
     @on(JobTable.CursorMoved)
     def _cursor_moved(self, event: JobTable.CursorMoved) -> None:
         if event.key is not None:
-            self.query_one(DetailPane).loading(event.key)
+            self.query_one(DetailPane).show_loading(event.key)
         self._schedule_detail()
         self._show_keys()
 
     @on(JobTable.MarksChanged)
     def _marks_changed(self) -> None:
+        if self.readonly and self.table.marks:
+            # Marks only gather jobs for an action, and a read-only board runs none.
+            self.table.clear_marks()
+            self._say("read-only board: nothing to mark jobs for", severity="warning")
         self._show_status()
         self._show_keys()
 
@@ -596,22 +612,42 @@ class BoardScreen(Screen[None]):
             b
             for b in self.BINDINGS
             if isinstance(b, Binding)
-            and not b.id.startswith("state-")
+            and not (b.id or "").startswith(("state-", "move-"))
             and not (self.readonly and b.id in self.CHANGES)
         ]
-        marks = [b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark"]
+        marks = [
+            b for b in JobTable.BINDINGS if isinstance(b, Binding) and b.id == "mark" and not self.readonly
+        ]
         extra = [
             Binding("1-9,0", "", "Show only one state (again to undo; several combine)", key_display="1…0"),
-            Binding("up,down", "", "Move the cursor (the only movement keys)", key_display="↑ ↓"),
-            Binding(
-                "pageup,pagedown,home,end",
-                "",
-                "Move a page, or to the first or last job",
-                key_display="pgup pgdn home end",
-            ),
+            Binding("up,down,j,k", "", "Move the cursor", key_display="↑ ↓ j k"),
+            Binding("pageup,pagedown", "", "Move a page", key_display="pgup pgdn"),
+            Binding("home,end,g,G", "", "The first or the last job", key_display="home end g G"),
             Binding("ctrl+p", "", "Command palette: every action by name", key_display="ctrl+p"),
         ]
         return [*keys, *marks, *extra]
+
+    def action_move(self, step: int) -> None:
+        self.table.action_cursor(step)
+
+    def action_to_edge(self, end: int) -> None:
+        self.table.action_edge(end)
+
+    def ask_quit(self) -> None:
+        """Quit; while this board runs jobs or holds claims, first ask what becomes of them."""
+        from tui.dialogs.quit import QuitDialog
+
+        d = self.dispatcher
+        runs, claims = [r.key for r in d.live_runs()], list(d.idle_claims())
+        if not runs and not claims:
+            self.app.exit()
+            return
+
+        def answered(choice: QuitChoice | None) -> None:
+            if choice is not None:
+                d.quit_with(choice)
+
+        self.app.push_screen(QuitDialog(runs, claims), answered)
 
     def action_help(self) -> None:
         from tui.screens.help import HelpScreen

@@ -107,6 +107,7 @@ class CandidatesScreen(Screen[Approval | None]):
         Binding("escape,q", "close", "Back", id="cand.close"),
         Binding("pageup", "scroll(-10)", "Page up", show=False),
         Binding("pagedown", "scroll(10)", "Page down", show=False),
+        Binding("question_mark", "help", "Help", key_display="?", id="cand.help"),
     ]
 
     @dataclass
@@ -313,6 +314,11 @@ class CandidatesScreen(Screen[Approval | None]):
         finally:
             self.checking = None
             self.reload()
+
+    def action_help(self) -> None:
+        from tui.screens.help import HelpScreen, screen_keys
+
+        self.app.push_screen(HelpScreen(screen_keys(self.BINDINGS), self.readonly))
 
     def action_close(self) -> None:
         self._stop_checks.set()  # a check of a candidate stops with the screen that ran it

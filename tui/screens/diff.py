@@ -21,6 +21,7 @@ class DiffScreen(Screen[None]):
         Binding("escape,q,d", "close", "Back", id="diff.close"),
         Binding("down", "scroll(1)", "Down", show=False),
         Binding("up", "scroll(-1)", "Up", show=False),
+        Binding("question_mark", "help", "Help", key_display="?", id="diff.help"),
     ]
 
     def __init__(self, detail: JobDetail) -> None:
@@ -43,6 +44,11 @@ class DiffScreen(Screen[None]):
 
     def action_scroll(self, delta: int) -> None:
         self.query_one("#diff-scroll", VerticalScroll).scroll_relative(y=delta, animate=False)
+
+    def action_help(self) -> None:
+        from tui.screens.help import HelpScreen, screen_keys
+
+        self.app.push_screen(HelpScreen(screen_keys(self.BINDINGS), False))
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -79,6 +79,7 @@ class FleetScreen(Screen[None]):
             "p", "probe", "Probe", tooltip="Time an empty job on every host, there and back", id="fleet.probe"
         ),
         Binding("escape,q,h", "close", "Back", id="fleet.close"),
+        Binding("question_mark", "help", "Help", key_display="?", id="fleet.help"),
     ]
 
     @dataclass
@@ -183,6 +184,11 @@ class FleetScreen(Screen[None]):
             await pool.close()
             self.probing = False
         self.reload()
+
+    def action_help(self) -> None:
+        from tui.screens.help import HelpScreen, screen_keys
+
+        self.app.push_screen(HelpScreen(screen_keys(self.BINDINGS), self.readonly))
 
     def action_close(self) -> None:
         self.dismiss(None)

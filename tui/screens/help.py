@@ -7,6 +7,7 @@ reads those files; `genjob help TOPIC` prints the same ones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.table import Table
@@ -24,12 +25,39 @@ from tui.widgets.key_bar import Hint, KeyBar
 INTRO = (
     "A job moves queued → running → received → applied or rejected; orphaned, failed, stale, "
     "invalid and inconsistent are derived from what is on disk. Every key is one core operation; "
-    "mark several jobs with space first to act on all of them. The arrow and page keys move; "
-    "every letter is an action."
+    "mark several jobs with space first to act on all of them. The arrow and page keys move, "
+    "and so do j, k, g and G."
 )
 KEYS = "keys"
+
+
+def marks_legend() -> str:
+    """What the list's marks mean, from the marks the list draws."""
+    from core.model.standing import CheckState
+    from tui.render import CHECK_MARKS
+
+    names = {
+        CheckState.PASSED: "passed",
+        CheckState.FAILED: "failed",
+        CheckState.RUNNING: "running",
+        CheckState.STALE: "stale",
+        CheckState.NOT_RUN: "not run",
+    }
+    checks = ", ".join(f"{CHECK_MARKS[s][0]} {names[s]}" for s in names)
+    return (
+        "In the list, a received job's state ends in its receipt's verification (RECEIVED ✔ verifies, "
+        f"RECEIVED ✘ does not); CHK has one mark per check, in the config's order: {checks}. "
+        "⚑: the job may write a protected path."
+    )
+
+
 # Below this many columns the topic list and the table of contents take less room.
 NARROW = 100
+
+
+def screen_keys(bindings: Sequence[BindingType]) -> list[Binding]:
+    """A screen's keys as its help lists them: each with what it does, `?` itself left out."""
+    return [b for b in bindings if isinstance(b, Binding) and b.description and b.action != "help"]
 
 
 class HelpScreen(Screen[None]):
@@ -86,14 +114,16 @@ class HelpScreen(Screen[None]):
             with ContentSwitcher(initial="help-keys-page", id="help-pages"):
                 with VerticalScroll(id="help-keys-page"):
                     note = "\n\nREAD-ONLY: the keys that change anything are off, and not listed."
-                    yield Static(Text(INTRO + (note if self.readonly else "") + "\n"), id="help-intro")
+                    intro = f"{INTRO}\n\n{marks_legend()}{note if self.readonly else ''}\n"
+                    yield Static(Text(intro), id="help-intro")
                     yield Static(self.keys_table(), id="help-keys")
                 yield MarkdownViewer(show_table_of_contents=True, id="help-topic")
         yield KeyBar(id="help-keybar")
 
     def keys_table(self) -> Table:
         table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=True)
-        table.add_column(style="bold cyan", no_wrap=True, max_width=12)
+        widest = max((len(b.key_display or b.key) for b in self.bindings), default=1)
+        table.add_column(style="bold cyan", no_wrap=True, min_width=widest)
         table.add_column(ratio=1)
         for b in self.bindings:
             table.add_row(b.key_display or b.key, Text(b.tooltip or b.description))

@@ -8,8 +8,9 @@ that load pydantic, the config model or cryptography, are imported when first us
 that the board's first frame does not wait for them.
 
 The board is a worker too: a job it claims (`c`) is held by it, its lease heartbeated
-while the board is open, until it ships it (`s`) or a cancel (`k`, or `genjob cancel`)
-ends it with an aborted receipt.
+while the board is open, until it ships it (`s`) or a stop (`ctrl+k`, or `genjob cancel`)
+ends it with an aborted receipt. A ship is a run of the board's (`tui.services.runs`):
+its dialog only shows it, and hiding the dialog leaves it running.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ from core.model.standing import Standing, approvable
 from core.model.terminal import visible
 from core.store.layout import Layout
 from tui.dialogs.confirm import ConfirmDialog
+from tui.dialogs.quit import QuitChoice
 from tui.dialogs.reason import ReasonDialog
 from tui.messages import ActionDone, ChecksWanted, Held, Released, Say
 from tui.services.check_runner import CheckRunner
+from tui.services.runs import BoardRun, drive, ended_line
+from tui.text import counted
 
 if TYPE_CHECKING:
     from textual.screen import Screen
@@ -99,6 +103,9 @@ class Dispatcher(Widget):
         # a job being shipped is heartbeated by its ship instead. Changed on the loop only.
         self.held: dict[str, Claim] = {}
         self.shipping: set[str] = set()
+        # The single-job ships this board runs, by key; a run leaves once it ended and no
+        # dialog shows it.
+        self.runs: dict[str, BoardRun] = {}
 
     def on_mount(self) -> None:
         self.set_interval(HOLD_CHECK, self._keep_held)
@@ -107,6 +114,9 @@ class Dispatcher(Widget):
     async def dispatch(self, name: str, keys: list[str], bulk: bool, skipped: int = 0) -> None:
         """Ask what `name` needs, then run it on `keys` (a bulk action confirms its count first)."""
         action = TABLE[name]
+        if name == "ship" and not bulk and keys[0] in self.runs:
+            await self.show_run(self.runs[keys[0]])
+            return
         if bulk and action.narrow is not None:
             narrowed = await action.narrow(self, keys, skipped)
             if not narrowed:
@@ -146,9 +156,10 @@ class Dispatcher(Widget):
         return await self.app.push_screen_wait(dialog)
 
     async def confirm_bulk(self, verb: str, keys: list[str], skipped: int) -> bool:
-        body = Text(f"{verb.capitalize()} {len(keys)} marked job(s)?\n", style="bold")
+        body = Text(f"{verb.capitalize()} {counted(len(keys), 'marked job')}?\n", style="bold")
         if skipped:
-            body.append(f"{skipped} other marked job(s) are skipped: {verb} does not apply to them\n")
+            others = "1 other marked job is" if skipped == 1 else f"{skipped} other marked jobs are"
+            body.append(f"{others} skipped: {verb} does not apply to them\n")
         for key in keys[:LISTED]:
             body.append(f"  {key}\n", style="dim")
         if len(keys) > LISTED:
@@ -165,6 +176,82 @@ class Dispatcher(Widget):
     def holds(self, key: str) -> bool:
         """Whether this board claimed `key` and holds it still (so it may ship or stop it)."""
         return key in self.held
+
+    # -- the runs this board ships -----------------------------------------------------------------
+    def start_run(self, key: str, host: str | None) -> BoardRun:
+        """Ship `key` as a run of the board's: it goes on whatever its dialog does."""
+        run = BoardRun(key, host, self.held.get(key))
+        self.runs[key] = run
+        self.shipping.add(key)
+        self.run_worker(self._drive(run), group="runs", exit_on_error=False)
+        return run
+
+    async def _drive(self, run: BoardRun) -> None:
+        try:
+            await drive(self.repo, run, self.worker_id)
+        finally:
+            run.ended.set()
+            self.shipping.discard(run.key)
+            self.held.pop(run.key, None)
+            if not run.watched:
+                self.runs.pop(run.key, None)
+                if run.done:
+                    self.post_message(Say(ended_line(run), "information" if run.succeeded else "warning"))
+            self.post_message(ActionDone("ship", [], [], [run.key]))
+
+    async def show_run(self, run: BoardRun) -> None:
+        """The run's dialog until it is hidden or closed; then its next step."""
+        from tui.dialogs.ship import ShipDialog
+
+        answer = await self.ask(ShipDialog(run))
+        if run.done:
+            self.runs.pop(run.key, None)
+        if answer == "hidden":
+            self.post_message(
+                Say(f"{run.key[:12]}: the run goes on; s shows it again, ctrl+k stops it", title="ship")
+            )
+        elif answer == "approve":
+            self.dispatch("apply", [run.key], False)
+
+    def live_runs(self) -> list[BoardRun]:
+        return [r for r in self.runs.values() if not r.ended.is_set()]
+
+    def idle_claims(self) -> dict[str, Claim]:
+        """The claims this board holds and is not shipping."""
+        return {k: c for k, c in self.held.items() if k not in self.shipping}
+
+    # -- quitting with jobs in hand ------------------------------------------------------------------
+    @work(group="quit", exclusive=True, exit_on_error=False)
+    async def quit_with(self, choice: QuitChoice) -> None:
+        """Stop the runs or wait for them; give the idle claims back, or leave them held."""
+        runs = self.live_runs()
+        idle = self.idle_claims()
+        if choice != "leave":
+            failed = await asyncio.to_thread(self._release, idle)
+            for key in idle:
+                self.held.pop(key, None)
+            for line in failed:
+                self.post_message(Say(line, "error", "release"))
+        if choice != "wait":
+            for run in runs:
+                run.stop()
+        if runs:
+            self.post_message(
+                Say(f"quitting once {_runs(len(runs))} ended; q again to leave them instead", title="quit")
+            )
+            await asyncio.gather(*(run.ended.wait() for run in runs))
+        self.app.exit(message=left_behind(list(idle)) if choice == "leave" else None)
+
+    def _release(self, claims: dict[str, Claim]) -> list[str]:
+        from core.store.queue import release
+
+        failed = []
+        for key, c in claims.items():
+            try:
+                release(self.repo, key, c.lease.token, self.worker_id)
+            except (GenjobError, OSError) as exc:
+                failed.append(f"{key[:12]}: giving the claim back failed: {exc}")
+        return failed
 
     @work(group="actions", exit_on_error=False)
     async def offer_replay(self, key: str) -> None:
@@ -235,6 +322,19 @@ class Dispatcher(Widget):
         self.held.pop(message.key, None)
 
 
+def _runs(n: int) -> str:
+    return f"{counted(n, 'run')} {'has' if n == 1 else 'have'}"
+
+
+def left_behind(claims: list[str]) -> str:
+    """What the board says as it quits leaving claims held."""
+    lines = [
+        f"genjob: left {counted(len(claims), 'job')} RUNNING: each turns ORPHANED once its lease lapses,",
+        "then `genjob requeue KEY` (or another board's r) puts it back in the queue:",
+    ]
+    return "\n".join([*lines, *(f"  {k}" for k in claims)])
+
+
 def _config(layout: Layout) -> Config:
     """The repository's config.toml; the config model (pydantic) loads on the first call,
     after the board's first frame."""
@@ -250,11 +350,11 @@ def _claim(d: Dispatcher, key: str, _: Any) -> str:
     ttl = d.lease_ttl()
     c = claim(d.repo, d.worker_id, key, ttl, pid=os.getpid())
     d.post_message(Held(c))
-    return f"claimed {key[:12]} (attempt {c.lease.token}); this board holds it: s ships it, k stops it"
+    return f"claimed {key[:12]} (attempt {c.lease.token}); this board holds it: s ships it, ctrl+k stops it"
 
 
 async def _ask_reason(d: Dispatcher, keys: list[str], bulk: bool) -> str | None:
-    body = Text(f"Reject {len(keys)} job(s)? " if bulk else f"Reject {keys[0]}? ")
+    body = Text(f"Reject {counted(len(keys), 'job')}? " if bulk else f"Reject {keys[0]}? ")
     body.append("The receipt and outputs stay as evidence.", style="dim")
     return await d.ask(ReasonDialog("Reject", body))
 
@@ -293,8 +393,11 @@ async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[s
     held = frozenset(k for k in keys if d.holds(k))
     if bulk:
         return held
+    run = d.runs.get(keys[0])
     body = Text(f"Stop the running job {keys[0]}?\n", style="bold")
-    if d.holds(keys[0]):
+    if run is not None:
+        body.append("This board runs it: the runner stops the generator and it ends with an aborted receipt.")
+    elif d.holds(keys[0]):
         body.append("This board holds it: it ends now with an aborted receipt, ready to replay.")
     else:
         body.append(
@@ -302,7 +405,13 @@ async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[s
             "shows the request until it does."
         )
     dialog = ConfirmDialog("Stop job", body, yes="Stop job", no="Keep running", danger=True)
-    return held if await d.ask(dialog) else None
+    if not await d.ask(dialog):
+        return None
+    if run is not None:
+        run.stop()
+        d.post_message(Say(f"stopping {keys[0][:12]}: the runner stops the generator", title="stop"))
+        return None
+    return held
 
 
 def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
@@ -357,10 +466,10 @@ async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str]
     marked = len(keys) + skipped
     body = Text()
     if ok:
-        body.append(f"Approve {len(ok)} of {marked} marked job(s): ", style="bold")
+        body.append(f"Approve {len(ok)} of {counted(marked, 'marked job')}: ", style="bold")
         body.append("their receipts verify and their required checks passed on these exact outputs.\n")
     else:
-        body.append(f"None of the {marked} marked job(s) may be approved now.\n", style="bold")
+        body.append(f"None of the {counted(marked, 'marked job')} may be approved now.\n", style="bold")
     body.append("".join(f"  {key}\n" for key in ok[:LISTED]), style="dim")
     if len(ok) > LISTED:
         body.append(f"  … and {len(ok) - LISTED} more\n", style="dim")
@@ -463,26 +572,21 @@ async def _ask_host(d: Dispatcher, keys: list[str], bulk: bool) -> ShipPlan | No
 
 
 async def _ship(d: Dispatcher, keys: list[str], plan: ShipPlan) -> None:
-    """One job: the ship dialog with its live tail; marked jobs: the batch dialog."""
+    """One job: a run of the board's, shown by its dialog; marked jobs: the batch dialog."""
+    if len(keys) == 1:
+        await d.show_run(d.start_run(keys[0], plan.hosts[0] if plan.hosts else None))
+        return
+    from tui.dialogs.bulk_ship import BulkShipDialog
+
     held = {k: d.held[k] for k in keys if k in d.held}
     d.shipping.update(keys)
     try:
-        if len(keys) == 1:
-            from tui.dialogs.ship import ShipDialog
-
-            host = plan.hosts[0] if plan.hosts else None
-            answer = await d.ask(ShipDialog(d.repo, keys[0], host, d.worker_id, held.get(keys[0])))
-        else:
-            from tui.dialogs.bulk_ship import BulkShipDialog
-
-            answer = await d.ask(BulkShipDialog(d.repo, keys, plan.hosts, d.worker_id, held))
+        await d.ask(BulkShipDialog(d.repo, keys, plan.hosts, d.worker_id, held))
     finally:
         d.shipping.difference_update(keys)
         for key in keys:
             d.held.pop(key, None)
     d.post_message(ActionDone("ship", [], [], keys))
-    if answer == "approve":
-        d.dispatch("apply", keys[:1], False)
 
 
 async def _all_marked(d: Dispatcher, keys: list[str], skipped: int) -> list[str]:
@@ -508,7 +612,7 @@ async def _run_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
     started = sum(len(d.checks.start(key, names)) for key in keys)
     running = len(keys) * len(names) - started
     note = f"; {running} running already" if running else ""
-    d.post_message(Say(f"checks: {started} started on {len(keys)} job(s){note}", title="run checks"))
+    d.post_message(Say(f"checks: {started} started on {counted(len(keys), 'job')}{note}", title="run checks"))
 
 
 async def _stop_checks(d: Dispatcher, keys: list[str], _: Any) -> None:
@@ -547,4 +651,6 @@ def may(d: Dispatcher, action: str, key: str, state: State) -> bool:
     board holds, shipping it too; stopping checks, only where this board runs some."""
     if action == "stop_checks":
         return d.checks.running(key)
+    if action == "ship" and key in d.runs and not d.runs[key].ended.is_set():
+        return True
     return state in STATES_FOR[action] or (action == "ship" and state is State.RUNNING and d.holds(key))

@@ -102,7 +102,7 @@ class DetailPane(Vertical):
     def _body(self, tab_id: str) -> Static:
         return self.query_one(f"#detail-{tab_id}", Static)
 
-    def loading(self, key: str) -> None:
+    def show_loading(self, key: str) -> None:
         """Say which job is on its way, keeping the last one shown until it arrives."""
         self.query_one("#detail-title", Static).update(Text(f"{key}  loading…", style="dim"))
 
@@ -111,8 +111,9 @@ class DetailPane(Vertical):
         self.query_one("#detail-title", Static).update(message)
         if self._tabs is None:
             return
-        for tab_id, _ in TABS:
+        for tab_id, title in TABS:
             self._body(tab_id).update("")
+            self._tabs.get_tab(f"tab-{tab_id}").label = title  # no badge of a job not shown
 
     def show_checks(self, live: Mapping[str, LiveCheck]) -> None:
         """Show the checks this board runs for the shown job (their output as it comes)."""

@@ -27,6 +27,7 @@ from core.store.queue import (
     lease_state,
     locate,
     reject,
+    release,
     request_cancel,
     requeue,
 )
@@ -280,3 +281,27 @@ def test_eight_processes_racing_claim_each_of_2000_jobs_exactly_once(repo: Layou
     assert all(
         lease is not None and lease.worker == by_worker[k] for k, lease in zip(keys, leases, strict=True)
     )
+
+
+def test_release_puts_a_held_claim_back_byte_for_byte(repo: Layout) -> None:
+    job = mint(repo, "release me")
+    queued = repo.job_file("queue", job.key).read_bytes()
+    c = claim(repo, "board:me", job.key)
+    release(repo, job.key, c.lease.token, "board:me")
+    assert repo.job_file("queue", job.key).read_bytes() == queued
+    assert not repo.job_file("running", job.key).exists() and not repo.lease(job.key).exists()
+    assert [a["event"] for a in attempts(repo, job.key)] == ["claimed", "released"]
+    # The next claim is the next attempt: the released one is never reused as a token.
+    assert claim(repo, "w2", job.key).lease.token == c.lease.token + 1
+
+
+@pytest.mark.parametrize("who", ["another worker", "an old token"])
+def test_release_refuses_a_claim_that_is_not_the_callers(repo: Layout, who: str) -> None:
+    job = mint(repo, "not yours")
+    c = claim(repo, "board:me", job.key)
+    worker, token = ("board:other", c.lease.token) if who == "another worker" else ("board:me", 0)
+    before = repo.job_file("running", job.key).read_bytes(), repo.lease(job.key).read_bytes()
+    with pytest.raises(WrongState, match=rf"{job.key}: its lease is no longer {worker}'s"):
+        release(repo, job.key, token, worker)
+    assert (repo.job_file("running", job.key).read_bytes(), repo.lease(job.key).read_bytes()) == before
+    assert not repo.job_file("queue", job.key).exists()

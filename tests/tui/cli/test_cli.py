@@ -59,6 +59,13 @@ def test_help_lists_the_core_commands() -> None:
         assert f"  {command} " in out
 
 
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    res = cli("--version")
+    assert (res.exit_code, res.stdout) == (0, f"genjob {version('genjob')}\n")
+
+
 def test_init_is_idempotent_and_ignores_gen_in_git(tmp_path: Path) -> None:
     root = tmp_path / "r"
     root.mkdir()

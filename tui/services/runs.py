@@ -1,0 +1,186 @@
+"""The ships this board started: each a task of the board, not of the dialog that shows it.
+
+A model host's run can last many minutes, so a run goes on whether its dialog is open or
+not: `escape` hides the dialog, the job stays RUNNING in the list, and `s` on it shows the
+dialog again with the output so far. Stopping a run is its own action, always confirmed.
+
+A run keeps the newest MAX_HISTORY_BYTES of the generator's output, so that a dialog
+opened later can show it; each open dialog holds what it has not drawn yet in its own
+bounded buffer (`tui.dialogs.ship.Unshown`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from rich.text import Text
+
+from core.errors import GenjobError
+from core.model.contract import ReceiptStatus
+from core.model.terminal import visible
+from core.remote.demo_generator import stand_in_note
+from core.store.layout import Layout
+
+if TYPE_CHECKING:
+    from core.store.queue import Claim
+    from core.work.ship import ShipResult
+
+MAX_HISTORY_BYTES = 1 << 20
+
+
+class RunViewer(Protocol):
+    """What shows a run: told of each piece of output and of each change of status."""
+
+    def run_output(self, data: bytes) -> None: ...
+
+    def run_changed(self) -> None: ...
+
+
+@dataclass
+class BoardRun:
+    """One ship this board runs: its status, the output so far, and who is watching."""
+
+    key: str
+    host: str | None
+    claimed: Claim | None = None
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    status: Text = field(default_factory=lambda: Text("starting…", style="dim"))
+    done: bool = False
+    succeeded: bool = False
+    stopping: bool = False
+    # Set once the run is over, however it ended (a cancelled task included).
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    _history: bytearray = field(default_factory=bytearray)
+    _viewers: list[RunViewer] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return visible(self.host or "the default host")
+
+    def output(self, data: bytes) -> None:
+        """Called on the event loop as output arrives."""
+        self._history += data
+        if len(self._history) > MAX_HISTORY_BYTES:
+            # Keep the newest half: trimming then waits for as much again.
+            del self._history[: len(self._history) - MAX_HISTORY_BYTES // 2]
+        for viewer in self._viewers:
+            viewer.run_output(data)
+
+    def set_status(self, text: Text) -> None:
+        self.status = text
+        for viewer in self._viewers:
+            viewer.run_changed()
+
+    def stop(self) -> None:
+        """Ask the runner to stop the generator: the job ends with an aborted receipt."""
+        if not self.done and not self.stopping:
+            self.stopping = True
+            self.cancel.set()
+            self.set_status(Text("stopping: the runner stops the generator…", style="bold yellow"))
+
+    def finish(self, text: Text, ok: bool) -> None:
+        self.done, self.succeeded = True, ok
+        self.set_status(text)
+
+    def watch(self, viewer: RunViewer) -> None:
+        """Show `viewer` the output so far, then each piece as it comes."""
+        self._viewers.append(viewer)
+        if self._history:
+            viewer.run_output(bytes(self._history))
+
+    def unwatch(self, viewer: RunViewer) -> None:
+        if viewer in self._viewers:
+            self._viewers.remove(viewer)
+
+    @property
+    def watched(self) -> bool:
+        return bool(self._viewers)
+
+
+async def drive(layout: Layout, run: BoardRun, worker_id: str) -> None:
+    """Ship `run`'s job (as candidates when the host or policy asks), keeping `run` told."""
+    from core.work.ship import ship  # asyncssh is slow to import: only when shipping
+
+    run.set_status(Text(f"claiming and shipping to {run.where}…", style="bold"))
+    try:
+        spread, stand_ins = await asyncio.to_thread(_plan, layout, run.host)
+        if len(spread) > 1:
+            await _drive_candidates(layout, run, spread, worker_id)
+            return
+        result = await ship(
+            layout,
+            run.key,
+            run.host,
+            on_output=run.output,
+            cancel=run.cancel,
+            worker_id=worker_id,
+            claimed=run.claimed,
+        )
+    except GenjobError as exc:
+        run.finish(Text(visible(str(exc)), style="bold red"), False)
+        return
+    except Exception as exc:
+        run.finish(Text(visible(f"ship failed: {exc}"), style="bold red"), False)
+        return
+    ok = result.status == ReceiptStatus.OK and result.won
+    text = Text(visible(describe(result), keep_newlines=True), style="bold green" if ok else "bold yellow")
+    if result.host in stand_ins:
+        text.append(f"\nNote: {stand_in_note([visible(result.host)])}.", style="yellow")
+    run.finish(text, ok)
+
+
+def _plan(layout: Layout, host: str | None) -> tuple[list[str], set[str]]:
+    """The host of each run (one, unless the host or the policy asks for candidates), and
+    which configured hosts run the stand-in generator."""
+    from core.store.config import candidate_hosts, load_config
+    from core.work.ship import Hosts
+
+    config = load_config(layout.config)
+    stand_ins = {name for name, h in config.hosts.items() if h.stand_in}
+    return candidate_hosts(config, [Hosts(config).pick(host)]), stand_ins
+
+
+async def _drive_candidates(layout: Layout, run: BoardRun, spread: list[str], worker_id: str) -> None:
+    """Best-of-N: a line in the output as each candidate ends; then `a` compares them."""
+    from core.work.ship_candidates import CandidateRequest, ship_candidates
+
+    run.set_status(Text(f"running {len(spread)} candidates on {visible(spread[0])}…", style="bold"))
+
+    def ended(res: ShipResult) -> None:
+        why = f" ({res.reason})" if res.reason else ""
+        lost = "" if res.won else "; the lease was lost, so it was kept aside"
+        run.output(f"[genjob] candidate {res.candidate} on {res.host}: {res.status}{why}{lost}\n".encode())
+
+    results = await ship_candidates(
+        layout,
+        CandidateRequest(run.key, spread, len(spread), claimed=run.claimed),
+        run.cancel,
+        worker_id=worker_id,
+        on_candidate=ended,
+    )
+    ok = sum(1 for r in results if r.status == ReceiptStatus.OK and r.won)
+    line = f"{len(results)} candidates of {run.key[:12]}: {ok} came back ok."
+    if ok:
+        line += "\nNext: a shows them side by side; approve one there."
+    run.finish(Text(line, style="bold green" if ok else "bold yellow"), ok > 0)
+
+
+def describe(result: ShipResult) -> str:
+    """One line about how a ship ended, and the next step."""
+    line = f"{result.key[:12]} on {result.host}, attempt {result.attempt}: receipt {result.status}"
+    if result.reason:
+        line += f" ({result.reason})"
+    if not result.won:
+        return line + "; the lease was lost, so the receipt was kept aside as evidence"
+    if result.status == ReceiptStatus.OK:
+        return line + f", {len(result.outputs)} output file(s).\nNext: a opens the approve preflight."
+    if result.status == ReceiptStatus.ABORTED:
+        return line + ".\nNext: replay the job (R on the board) to run it again."
+    return line + ".\nNext: replay the job (R on the board) once the cause is fixed."
+
+
+def ended_line(run: BoardRun) -> str:
+    """The toast for a run that ended while its dialog was hidden: how, and what next."""
+    return " ".join(line for line in run.status.plain.splitlines() if line)
