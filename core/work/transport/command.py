@@ -42,6 +42,7 @@ from core.work.transport.base import (
     ResultCallback,
     RunOutcome,
     Session,
+    StartCallback,
     drive,
     remote_command,
     runner_start,
@@ -180,6 +181,8 @@ class CommandTransport:
         on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
+        *,
+        on_start: StartCallback | None = None,
     ) -> RunOutcome:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -227,7 +230,7 @@ class CommandTransport:
             exit_reason=self._exit_reason,
         )
         try:
-            outcome = await drive(session, job, on_result, on_output, cancel, self.slack)
+            outcome = await drive(session, job, on_result, on_output, cancel, self.slack, on_start)
         finally:
             stdin.close()
         self._check_host_key(outcome)
