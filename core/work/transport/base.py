@@ -76,7 +76,8 @@ class RunOutcome:
     went to the ``on_result`` given to ``run`` as it arrived; ``error`` is None only when
     the runner exited 0 and the session ended normally. ``preamble`` is what the host
     printed on stdout before the hello (a login shell's banner, at most
-    MAX_PREAMBLE_BYTES), ``facts`` what the runner said its scheduler gave the run.
+    MAX_PREAMBLE_BYTES), ``hello`` whether the hello came, ``facts`` what the runner said
+    its scheduler gave the run.
     """
 
     result_bytes: int
@@ -84,6 +85,7 @@ class RunOutcome:
     exit_status: int | None
     error: str | None
     preamble: bytes = b""
+    hello: bool = False
     facts: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -388,8 +390,11 @@ class _Streams:
             feeder.cancel()
 
     def outcome(self, status: int | None, error: str | None) -> RunOutcome:
-        facts = self.hello.facts or {}
-        return RunOutcome(self.received, bytes(self.tail), status, error, self.hello.kept(), facts)
+        hello = self.hello
+        kept = hello.kept()
+        return RunOutcome(
+            self.received, bytes(self.tail), status, error, kept, hello.found, hello.facts or {}
+        )
 
     async def _feed(self) -> None:
         try:
