@@ -349,7 +349,7 @@ async def drive(
     try:
         status = running.result()
     except _Refused as exc:
-        await session.stop()
+        await _stop_discarding(session)
         return streams.outcome(None, str(exc))
     except session.broken as exc:
         await session.stop()
@@ -358,6 +358,24 @@ async def drive(
         await session.stop()
         raise
     return streams.outcome(status, _failure(streams, status))
+
+
+async def _stop_discarding(session: Session) -> None:
+    """Stop a session whose output was refused, reading and dropping what it still sends:
+    a far side blocked writing to a full pipe would never see the end of its input."""
+
+    async def discard(stream: Reader) -> None:
+        with contextlib.suppress(*session.broken):
+            while await stream.read(CHUNK):
+                pass
+
+    draining = [asyncio.ensure_future(discard(s)) for s in (session.stdout, session.stderr)]
+    try:
+        await session.stop()
+    finally:
+        for task in draining:
+            task.cancel()
+        await asyncio.gather(*draining, return_exceptions=True)
 
 
 class _Streams:
