@@ -60,6 +60,10 @@ class SlurmCluster:
         """The ids of the cluster's jobs that have not ended."""
         return self.run("squeue", "--noheader", "--format=%i").split()
 
+    def running(self, job_id: str) -> bool:
+        """Whether the job is RUNNING (not only still listed while it completes)."""
+        return self.run("squeue", "--noheader", "--format=%T", f"--jobs={job_id}").strip() == "RUNNING"
+
 
 def _free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
