@@ -205,7 +205,7 @@ def ship_cmd(
     if host.stand_in:
         say(
             f"note: {visible(res.host)} runs {STAND_IN}; "
-            "`--host tidy` runs ruff, and genjob's README shows real model hosts"
+            "`--host tidy` runs ruff, and `genjob help hosts` shows real model hosts"
         )
     job = locate(layout, full).job
     v = verify(layout, job, config)

@@ -21,6 +21,8 @@ TOPICS = (
     "checks",
     "trust",
     "threat-model",
+    "audit",
+    "agents",
     "formats",
     "architecture",
     "benchmarks",
