@@ -132,10 +132,16 @@ def runner_argv(argv: Sequence[str], python: str, mode: CommandMode) -> list[str
     return [*argv, *runner_start(python)]
 
 
+# A line in which a client only restates a status its own exit gives: srun's "task 0:
+# Exited with exit code 2" comes after slurmstepd's reason (an execve() that failed).
+_RESTATED = re.compile(r"srun: error: \S+: tasks? [0-9,-]+: Exited with exit code \d+")
+
+
 def last_words(tail: bytes) -> str:
-    """The last non-empty line of a stderr tail, cut short, for an error message."""
+    """The last non-empty line of a stderr tail that says more than an exit status, cut
+    short, for an error message."""
     for line in reversed(tail.decode("utf-8", errors="replace").splitlines()):
-        if line.strip():
+        if line.strip() and not _RESTATED.fullmatch(line.strip()):
             line = line.strip()
             return line if len(line) <= _REASON_CHARS else line[:_REASON_CHARS] + "…"
     return ""
