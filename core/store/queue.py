@@ -274,11 +274,11 @@ class Changed:
     cleanups: tuple[Cleanup, ...] = ()
 
 
-def _clean_up(layout: Layout, key: str) -> tuple[Cleanup, ...]:
+def _clean_up(layout: Layout, key: str, attempt: int | None = None) -> tuple[Cleanup, ...]:
     # The config's models (pydantic) load only when a job is requeued or stopped.
     from core.store.scheduler import clean_up
 
-    return tuple(clean_up(layout, key))
+    return tuple(clean_up(layout, key, attempt))
 
 
 def requeue(layout: Layout, key: str, force: bool = False) -> Changed:
@@ -300,9 +300,11 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Changed:
         move(loc.path, make_folder(dst.parent, layout.gen) / dst.name)
         layout.lease(key).unlink(missing_ok=True)
         layout.cancel_request(key).unlink(missing_ok=True)
+        # The attempt that left the run: a worker may claim the job again before its cleanup runs.
+        attempt = claims(attempts(layout, key))
         record_attempt(layout, key, "requeued", forced=force, lease=state)
         record_event(layout, "requeued", key, forced=force, lease=state)
-    return Changed(dst, _clean_up(layout, key))
+    return Changed(dst, _clean_up(layout, key, attempt))
 
 
 def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:

@@ -91,15 +91,15 @@ def _cleaned(records: Iterable[Mapping[str, Any]], attempt: int) -> set[object]:
     }
 
 
-def clean_up(layout: Layout, key: str) -> list[Cleanup]:
-    """Run its host's cleanup for each run of the job's current attempt that reported
-    facts and was not cleaned up yet, and record each; [] when there is none to run.
+def clean_up(layout: Layout, key: str, attempt: int | None = None) -> list[Cleanup]:
+    """Run its host's cleanup for each run of `attempt` (default: the job's current one)
+    that reported facts and was not cleaned up yet, and record each; [] when there is none.
 
     Never raises for what a cleanup meets: a config that does not load, a host gone from
     it or waiting for approval, a fact missing, a command that fails: each is a failed
     `Cleanup` that says so."""
     records = attempts(layout, key)
-    attempt = claims(records)
+    attempt = claims(records) if attempt is None else attempt
     done = _cleaned(records, attempt)
     runs = [run for run in started_runs(records, attempt) if run.candidate not in done]
     if not runs:

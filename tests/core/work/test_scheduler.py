@@ -274,3 +274,26 @@ async def test_a_hello_whose_facts_are_not_plain_words_is_refused(
         f".gen/logs/{job.key}/attempt-1.login"
     )
     assert started(repo, job.key) == []
+
+
+def test_a_requeue_cleans_up_the_attempt_it_took_back_not_the_next(
+    repo: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that claims the job again between the requeue and its cleanup keeps its run."""
+    import core.store.scheduler
+
+    write_config(repo, cleanup_host("echo {slurm_job_id} >> cleaned"))
+    key = orphan_with_facts(repo, {"slurm_job_id": "41"})
+    clean_up = core.store.scheduler.clean_up
+
+    def claimed_first(layout: Layout, key: str, attempt: int | None = None) -> list[object]:
+        again = claim(layout, "next", key)
+        record_attempt(
+            layout, key, STARTED, attempt=again.lease.token, host="hpc", facts={"slurm_job_id": "42"}
+        )
+        return clean_up(layout, key, attempt)  # type: ignore[return-value]
+
+    monkeypatch.setattr(core.store.scheduler, "clean_up", claimed_first)
+    [cleanup] = requeue(repo, key).cleanups
+    assert (cleanup.ok, cleanup.attempt, cleanup.command) == (True, 1, "echo 41 >> cleaned")
+    assert (repo.root / "cleaned").read_text() == "41\n"
