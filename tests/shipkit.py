@@ -22,6 +22,7 @@ from ssh_servers import SSHServer
 
 from core.errors import VerificationFailed
 from core.model.models import Job
+from core.remote.rules import HELLO
 from core.remote.runner import write_tar
 from core.review.apply import apply_job
 from core.review.consent import allow_as_written
@@ -223,13 +224,28 @@ def hang_once(folder: Path, output: str) -> tuple[str, Path]:
     return script(folder, "hang_once", code), report
 
 
-def hostile_host(tmp: Path, name: str, stdout: bytes) -> str:
-    """A `[hosts.NAME]` command host that sends `stdout` back as its runner's result."""
+# A stand-in for genjob's runner: it reads the preflight and the runner's source from its
+# stdin, answers with the hello (the nonce that came after them, and the facts in its
+# second argument), then sends the file named in its first as its result.
+FAKE_RUNNER = f"""
+import sys
+stdin = sys.stdin.buffer
+for _source in range(2):
+    stdin.read(int(stdin.readline()))
+nonce = stdin.readline().strip()
+hello = {HELLO!r} + nonce + b" " + sys.argv[2].encode() + b"\\n"
+sys.stdout.buffer.write(hello + open(sys.argv[1], "rb").read())
+"""
+
+
+def hostile_host(tmp: Path, name: str, stdout: bytes, facts: str = "{}") -> str:
+    """A `[hosts.NAME]` command host that says `facts` in its hello and sends `stdout`
+    back as its runner's result."""
     sent = tmp / f"{name}.out"
     sent.write_bytes(stdout)
     program = tmp / f"{name}.py"
-    program.write_text(f"import sys\nsys.stdout.buffer.write(open({str(sent)!r}, 'rb').read())\n")
-    argv = ", ".join(toml_str(a) for a in (sys.executable, str(program)))
+    program.write_text(FAKE_RUNNER)
+    argv = ", ".join(toml_str(a) for a in (sys.executable, str(program), str(sent), facts))
     return (
         f"[hosts.{name}]\n"
         'transport = "command"\n'

@@ -9,6 +9,12 @@ authorized_keys written to a temp folder, listening on 127.0.0.1 only. Missing s
 fails the tests when ``CI`` is set and skips them otherwise. ``run_sshd(folder)`` is the
 same server as a plain context manager, for the benchmarks.
 
+``talkative_sshd``: the same sshd, but the user's own ``~/.bashrc``, which bash reads for
+every command sshd runs, first prints what the test put in a banner file (as an `echo`
+there, conda's or Lmod's messages do), and exits instead of running the command when the
+test says so. The rc is bind-mounted over the real one in a mount namespace of that sshd's
+own, so nothing outside it changes; it needs root, and bash as the user's shell.
+
 Both give an ``SSHServer``: address, port, client identity, a known_hosts file holding
 the server's host key, the key's SHA256 fingerprint, and ``drop()``, which kills every
 live connection from the server side.
@@ -20,6 +26,8 @@ import asyncio
 import contextlib
 import getpass
 import os
+import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -34,7 +42,10 @@ import pytest
 
 HOST = "127.0.0.1"
 SSHD = "/usr/sbin/sshd"
-SESSION_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+# What every session on either server has in its environment, beside a PATH: two
+# variables a host's `pass_env` may name for its generator, and one it must never see.
+HOST_ENV = {"PASSME_ONE": "one", "PASSME_TWO": "two", "OTHER_SECRET": "s3cret"}
+SESSION_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **HOST_ENV}
 
 
 @dataclass
@@ -233,6 +244,7 @@ def _sshd_config(folder: Path, port: int, forwarding: bool) -> Path:
         "MaxStartups 32\n"
         "Subsystem sftp internal-sftp\n"
         "LogLevel INFO\n"
+        f"SetEnv {' '.join(f'{name}={value}' for name, value in HOST_ENV.items())}\n"
     )
     return config
 
@@ -286,12 +298,13 @@ def sshd_connection_pids(listener: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def run_sshd(folder: Path, *, forwarding: bool = False) -> Iterator[SSHServer]:
+def run_sshd(folder: Path, *, forwarding: bool = False, login_rc: Path | None = None) -> Iterator[SSHServer]:
     """Run ``/usr/sbin/sshd -D -e`` on 127.0.0.1 with keys and config written to ``folder``.
 
     Plain code, so benchmarks start the same server the tests do. On exit every
     connection is dropped and sshd is stopped. With `forwarding`, it allows what a hostile
-    generator host would: agent and TCP forwarding.
+    generator host would: agent and TCP forwarding. With `login_rc`, that file stands for
+    the user's ``~/.bashrc`` in every session (bound over it in sshd's own mount namespace).
     """
     host_key, identity = _server_key_setup(folder)
     with contextlib.suppress(PermissionError):
@@ -302,7 +315,7 @@ def run_sshd(folder: Path, *, forwarding: bool = False) -> Iterator[SSHServer]:
         config = _sshd_config(folder, port, forwarding)
         with log.open("wb") as log_file:
             proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(config)],
+                [*_with_login_rc(login_rc), SSHD, "-D", "-e", "-f", str(config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -342,12 +355,74 @@ def run_sshd(folder: Path, *, forwarding: bool = False) -> Iterator[SSHServer]:
             proc.wait()
 
 
+def _with_login_rc(rc: Path | None) -> list[str]:
+    """The start of an argv that runs the rest with `rc` bound over the user's ~/.bashrc,
+    in a mount namespace of its own (`unshare` execs it: the pid stays the program's)."""
+    if rc is None:
+        return []
+    bashrc = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".bashrc"
+    bind = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind, "sh", str(rc), str(bashrc)]
+
+
+def _skip_or_fail(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def openssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
     if not os.access(SSHD, os.X_OK):
-        message = f"{SSHD} is missing: install openssh-server"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        _skip_or_fail(f"{SSHD} is missing: install openssh-server")
     with run_sshd(tmp_path_factory.mktemp("openssh")) as server:
         yield server
+
+
+@dataclass
+class LoginShell:
+    """What the talkative server's login shell does before the command: print `banner`
+    (the file's bytes), and with `quits`, exit instead of running the command."""
+
+    banner: Path
+    quit_flag: Path
+
+    def prints(self, data: bytes, *, quits: bool = False) -> None:
+        self.banner.write_bytes(data)
+        if quits:
+            self.quit_flag.touch()
+        else:
+            self.quit_flag.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def talkative_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SSHServer, LoginShell]]:
+    """sshd whose user's ~/.bashrc prints what `LoginShell.prints` was given, then goes on
+    as the real one (`talkative_sshd` resets it for each test)."""
+    if not os.access(SSHD, os.X_OK):
+        _skip_or_fail(f"{SSHD} is missing: install openssh-server")
+    user = pwd.getpwuid(os.getuid())
+    bashrc = Path(user.pw_dir) / ".bashrc"
+    if os.geteuid() != 0 or os.path.basename(user.pw_shell) != "bash" or not bashrc.is_file():
+        pytest.skip(
+            "a login shell's rc is stood in for as root, for a user whose shell is bash, over their ~/.bashrc"
+        )
+    folder = tmp_path_factory.mktemp("talkative")
+    shell = LoginShell(folder / "banner", folder / "quit")
+    rc = folder / "bashrc"
+    rc.write_text(
+        "# genjob's tests: a login shell that prints before the command (as an echo here,\n"
+        "# conda's or Lmod's messages do), then the user's own rc.\n"
+        f"cat {shlex.quote(str(shell.banner))} 2>/dev/null\n"
+        f"[ -e {shlex.quote(str(shell.quit_flag))} ] && exit 0\n" + bashrc.read_text()
+    )
+    with run_sshd(folder / "sshd", login_rc=rc) as server:
+        yield server, shell
+
+
+@pytest.fixture
+def talkative_sshd(talkative_server: tuple[SSHServer, LoginShell]) -> Iterator[tuple[SSHServer, LoginShell]]:
+    server, shell = talkative_server
+    shell.prints(b"")
+    yield server, shell
+    shell.prints(b"")

@@ -12,13 +12,18 @@ so the runner checks a bundle by the very rules the client checks a result by.
    checked before tarfile reads what it announces)
  - output tails: `TailBuffer`, the last bytes of a generator's output; `LineCap`, a live
    view of it whose lines are cut at a length
+ - the runner's hello: `HELLO`, the marker its stdout starts with, and `check_facts`, what
+   a scheduler said about the run (`FACTS`)
+ - environment: `check_env_patterns`, a host's `pass_env`, and `passed_env`, what it passes
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import io
 import json
+import re
 import typing
 import unicodedata
 
@@ -208,6 +213,76 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+# The runner's first line on stdout, before its result tar: HELLO, the nonce the client
+# sent, a space and a JSON object of the facts below. A login shell may print on stdout
+# before the runner starts (an `echo` in ~/.bashrc, conda's or Lmod's messages): the client
+# skips up to the marker, which the nonce makes one no banner can hold by chance.
+HELLO = b"genjob-runner/2 "
+NONCE = re.compile(r"[0-9a-f]{32}")
+MAX_HELLO_BYTES = 4096
+# What a scheduler or container engine says about a run, as the runner finds it: Slurm's
+# job and step ids, the container's id, the Kubernetes pod's name. A host's `cleanup`
+# command gets them (shell-quoted) to stop a run whose worker died.
+FACTS = ("slurm_job_id", "slurm_step_id", "container_id", "pod_name")
+FACT_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+
+
+def check_facts(value: object) -> dict[str, str]:
+    """A hello's facts: an object of known names, each a short plain word; ValueError."""
+    if not isinstance(value, dict):
+        raise ValueError("facts: not a JSON object")
+    for name, fact in value.items():
+        if name not in FACTS:
+            raise ValueError(f"facts: {name!r} is not one of {', '.join(FACTS)}")
+        if not isinstance(fact, str) or not FACT_VALUE.fullmatch(fact):
+            raise ValueError(f"facts: {name}: {fact!r} is not letters, digits, '.', '_' and '-'")
+    return dict(value)
+
+
+# What the runner sets in the generator's environment itself: `pass_env` never changes it.
+RUNNER_SETS = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "PYTHONPATH",
+        "PYTHONSAFEPATH",
+        "GENJOB_INSTRUCTION_FILE",
+        "GENJOB_JOB_FILE",
+        "GENJOB_WORKDIR",
+    }
+)
+ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_*?]{0,127}")
+MAX_PASS_ENV = 64
+
+
+def check_env_patterns(value: object) -> list[str]:
+    """A host's `pass_env`: variable names or globs (`*`, `?`) that start with a letter or
+    `_`, so none matches every name; ValueError naming the fault."""
+    if not isinstance(value, list):
+        raise ValueError("pass_env must be a list")
+    if len(value) > MAX_PASS_ENV:
+        raise ValueError(f"pass_env has {len(value)} entries, over {MAX_PASS_ENV}")
+    for pattern in value:
+        if not isinstance(pattern, str) or not ENV_PATTERN.fullmatch(pattern):
+            raise ValueError(
+                f"pass_env: {pattern!r} is not a variable name or a glob of one (letters, digits, "
+                "'_', '*' and '?', starting with a letter or '_')"
+            )
+        if pattern in RUNNER_SETS:
+            raise ValueError(f"pass_env: {pattern} is set by genjob's runner itself")
+    return list(value)
+
+
+def passed_env(patterns: typing.Sequence[str], environ: typing.Mapping[str, str]) -> dict[str, str]:
+    """The variables of `environ` that `patterns` name, but none the runner sets itself."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in RUNNER_SETS and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    }
 
 
 class TailBuffer:

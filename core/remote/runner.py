@@ -4,13 +4,19 @@ Stdlib only: the client ships this file's source to the generator host and runs 
 ``python3 -I -S -c BOOTSTRAP``; nothing is installed there. The client keeps stdin open for the
 whole job, so EOF on stdin means the client is gone and the job is cancelled.
 
-stdin:  ``<len(source)>\\n`` + source (read by BOOTSTRAP), one JSON header line
-        ``{"v": 1, "generator": str, "timeout": float, "limits": {...}, "bundle_bytes": int}``,
-        then ``bundle_bytes`` of an uncompressed tar: ``job.json``, ``instruction.txt``, then
-        ``files/<path>`` for each allowed path that exists on the client, in that order.
+stdin:  ``<len>\\n`` + `core.remote.preflight`'s source (read by BOOTSTRAP), which checks
+        this Python and reads ``<len>\\n`` + this runner's source (with the rules it
+        needs); then the client's nonce on a line; one JSON header line
+        ``{"v": 2, "generator": str, "timeout": float, "limits": {...}, "pass_env": [...],
+        "bundle_bytes": int}``, then ``bundle_bytes`` of an uncompressed tar: ``job.json``,
+        ``instruction.txt``, then ``files/<path>`` for each allowed path that exists on the
+        client, in that order.
 stderr: the generator's merged stdout and stderr, live, plus ``[genjob-runner]`` notes.
-stdout: an uncompressed tar: ``outputs/<path>`` for each collected file, then ``result.json``
-        (last, so each output's hash is taken as it is sent).
+stdout: the hello, one line at once: ``HELLO``, the nonce, a space and a JSON object of
+        what the scheduler says about the run (`scheduler_facts`); then an uncompressed
+        tar: ``outputs/<path>`` for each collected file, then ``result.json`` (last, so each
+        output's hash is taken as it is sent). Whatever a login shell printed before the
+        hello is the client's to skip.
 
 Written for any python3 from 3.8 on, since the generator host's interpreter is not ours.
 """
@@ -40,16 +46,26 @@ import typing
 # dropped there: the modules' source comes first in the same blob.
 from core.errors import GenjobError
 from core.remote.rules import (
+    FACT_VALUE,
+    HELLO,
+    NONCE,
     Limits,
     MemberCheck,
     TailBuffer,
     check_allowed_paths,
+    check_env_patterns,
     checked_members,
     loads_strict,
+    passed_env,
 )
 
-BOOTSTRAP = 'import sys;b=sys.stdin.buffer;exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
-PROTOCOL_VERSION = 1
+# Runs `core.remote.preflight` with any Python (2 included, for the message that it is
+# too old), which reads and runs the runner.
+BOOTSTRAP = (
+    'import sys;b=getattr(sys.stdin,"buffer",sys.stdin);'
+    'exec(compile(b.read(int(b.readline())),"genjob-runner","exec"))'
+)
+PROTOCOL_VERSION = 2
 KILL_GRACE = 2.0
 MAX_HEADER_BYTES = 1 << 20
 MAX_VIOLATIONS = 100
@@ -338,6 +354,10 @@ def read_header(stream: typing.BinaryIO) -> dict[str, typing.Any]:
         header["limits"] = Limits.from_dict(header.get("limits"))
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"header: {exc}") from None
+    try:
+        header["pass_env"] = check_env_patterns(header.get("pass_env"))
+    except ValueError as exc:
+        raise ProtocolError(f"header: {exc}") from None
     size = header.get("bundle_bytes")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ProtocolError("header: bundle_bytes must be a non-negative integer")
@@ -574,13 +594,17 @@ def remove_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def generator_env(home: str, work: str, instruction_file: str, job_file: str) -> dict[str, str]:
-    """The generator's whole environment: nothing of the runner's beyond PATH/PYTHONPATH.
+def generator_env(
+    home: str, work: str, instruction_file: str, job_file: str, pass_env: typing.Sequence[str] = ()
+) -> dict[str, str]:
+    """The generator's whole environment: nothing of the runner's beyond PATH/PYTHONPATH
+    and the variables the host's `pass_env` names (never over one set here).
 
     PYTHONSAFEPATH keeps a Python generator from importing the job's files in place of
     its own modules: `python3 -m ruff` in a workspace holding the job's `ruff/__main__.py`
     would otherwise run that file (Python 3.11 and later honour it)."""
     env = {
+        **passed_env(pass_env, os.environ),
         "PATH": os.environ.get("PATH") or os.defpath,
         "HOME": home,
         "LANG": "C.UTF-8",
@@ -626,7 +650,7 @@ def run_in_workspace(
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
             cwd=work,
-            env=generator_env(home, work, instruction_file, job_file),
+            env=generator_env(home, work, instruction_file, job_file, header["pass_env"]),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -657,6 +681,57 @@ def widen_pipe(fd: int) -> None:
             fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
 
 
+def read_nonce(stream: typing.BinaryIO) -> bytes:
+    """The client's nonce, the line after the runner's source."""
+    line = stream.readline(64)
+    if not line:
+        raise Cancelled("input closed before the nonce")
+    nonce = line.rstrip(b"\n")
+    if not NONCE.fullmatch(nonce.decode("ascii", "replace")):
+        raise ProtocolError("the nonce line is not 32 hex digits")
+    return nonce
+
+
+def say_hello(out: typing.BinaryIO, nonce: bytes, facts: dict[str, str]) -> None:
+    """The runner's first line on stdout: the client skips anything before it."""
+    out.write(HELLO + nonce + b" " + json.dumps(facts, sort_keys=True).encode("ascii") + b"\n")
+    out.flush()
+
+
+# Where a container's id shows: the engine binds its own files (hostname, resolv.conf)
+# from a folder named for it (docker, podman), or names its cgroup for it (cgroup v1).
+_CONTAINER_PLACES = (
+    ("/proc/self/mountinfo", re.compile(r"/(?:docker/containers|overlay-containers)/([0-9a-f]{64})/")),
+    ("/proc/self/cgroup", re.compile(r"(?:docker|libpod)[-/]([0-9a-f]{64})")),
+)
+
+
+def container_id() -> str | None:
+    """The id of the container the runner is in, when a container engine names one."""
+    for path, pattern in _CONTAINER_PLACES:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                found = pattern.search(handle.read(1 << 20))
+        except OSError:
+            continue
+        if found:
+            return found.group(1)
+    return None
+
+
+def scheduler_facts(environ: typing.Mapping[str, str]) -> dict[str, str]:
+    """What the scheduler or container engine says about this run: Slurm's job and step
+    ids, the container's id, the Kubernetes pod's name (its HOSTNAME there); each one only
+    when it is a plain word (`FACT_VALUE`)."""
+    found = {
+        "slurm_job_id": environ.get("SLURM_JOB_ID"),
+        "slurm_step_id": environ.get("SLURM_STEP_ID"),
+        "pod_name": environ.get("HOSTNAME") if environ.get("KUBERNETES_SERVICE_HOST") else None,
+        "container_id": container_id(),
+    }
+    return {name: value for name, value in found.items() if value and FACT_VALUE.fullmatch(value)}
+
+
 def main() -> int:
     result: dict[str, typing.Any] = {
         "exit_code": None,
@@ -670,6 +745,12 @@ def main() -> int:
     outputs: dict[str, Output] = {}
     widen_pipe(0)
     stdin = sys.stdin.buffer
+    try:
+        nonce = read_nonce(stdin)
+        say_hello(sys.stdout.buffer, nonce, scheduler_facts(os.environ))
+    except (Cancelled, ProtocolError, OSError) as exc:
+        sys.stderr.write(f"[genjob-runner] {exc}\n")
+        return 2
     try:
         header = read_header(stdin)
         outputs = run_in_workspace(header, stdin, Watch(), result)

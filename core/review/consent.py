@@ -53,6 +53,12 @@ def _host_lines(name: str, host: Host) -> list[str]:
     lines = [f"host {name}: {where}", f"    generator: {host.generator}"]
     if host.python is not None:
         lines.append(f"    python there: {host.python}")
+    if host.pass_env:
+        local = host.transport == "local"
+        source = "genjob's environment here" if local else "the runner's environment there"
+        lines.append(f"    the generator also gets, from {source}: {', '.join(host.pass_env)}")
+    if host.cleanup is not None:
+        lines.append(f"    cleanup, run ON THIS MACHINE when a run's worker died: {host.cleanup}")
     return lines
 
 

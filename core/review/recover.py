@@ -16,7 +16,11 @@ The rules, applied in this order (each is reported):
  R6 temp files of interrupted writes (`.tmp-*`) in `.gen/` folders are removed once no
     process is writing them (their lock is free), and a worker's staging folder in
     `.gen/out/` (a run's, or a candidate's) once its attempt is over (the job no longer
-    runs under that attempt).
+    runs under that attempt);
+ R7 an ORPHANED job (in `running/`, no receipt, its lease not live) whose current attempt
+    left a run on a host that names a `cleanup` gets it run (`core.store.scheduler`), once:
+    a Slurm step or a container that outlived its worker is stopped. This one runs a
+    command, the operator's own from the config they allowed, outside the state lock.
 A copy is removed only when its digest equals the winner's; a copy with other content
 is never deleted but moved aside to `.gen/logs/<key>/` and reported.
 
@@ -43,7 +47,8 @@ from core.store.events import record_event
 from core.store.evidence import set_aside
 from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import read_lease
-from core.store.queue import read_job_file
+from core.store.queue import lease_state, read_job_file
+from core.store.scheduler import clean_up
 
 # A run's staging folder in `.gen/out/`: `.tmp-<key>-<attempt>`, or with `-c<n>` for a candidate.
 _STAGING = re.compile(rf"^{re.escape(TMP_PREFIX)}([0-9a-f]{{32}})-(\d+)(?:-c\d+)?$")
@@ -83,6 +88,8 @@ def recover(layout: Layout) -> Recovery:
             where = str(folder.relative_to(layout.root))
             out.attempt("R6", where, functools.partial(_sweep_temps, layout, folder))
         out.attempt("R6", "staging", functools.partial(_sweep_staging, layout))
+    for key in _orphaned(layout):
+        out.attempt("R7", key, functools.partial(_clean_up_after, layout, key, out.left))
     if out.lines:
         record_event(layout, "recovered", None, actions=[line[:300] for line in out.lines[:200]])
     return out
@@ -156,6 +163,24 @@ def _resolve_pairs(layout: Layout) -> list[str]:
                 moved = set_aside(layout, key, path, loser).relative_to(layout.root)
                 report.append(f"{rule} {key}: {winner} wins; moved the {loser} copy to {moved}")
     return report
+
+
+def _orphaned(layout: Layout) -> list[str]:
+    """The keys in `running/` with no receipt whose lease is not live: no worker runs them."""
+    return sorted(
+        key
+        for key in _keys(layout.running, ".json")
+        if KEY_RE.fullmatch(key) and not layout.receipt(key).exists() and not lease_state(layout, key).live
+    )
+
+
+def _clean_up_after(layout: Layout, key: str, left: list[str]) -> list[str]:
+    """Run the host's cleanup for what the orphaned job's attempt left: the lines of those
+    that worked; those that failed go to `left`."""
+    done: list[str] = []
+    for cleanup in clean_up(layout, key):
+        (done if cleanup.ok else left).append(f"R7 {key}: {cleanup.line}")
+    return done
 
 
 def _sweep_strays(layout: Layout) -> list[str]:

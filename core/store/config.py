@@ -41,7 +41,7 @@ from core.model.check_record import CheckName
 from core.model.contract import MAX_CANDIDATES
 from core.model.freshness import MAX_TTL
 from core.model.protected import DEFAULT_PROTECTED
-from core.remote.rules import DEFAULT_LIMITS, Limits
+from core.remote.rules import DEFAULT_LIMITS, FACTS, MAX_PASS_ENV, Limits, check_env_patterns
 from core.store.layout import user_config_dir
 from core.store.ownership import operator_owners, repository_owners, require_trusted
 from core.store.pins import read_pins
@@ -211,6 +211,8 @@ class _FromLimitsTable:
 
 # A host's name is a TOML key and also names its file under `.gen/fleet/`.
 HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# A placeholder in a host's `cleanup`: one of the facts the runner reports (`FACTS`).
+CLEANUP_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class Host(BaseModel):
@@ -243,6 +245,27 @@ class Host(BaseModel):
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
     network: bool = False
     read_only: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=64)] = []
+    # Variables of the runner's environment (a local host's: genjob's own) that the
+    # generator gets too, by name or glob ("SLURM_*", "CUDA_VISIBLE_DEVICES"); nothing else
+    # of that environment reaches it.
+    pass_env: Annotated[list[str], Field(max_length=MAX_PASS_ENV)] = []
+    # A command run on this machine when a run's worker died (by `requeue`, `recover` and a
+    # stop of the orphaned job), to stop what the run left on the host: its placeholders are
+    # the facts the runner reported, shell-quoted (`scancel {slurm_job_id}`).
+    cleanup: Annotated[str, Field(min_length=1, max_length=4000)] | None = None
+
+    @field_validator("pass_env")
+    @classmethod
+    def _env_patterns(cls, patterns: list[str]) -> list[str]:
+        return check_env_patterns(patterns)
+
+    @field_validator("cleanup")
+    @classmethod
+    def _cleanup_placeholders(cls, command: str | None) -> str | None:
+        for name in CLEANUP_PLACEHOLDER.findall(command or ""):
+            if name not in FACTS:
+                raise ValueError(f"cleanup: {{{name}}} is not a fact the runner reports ({', '.join(FACTS)})")
+        return command
 
     @property
     def stand_in(self) -> bool:
@@ -459,7 +482,12 @@ _HOST_RUNS = (
     "sandbox",
     "network",
     "read_only",
+    "pass_env",
+    "cleanup",
 )
+# Of those, the ones added since configs were first pinned: each counts once it is set,
+# so a config the operator allowed before they existed stays allowed as it is.
+_HOST_RUNS_ADDED = frozenset({"pass_env", "cleanup"})
 _CHECK_RUNS = ("run", "sandbox", "read_only")
 
 
@@ -478,10 +506,14 @@ def _lowered(config: Config) -> dict[str, object]:
     return lowered
 
 
+def _host_runs(host: Host) -> dict[str, Any]:
+    return {f: getattr(host, f) for f in _HOST_RUNS if f not in _HOST_RUNS_ADDED or getattr(host, f)}
+
+
 def what_runs(config: Config) -> dict[str, dict[str, Any]]:
     """What a repository's config would run and lower: the part the operator consents to."""
     return {
-        "hosts": {n: {f: getattr(h, f) for f in _HOST_RUNS} for n, h in sorted(config.hosts.items())},
+        "hosts": {n: _host_runs(h) for n, h in sorted(config.hosts.items())},
         "checks": {n: {f: getattr(c, f) for f in _CHECK_RUNS} for n, c in sorted(config.checks.items())},
         "lowers": _lowered(config),
     }

@@ -2,7 +2,9 @@
 
 A claim is a bare rename from `queue/` to `running/`: exactly one claimer's rename can
 succeed. Every other move happens under `.gen/state.lock`, so that a requeue cannot
-interleave with a receipt being committed or an apply.
+interleave with a receipt being committed or an apply. A requeue, and a cancel of a job
+whose worker is gone, run its host's `cleanup` (`core.store.scheduler`) afterwards, outside
+the lock: what a dead worker left running on a scheduler is stopped.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
 from core.model.canonical import canonical, loads_strict, read_bytes
@@ -23,6 +25,9 @@ from core.store.events import attempts, claims, record_attempt, record_event
 from core.store.layout import FOLDER_STATE, JOB_FOLDERS, Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.store.tree import make_folder
+
+if TYPE_CHECKING:
+    from core.store.scheduler import Cleanup
 
 
 @dataclass(frozen=True)
@@ -278,8 +283,26 @@ def release(layout: Layout, key: str, token: int, worker: str) -> Path:
         return dst
 
 
-def requeue(layout: Layout, key: str, force: bool = False) -> Path:
-    """Put an orphaned job back in the queue, byte for byte; the attempt is recorded."""
+@dataclass(frozen=True)
+class Changed:
+    """A job moved or asked to stop (`path`, the file that says so), and the cleanups its
+    host ran for the run a dead worker left (`core.store.scheduler`): a failed one says so
+    and undoes nothing."""
+
+    path: Path
+    cleanups: tuple[Cleanup, ...] = ()
+
+
+def _clean_up(layout: Layout, key: str, attempt: int | None = None) -> tuple[Cleanup, ...]:
+    # The config's models (pydantic) load only when a job is requeued or stopped.
+    from core.store.scheduler import clean_up
+
+    return tuple(clean_up(layout, key, attempt))
+
+
+def requeue(layout: Layout, key: str, force: bool = False) -> Changed:
+    """Put an orphaned job back in the queue, byte for byte; the attempt is recorded.
+    Then its host's cleanup runs for what the attempt left on the host."""
     check_key(key)
     with flocked(layout.lock):
         loc = locate(layout, key)
@@ -296,9 +319,11 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Path:
         move(loc.path, make_folder(dst.parent, layout.gen) / dst.name)
         layout.lease(key).unlink(missing_ok=True)
         layout.cancel_request(key).unlink(missing_ok=True)
+        # The attempt that left the run: a worker may claim the job again before its cleanup runs.
+        attempt = claims(attempts(layout, key))
         record_attempt(layout, key, "requeued", forced=force, lease=state)
         record_event(layout, "requeued", key, forced=force, lease=state)
-        return dst
+    return Changed(dst, _clean_up(layout, key, attempt))
 
 
 def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
@@ -329,8 +354,9 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
         return dst
 
 
-def request_cancel(layout: Layout, key: str) -> Path:
-    """Ask the worker running `key` to stop; it ends the job with an aborted receipt."""
+def request_cancel(layout: Layout, key: str) -> Changed:
+    """Ask the worker running `key` to stop; it ends the job with an aborted receipt. When
+    no worker holds it any more (ORPHANED), its host's cleanup runs for what it left."""
     check_key(key)
     if not layout.job_file("running", key).exists():
         raise WrongState(f"{key}: is not running")
@@ -339,7 +365,9 @@ def request_cancel(layout: Layout, key: str) -> Path:
     path = layout.cancel_request(key)
     atomic_write(path, canonical({"at": time.time()}))
     record_event(layout, "cancel_requested", key)
-    return path
+    if lease_state(layout, key).live:
+        return Changed(path)
+    return Changed(path, _clean_up(layout, key))
 
 
 def cancel_requested(layout: Layout, key: str) -> bool:

@@ -17,7 +17,7 @@ import shutil
 import stat
 import tarfile
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,13 +134,17 @@ def make_bundle(
     return write_tar(members)
 
 
-def make_header(generator: str, timeout: float, limits: Limits, bundle: bytes) -> dict[str, Any]:
-    """The runner's header line for ``bundle``."""
+def make_header(
+    generator: str, timeout: float, limits: Limits, bundle: bytes, pass_env: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The runner's header line for ``bundle``; `pass_env` names what of the runner's
+    environment the generator gets too."""
     return {
         "v": PROTOCOL_VERSION,
         "generator": generator,
         "timeout": float(timeout),
         "limits": limits.as_dict(),
+        "pass_env": list(pass_env),
         "bundle_bytes": len(bundle),
     }
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import functools
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from core.store.evidence import keep
 from core.store.layout import Layout
 from core.store.queue import Claim, Claimer, cancel_requested, heartbeat
 from core.store.receipts import Committed, commit_receipt, make_receipt
+from core.store.scheduler import STARTED
 from core.store.signing import load_private_key, private_key_path
 from core.store.tree import make_folder
 from core.work.bundle import BundleError, ResultInfo
@@ -59,7 +60,7 @@ class ShipResult:
 
 def make_transport(name: str, host: Host) -> Transport:
     if host.transport == "local":
-        return LocalTransport(confine=LocalSandbox.of(host, name))
+        return LocalTransport(confine=LocalSandbox.of(host, name), pass_env=host.pass_env)
     if host.transport == "command":
         if not host.command:
             raise BadInput(f"config.toml: hosts.{name}: a command host needs command")
@@ -243,11 +244,15 @@ async def run_claimed(
     """
     claim = shipment.claim
     tail = TailBuffer(shipment.pool.config.limits.max_tail_bytes)
+    shown = [on_output] if on_output is not None else []
 
     def output(chunk: bytes) -> None:
         tail.add(chunk)
-        if on_output is not None:
-            on_output(chunk)
+        for show in shown:
+            try:
+                show(chunk)
+            except Exception:  # the caller's view of the output failing never touches the run
+                shown.clear()
 
     run = Run()
     stop = asyncio.Event()
@@ -305,10 +310,16 @@ async def attempt(
                 generator=host.generator,
                 timeout=host.timeout,
                 limits=shipment.pool.config.limits,
+                pass_env=tuple(host.pass_env),
             )
             transport = shipment.pool.transport(shipment.host)
-            outcome, run.info = await run_job(transport, spec, dest, output, stop)
+            started = functools.partial(_started, shipment, candidate)
+            outcome, run.info = await run_job(transport, spec, dest, output, stop, on_start=started)
         run.error = outcome.error
+        if outcome.preamble:
+            kept = await asyncio.to_thread(_keep_login_output, shipment, candidate, outcome.preamble)
+            if kept is not None and run.error is not None and not outcome.hello:
+                run.error += f"; what it printed is kept in {kept}"
         if outcome.stderr_tail and not len(tail):
             output(outcome.stderr_tail)
     except BundleError as exc:
@@ -317,6 +328,38 @@ async def attempt(
         run.error = str(exc)
     except Exception as exc:  # after a claim, every outcome must still end in a receipt
         run.error = f"worker error: {type(exc).__name__}: {exc}"
+
+
+async def _started(shipment: Shipment, candidate: int | None, facts: Mapping[str, str]) -> None:
+    """Record that the run started and what its scheduler said (`core.store.scheduler`): a
+    host's cleanup needs it once the worker is gone. A record that cannot be written costs
+    only that."""
+    claim = shipment.claim
+    where = {"host": shipment.host} if candidate is None else {"host": shipment.host, "candidate": candidate}
+    with contextlib.suppress(GenjobError, OSError):
+        await asyncio.to_thread(
+            record_attempt,
+            shipment.layout,
+            claim.key,
+            STARTED,
+            attempt=claim.lease.token,
+            facts=facts,
+            **where,
+        )
+
+
+def _keep_login_output(shipment: Shipment, candidate: int | None, preamble: bytes) -> str | None:
+    """Keep what the host printed before the runner started (a login shell's banner) as
+    `<stem>.login` in the job's evidence folder; where it is, relative to the repository,
+    or None when it could not be kept (which the audit log says)."""
+    layout, claim = shipment.layout, shipment.claim
+    stem = f"attempt-{claim.lease.token}" + (f"-candidate-{candidate}" if candidate is not None else "")
+    try:
+        return str(keep(layout, claim.key, f"{stem}.login", preamble).relative_to(layout.root))
+    except (GenjobError, OSError) as exc:
+        with contextlib.suppress(GenjobError, OSError):
+            record_event(layout, "evidence_not_kept", claim.key, attempt=claim.lease.token, reason=str(exc))
+        return None
 
 
 async def watch(

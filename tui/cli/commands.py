@@ -25,6 +25,7 @@ from tui.cli.output import guarded, print_json, say
 
 if TYPE_CHECKING:
     from core.model.standing import CheckStatus
+    from core.store.scheduler import Cleanup
 
 # Each command imports what it uses inside its body, so a command pays only for its own
 # imports: `genjob ls` starts without pydantic, cryptography, asyncssh or textual.
@@ -284,6 +285,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         say(f"--- {visible(diff.path)}: {diff.status} +{diff.added} -{diff.removed}")
         if diff.text:
             say(_printable_block(diff.text), nl=False)
+    print_runs(d.attempts)
+    print_login_output(layout, r.key)
     if d.timeline:
         say("timeline:")
         for e in d.timeline:
@@ -291,10 +294,58 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             extra = {k: v for k, v in e.items() if k not in ("at", "event", "key", "by")}
             event, by = visible(str(e.get("event"))), visible(str(e.get("by")))
             say(f"  {stamp}  {event}  by {by}  {visible(json.dumps(extra))}")
+    if d.log_tail:
+        say("output (the generator's, as kept in .gen/logs/):")
+        say(_output_block(d.log_tail), nl=False)
 
 
 def _printable_block(text: str) -> str:
     return "".join(visible(line) + "\n" for line in text.splitlines())
+
+
+# A line of kept output longer than this is cut, as the board's Output tab cuts it.
+OUTPUT_LINE_CHARS = 4096
+
+
+def _output_block(text: str) -> str:
+    """The generator's kept output, each line indented, escaped and cut at
+    OUTPUT_LINE_CHARS; CRLF as a plain line end (OpenSSH's client ends its lines so)."""
+    from core.remote.rules import cut_lines
+
+    lines = cut_lines(text.replace("\r\n", "\n"), OUTPUT_LINE_CHARS).splitlines()
+    return "".join(f"  {visible(line)}\n" for line in lines)
+
+
+def print_runs(records: Sequence[dict[str, Any]]) -> None:
+    """What the scheduler said about each run (`started` with facts) and each host cleanup
+    that ran, from the job's attempt records."""
+    from core.store.scheduler import CLEANED_UP, STARTED
+
+    for r in records:
+        which = f"attempt {r.get('attempt')}" + (f" candidate {r['candidate']}" if "candidate" in r else "")
+        host = visible(str(r.get("host")))
+        if r.get("event") == STARTED and isinstance(r.get("facts"), dict) and r["facts"]:
+            facts = " ".join(f"{name}={value}" for name, value in sorted(r["facts"].items()))
+            say(f"run     {which} on {host}: {visible(facts)}")
+        elif r.get("event") == CLEANED_UP:
+            how = "ok" if r.get("ok") is True else "FAILED"
+            said = r.get("command") if r.get("ok") is True else r.get("detail")
+            say(f"cleanup {which} on {host}: {how}: {visible(str(said))}")
+
+
+def print_login_output(layout: Layout, key: str) -> None:
+    """Where the host's login shell output (printed before the runner started) is kept."""
+    folder = layout.log_dir(key)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".login"))
+    except OSError:
+        return
+    for name in names:
+        size = (folder / name).lstat().st_size
+        say(
+            f"login   {visible(name[: -len('.login')])}: the host printed {size} bytes before the runner "
+            f"started, kept in {visible(str((folder / name).relative_to(layout.root)))}"
+        )
 
 
 _MARKS = {"passed": "ok  ", "failed": "FAIL", "not run": "----", "stale": "old ", "running": "run "}
@@ -361,8 +412,18 @@ def requeue_cmd(ctx: click.Context, key: str, force: bool) -> None:
     from core.store.queue import requeue
 
     layout = layout_of(ctx)
-    path = requeue(layout, resolve_key(layout, key), force)
-    say(f"requeued: {path.relative_to(layout.root)}")
+    requeued = requeue(layout, resolve_key(layout, key), force)
+    say(f"requeued: {requeued.path.relative_to(layout.root)}")
+    report_cleanups(requeued.cleanups)
+
+
+def report_cleanups(cleanups: Sequence[Cleanup]) -> None:
+    """A line for each host cleanup a command ran; exit 1 when one failed (what the
+    command did stays done)."""
+    for cleanup in cleanups:
+        say(visible(cleanup.line), err=not cleanup.ok)
+    if any(not c.ok for c in cleanups):
+        sys.exit(1)
 
 
 @main.command("verify")
@@ -455,8 +516,9 @@ def cancel_cmd(ctx: click.Context, key: str) -> None:
     from core.store.queue import request_cancel
 
     layout = layout_of(ctx)
-    request_cancel(layout, resolve_key(layout, key))
+    asked = request_cancel(layout, resolve_key(layout, key))
     say("cancel requested")
+    report_cleanups(asked.cleanups)
 
 
 @main.command("replay")

@@ -1,11 +1,19 @@
-"""`genjob ship` and `genjob worker`: the worker plane on the command line."""
+"""`genjob ship` and `genjob worker`: the worker plane on the command line.
+
+A run never depends on genjob's own terminal: the generator's output is written by a
+thread of its own, dropped once that terminal is gone or has stopped reading, and a
+closed terminal (SIGHUP) stops the run as SIGTERM and Ctrl-C do, with an aborted receipt.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import os
+import queue
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -25,37 +33,109 @@ from tui.cli.output import say
 T = TypeVar("T")
 
 
+# What stops a run: Ctrl-C, SIGTERM, and SIGHUP (the terminal or the SSH session it ran in
+# closed), each as the others, so the job ends with an aborted receipt, never ORPHANED.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def run_until_signal(make: Callable[[asyncio.Event], Awaitable[T]]) -> T:
-    """Run a coroutine; SIGINT and SIGTERM set its stop event instead of killing it."""
+    """Run a coroutine; a stop signal sets its stop event instead of killing it."""
 
     async def main() -> T:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, stop.set)
         return await make(stop)
 
     return asyncio.run(main())
 
 
+def hold_standard_fds() -> None:
+    """Open /dev/null on each of stdin, stdout and stderr that is closed, as daemons do:
+    otherwise the next file genjob opened would get that number, and what is written to
+    stdout or stderr (by genjob or a program it starts) would land in it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free number: `fd` itself
+
+
 # The longest line of generator output `genjob ship` streams; the rest is dropped as it comes.
 MAX_LINE_CHARS = 4096
+# The most output waiting for a terminal that reads slowly or not at all; past it, output
+# is dropped until it has caught up.
+MAX_WAITING_BYTES = 1 << 20
+# How long the verdict waits for the output before it to reach the terminal.
+DRAIN_WAIT = 2.0
 
 
 class _Visible:
     """Generator output for the operator's terminal: UTF-8 decoded across chunk boundaries,
-    every control and format character shown, so a generator can never drive the terminal,
-    and each line cut at MAX_LINE_CHARS (the evidence in `.gen/logs/` keeps its tail as it came)."""
+    CRLF shown as a plain line end (OpenSSH's client ends its own messages so), every other
+    control and format character shown, so a generator can never drive the terminal, and
+    each line cut at MAX_LINE_CHARS (the evidence in `.gen/logs/` keeps its tail as it came).
+
+    A thread of its own writes it to stderr: the run never waits for the terminal. Once
+    that fails (EPIPE, EIO: the reader or the terminal is gone), or when there is no stderr,
+    the output is dropped; so is what comes while over MAX_WAITING_BYTES wait."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lines = LineCap(MAX_LINE_CHARS)
+        self._cr = False  # the last chunk ended in "\r": a "\n" may follow
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._waiting = 0
+        self._lock = threading.Lock()  # over `_waiting` and `_broken`
+        self._broken = sys.stderr is None
+        self._writer = threading.Thread(target=self._write_all, name="genjob-output", daemon=True)
+        self._writer.start()
 
     def __call__(self, chunk: bytes) -> None:
-        shown = self._lines.feed(self._decoder.decode(chunk))
-        if shown:
-            sys.stderr.write(visible(shown, keep_newlines=True))
-            sys.stderr.flush()
+        shown = visible(self._lines.feed(self._crlf(self._decoder.decode(chunk))), keep_newlines=True)
+        with self._lock:
+            if self._broken or not shown or self._waiting + len(shown) > MAX_WAITING_BYTES:
+                return
+            self._waiting += len(shown)
+        self._queue.put(shown)
+
+    def _crlf(self, text: str) -> str:
+        """`text` with each CRLF as LF, across chunk boundaries: a CR at the end waits."""
+        if self._cr:
+            text = "\r" + text
+        self._cr = text.endswith("\r")
+        return (text[:-1] if self._cr else text).replace("\r\n", "\n")
+
+    def _write_all(self) -> None:
+        while (text := self._queue.get()) is not None:
+            try:
+                _write_stderr(text)
+            except (OSError, ValueError):  # ValueError: a stream closed under it
+                with self._lock:
+                    self._broken = True
+            with self._lock:
+                self._waiting -= len(text)
+
+    def close(self) -> None:
+        """Let what waits reach the terminal, for DRAIN_WAIT at most, so the verdict comes after it."""
+        self._queue.put(None)
+        self._writer.join(DRAIN_WAIT)
+
+
+def _write_stderr(text: str) -> None:
+    """Write `text` to stderr: straight to its descriptor when it has one, so that no lock
+    of `sys.stderr` is held while a terminal that stopped reading blocks the write."""
+    stream = sys.stderr
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream in memory (tests), or none
+        stream.write(text)
+        stream.flush()
+        return
+    view = memoryview(text.encode(stream.encoding or "utf-8", errors="backslashreplace"))
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _echo_visible(line: str) -> None:
@@ -100,6 +180,7 @@ def ship_cmd(
     from core.store.config import candidate_hosts
     from core.work.ship import Hosts, ship
 
+    hold_standard_fds()
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)
     config = load_config(layout.config)
@@ -108,9 +189,12 @@ def ship_cmd(
     if len(candidate_hosts(config, names, candidates)) > 1:
         _ship_candidates(layout, full, names, candidates, worker_id)
         return
-    res = run_until_signal(
-        lambda stop: ship(layout, full, names[0], None if quiet else _Visible(), stop, worker_id=worker_id)
-    )
+    shown = None if quiet else _Visible()
+    try:
+        res = run_until_signal(lambda stop: ship(layout, full, names[0], shown, stop, worker_id=worker_id))
+    finally:
+        if shown is not None:
+            shown.close()
     _echo_visible(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
     if not res.won:
         say(f"the lease was lost; this receipt was kept aside at {visible(str(res.receipt))}")
@@ -165,6 +249,7 @@ def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
     from core.work.worker import run_worker
 
+    hold_standard_fds()
     layout: Layout = layout_of(ctx)
     results = run_until_signal(
         lambda stop: run_worker(

@@ -376,8 +376,8 @@ async def _ask_requeue(d: Dispatcher, keys: list[str], bulk: bool) -> bool:
 def _requeue(d: Dispatcher, key: str, _: Any) -> str:
     from core.store.queue import requeue
 
-    requeue(d.repo, key)
-    return f"requeued {key[:12]}"
+    cleanups = requeue(d.repo, key).cleanups
+    return "; ".join([f"requeued {key[:12]}", *(c.line for c in cleanups)])
 
 
 def _replay(d: Dispatcher, key: str, _: Any) -> Done:
@@ -417,7 +417,11 @@ async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[s
 def _cancel(d: Dispatcher, key: str, held: frozenset[str]) -> str:
     from core.store.queue import request_cancel
 
-    request_cancel(d.repo, key)
+    cleanups = request_cancel(d.repo, key).cleanups
+    if cleanups:
+        return "; ".join(
+            [f"cancel requested for {key[:12]}, whose worker is gone", *(c.line for c in cleanups)]
+        )
     if key in held:
         return f"stopping {key[:12]}: this board holds it and writes the aborted receipt"
     return f"cancel requested for {key[:12]}: its worker ends it with an aborted receipt"

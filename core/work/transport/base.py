@@ -1,11 +1,13 @@
 """What every transport shares: the outcome type, the stdin payload and the job loop.
 
 A transport starts ``core/remote/runner.py`` somewhere (a local subprocess, an SSH session),
-writes the length line and the runner's source to its stdin at once, then the header and
-the bundle once they are ready, keeps stdin open until the job is done (EOF there means
-"cancel" to the runner), streams its stderr to ``on_output`` and reads its stdout, the
-result tar, fully. The runner is started before the job's files are read and bundled,
-so that work overlaps with connecting and with the remote shell and interpreter start.
+writes the preflight, the runner's source and a fresh nonce to its stdin at once, then the
+header and the bundle once they are ready, keeps stdin open until the job is done (EOF
+there means "cancel" to the runner), streams its stderr to ``on_output`` and reads its
+stdout fully: the runner's hello (found after whatever a login shell printed first, which
+is kept, bounded), then the result tar. The runner is started before the job's files are
+read and bundled, so that work overlaps with connecting and with the remote shell and
+interpreter start.
 """
 
 from __future__ import annotations
@@ -16,24 +18,36 @@ import functools
 import json
 import queue
 import re
+import secrets
 import shlex
 import shutil
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from core import errors
 from core.errors import BadInput, GenjobError
-from core.remote import rules, runner
-from core.remote.rules import DEFAULT_LIMITS, Limits, TailBuffer
+from core.remote import preflight, rules, runner
+from core.remote.rules import (
+    DEFAULT_LIMITS,
+    HELLO,
+    MAX_HELLO_BYTES,
+    Limits,
+    TailBuffer,
+    check_facts,
+    loads_strict,
+)
 from core.work.bundle import BundleError, ResultInfo, extract_result, make_bundle, make_header
 
 OutputCallback = Callable[[bytes], None]
 # The runner's stdout, a chunk at a time; an awaitable it returns holds reading back until
 # it is done, so a host can send no faster than what it sent is taken.
 ResultCallback = Callable[[bytes], "Awaitable[None] | None"]
+# What the runner said as it started: the facts its scheduler gave the run (see
+# `core.remote.rules.FACTS`). An awaitable it returns is awaited before reading on.
+StartCallback = Callable[[Mapping[str, str]], "Awaitable[None] | None"]
 T = TypeVar("T")
 # The runner's header line, as a mapping, and the bundle it announces.
 Prepared = tuple[Mapping[str, Any], bytes]
@@ -44,32 +58,47 @@ CHUNK = 1 << 16
 # past it, reading waits until that thread has taken it down to half.
 MAX_RESULT_WAITING = 8 << 20
 STOP_WAIT = runner.KILL_GRACE + 8.0
+# The most a host may print on stdout before the runner's hello (a login shell's banner):
+# more is refused, and never held.
+MAX_PREAMBLE_BYTES = 64 << 10
+# Where to look when it printed something and the runner never answered.
+QUIET_SHELL = (
+    "a login shell's startup files there (~/.bashrc, ~/.profile, /etc/profile.d/) must print "
+    "nothing when it is not interactive, as scp and rsync need too"
+)
 
 
 @dataclass(frozen=True)
 class RunOutcome:
     """How one run ended, before the result tar is checked.
 
-    ``result_bytes`` counts the runner's stdout, the result tar, which went to the
-    ``on_result`` given to ``run`` as it arrived; ``error`` is None only when the runner
-    exited 0 and the session ended normally.
+    ``result_bytes`` counts the runner's stdout after its hello, the result tar, which
+    went to the ``on_result`` given to ``run`` as it arrived; ``error`` is None only when
+    the runner exited 0 and the session ended normally. ``preamble`` is what the host
+    printed on stdout before the hello (a login shell's banner, at most
+    MAX_PREAMBLE_BYTES), ``hello`` whether the hello came, ``facts`` what the runner said
+    its scheduler gave the run.
     """
 
     result_bytes: int
     stderr_tail: bytes
     exit_status: int | None
     error: str | None
+    preamble: bytes = b""
+    hello: bool = False
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 class Transport(Protocol):
     """Runs the runner on some host.
 
     ``run`` starts the runner, then awaits ``job`` for the header and bundle to send it;
-    the runner's stdout goes to ``on_result`` and its stderr to ``on_output`` as they come.
+    the runner's stdout goes to ``on_result`` and its stderr to ``on_output`` as they come,
+    and ``on_start`` hears the runner's facts as soon as it has started.
     It reports a failed attempt in the outcome's ``error`` instead of raising. It raises
     only for an untrusted host key (SSH's ``HostKeyError``: that needs an operator, not a
-    retry), for an exception from ``job`` or ``on_output``, and when its task is
-    cancelled; in the last three cases the remote side is stopped first. When it returns
+    retry), for an exception from ``job``, ``on_output`` or ``on_start``, and when its task
+    is cancelled; in the last three cases the remote side is stopped first. When it returns
     or raises before awaiting ``job``, ``job`` is the caller's to cancel.
     """
 
@@ -79,6 +108,8 @@ class Transport(Protocol):
         on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
+        *,
+        on_start: StartCallback | None = None,
     ) -> RunOutcome: ...
 
     async def close(self) -> None: ...
@@ -163,10 +194,23 @@ def remote_command(python: str) -> str:
     return shlex.join(runner_start(python))
 
 
-def runner_preamble() -> bytes:
-    """What ``runner.BOOTSTRAP`` reads first: the source's length on a line, then the source."""
-    source = runner_source()
-    return b"%d\n" % len(source) + source
+@functools.cache
+def preflight_source() -> bytes:
+    """What ``runner.BOOTSTRAP`` runs first, on any Python: `core.remote.preflight`."""
+    return Path(preflight.__file__).read_bytes()
+
+
+def new_nonce() -> bytes:
+    """A fresh nonce for one run: the runner's hello carries it back."""
+    return secrets.token_hex(16).encode("ascii")
+
+
+def runner_preamble(nonce: bytes) -> bytes:
+    """What the runner's stdin starts with: the preflight and the runner's source, each
+    after its length on a line (``runner.BOOTSTRAP`` reads the first, the preflight the
+    second), then the nonce on a line."""
+    first, source = preflight_source(), runner_source()
+    return b"%d\n" % len(first) + first + b"%d\n" % len(source) + source + nonce + b"\n"
 
 
 def header_line(header: Mapping[str, Any], bundle: bytes) -> bytes:
@@ -188,8 +232,71 @@ def max_result_bytes(header: Mapping[str, Any]) -> int:
     )
 
 
-class _TooLarge(Exception):
-    pass
+class _Refused(Exception):
+    """What the host sent on stdout is refused: the session is stopped, the message says why."""
+
+
+def _excerpt(data: bytes) -> str:
+    """The start of what a host printed, for a message: its first line, cut short."""
+    first = data.lstrip(b"\r\n").split(b"\n", 1)[0].rstrip(b"\r")
+    text = first.decode("utf-8", errors="replace")
+    return repr(text if len(text) <= 60 else text[:60] + "…")
+
+
+class _Hello:
+    """Finds the runner's hello (`core.remote.rules.HELLO` and this run's nonce) in its
+    stdout. What came before it (a login shell's banner) is kept as the preamble, up to
+    MAX_PREAMBLE_BYTES: a host that prints more is refused, never held in memory."""
+
+    def __init__(self, nonce: bytes) -> None:
+        self.marker = HELLO + nonce + b" "
+        self.seen = bytearray()
+        self.preamble = b""
+        self.facts: dict[str, str] | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.facts is not None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What of `chunk` comes after the hello: b"" until it is found. Raises _Refused."""
+        self.seen += chunk
+        at = self.seen.find(self.marker)
+        end = self.seen.find(b"\n", at) if at >= 0 else -1
+        if at > MAX_PREAMBLE_BYTES or (at < 0 and len(self.seen) > MAX_PREAMBLE_BYTES + len(self.marker)):
+            raise _Refused(
+                f"the generator host printed over {MAX_PREAMBLE_BYTES} bytes on stdout before genjob's "
+                f"runner started (they begin {_excerpt(bytes(self.seen))}): {QUIET_SHELL}"
+            )
+        if at >= 0 and end < 0 and len(self.seen) - at > MAX_HELLO_BYTES:
+            raise _Refused(f"the runner's hello is over {MAX_HELLO_BYTES} bytes")
+        if end < 0:
+            return b""
+        self.preamble = bytes(self.seen[:at])
+        self.facts = _facts(bytes(self.seen[at + len(self.marker) : end]))
+        rest = bytes(self.seen[end + 1 :])
+        self.seen = bytearray()
+        return rest
+
+    def unanswered(self) -> str | None:
+        """Why the stream ended without a hello, when the host printed something first."""
+        if self.found or not self.seen:
+            return None
+        return (
+            f"the generator host printed {len(self.seen)} bytes on stdout and genjob's runner never "
+            f"answered (they begin {_excerpt(bytes(self.seen))}): {QUIET_SHELL}"
+        )
+
+    def kept(self) -> bytes:
+        """What the host printed before the hello (or before it stopped), as evidence."""
+        return self.preamble if self.found else bytes(self.seen[:MAX_PREAMBLE_BYTES])
+
+
+def _facts(line: bytes) -> dict[str, str]:
+    try:
+        return check_facts(loads_strict(line))
+    except ValueError as exc:
+        raise _Refused(f"refused the runner's hello: {exc}") from None
 
 
 async def drive(
@@ -199,16 +306,18 @@ async def drive(
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
     slack: float,
+    on_start: StartCallback | None = None,
 ) -> RunOutcome:
     """Feed the runner, stream its stdout and stderr, and stop it if need be.
 
     The preamble goes out at once; the header and bundle when ``job`` has them. Stops the
     runner (``session.stop``) when ``job`` raises (and raises that), on cancel, once the
     header's timeout plus ``slack`` has passed, on a lost connection, on an oversized
-    result, and when this coroutine is itself cancelled.
+    result or banner, and when this coroutine is itself cancelled.
     """
+    nonce = new_nonce()
     with contextlib.suppress(*session.broken):
-        session.stdin.write(runner_preamble())
+        session.stdin.write(runner_preamble(nonce))
     try:
         header, bundle = await _unless_cancelled(job, cancel)
     except BaseException:
@@ -218,7 +327,11 @@ async def drive(
         await session.stop()
         return RunOutcome(0, b"", None, "cancelled")
     streams = _Streams(
-        session, (header_line(header, bundle), bundle), on_result, on_output, max_result_bytes(header)
+        session,
+        (header_line(header, bundle), bundle),
+        (on_result, on_output, on_start),
+        _Hello(nonce),
+        max_result_bytes(header),
     )
     running = asyncio.ensure_future(streams.run())
     try:
@@ -235,8 +348,8 @@ async def drive(
         )
     try:
         status = running.result()
-    except _TooLarge as exc:
-        await session.stop()
+    except _Refused as exc:
+        await _stop_discarding(session)
         return streams.outcome(None, str(exc))
     except session.broken as exc:
         await session.stop()
@@ -244,25 +357,43 @@ async def drive(
     except BaseException:
         await session.stop()
         raise
-    return _outcome(streams.received, status, bytes(streams.tail), session)
+    return streams.outcome(status, _failure(streams, status))
+
+
+async def _stop_discarding(session: Session) -> None:
+    """Stop a session whose output was refused, reading and dropping what it still sends:
+    a far side blocked writing to a full pipe would never see the end of its input."""
+
+    async def discard(stream: Reader) -> None:
+        with contextlib.suppress(*session.broken):
+            while await stream.read(CHUNK):
+                pass
+
+    draining = [asyncio.ensure_future(discard(s)) for s in (session.stdout, session.stderr)]
+    try:
+        await session.stop()
+    finally:
+        for task in draining:
+            task.cancel()
+        await asyncio.gather(*draining, return_exceptions=True)
 
 
 class _Streams:
-    """One runner's three streams: the job in on stdin, the result out of stdout (bounded
-    by `limit`), the generator's output out of stderr (its tail kept)."""
+    """One runner's three streams: the job in on stdin, the result out of stdout after the
+    runner's hello (bounded by `limit`), the generator's output out of stderr (its tail kept)."""
 
     def __init__(
         self,
         session: Session,
         payload: tuple[bytes, ...],
-        on_result: ResultCallback,
-        on_output: OutputCallback | None,
+        callbacks: tuple[ResultCallback, OutputCallback | None, StartCallback | None],
+        hello: _Hello,
         limit: int,
     ) -> None:
         self.session = session
         self.payload = payload
-        self.on_result = on_result
-        self.on_output = on_output
+        self.on_result, self.on_output, self.on_start = callbacks
+        self.hello = hello
         self.limit = limit
         self.received = 0
         self.tail = TailBuffer(STDERR_TAIL_BYTES)
@@ -276,8 +407,12 @@ class _Streams:
         finally:
             feeder.cancel()
 
-    def outcome(self, status: int | None, error: str) -> RunOutcome:
-        return RunOutcome(self.received, bytes(self.tail), status, error)
+    def outcome(self, status: int | None, error: str | None) -> RunOutcome:
+        hello = self.hello
+        kept = hello.kept()
+        return RunOutcome(
+            self.received, bytes(self.tail), status, error, kept, hello.found, hello.facts or {}
+        )
 
     async def _feed(self) -> None:
         try:
@@ -295,9 +430,17 @@ class _Streams:
 
     async def _stdout(self) -> None:
         while chunk := await self.session.stdout.read(CHUNK):
+            if not self.hello.found:
+                chunk = self.hello.feed(chunk)
+                if self.hello.found and self.on_start is not None:
+                    started = self.on_start(dict(self.hello.facts or {}))
+                    if started is not None:
+                        await started
+                if not chunk:
+                    continue
             self.received += len(chunk)
             if self.received > self.limit:
-                raise _TooLarge(f"runner output over {self.limit} bytes")
+                raise _Refused(f"runner output over {self.limit} bytes")
             room = self.on_result(chunk)
             if room is not None:
                 await room
@@ -335,10 +478,24 @@ async def _unless_cancelled(job: Awaitable[Prepared], cancel: asyncio.Event | No
     return ready.result()
 
 
-def _outcome(received: int, status: int | None, tail: bytes, session: Session) -> RunOutcome:
+def _unfit(tail: bytes) -> str | None:
+    """Why the host's Python cannot run the runner, as `core.remote.preflight` said it."""
+    for line in tail.decode("utf-8", errors="replace").splitlines():
+        if line.startswith(preflight.UNFIT):
+            return line[len(preflight.UNFIT) :].strip()
+    return None
+
+
+def _failure(streams: _Streams, status: int | None) -> str | None:
+    """Why a run whose streams ended with `status` failed; None when it did not. A host that
+    printed something and never let the runner answer is said to have, with where to look."""
+    session, tail, received = streams.session, bytes(streams.tail), streams.received
     explained = session.exit_reason(status, tail) if session.exit_reason and status != 0 else None
-    if status == 127 and not received:
-        error: str | None = f"{session.python} not found on the generator host"
+    unfit = _unfit(tail) if status == preflight.UNFIT_STATUS and not received else None
+    if unfit is not None:
+        error: str | None = f"the generator host's {session.python} cannot run genjob's runner: {unfit}"
+    elif status == 127 and not received:
+        error = f"{session.python} not found on the generator host"
     elif explained is not None:
         error = explained
     elif status is None:
@@ -349,7 +506,8 @@ def _outcome(received: int, status: int | None, tail: bytes, session: Session) -
         error = "runner produced no result"
     else:
         error = None
-    return RunOutcome(received, tail, status, error)
+    unanswered = streams.hello.unanswered()
+    return f"{error}; {unanswered}" if error is not None and unanswered is not None else error
 
 
 @dataclass(frozen=True)
@@ -367,6 +525,8 @@ class JobSpec:
     generator: str
     timeout: float
     limits: Limits = DEFAULT_LIMITS
+    # What of the runner's environment the generator gets too (a host's `pass_env`).
+    pass_env: tuple[str, ...] = ()
 
     def prepare(self) -> Prepared:
         """The header and bundle; BadInput for a bundle that cannot be made."""
@@ -376,7 +536,8 @@ class JobSpec:
             )
         except BundleError as exc:
             raise BadInput(f"cannot bundle the job: {exc}") from None
-        return make_header(self.generator, self.timeout, self.limits, bundle), bundle
+        header = make_header(self.generator, self.timeout, self.limits, bundle, self.pass_env)
+        return header, bundle
 
 
 async def run_job(
@@ -385,6 +546,8 @@ async def run_job(
     dest_dir: Path,
     on_output: OutputCallback | None = None,
     cancel: asyncio.Event | None = None,
+    *,
+    on_start: StartCallback | None = None,
 ) -> tuple[RunOutcome, ResultInfo | None]:
     """Bundle, run and check one job: the whole client side in one call.
 
@@ -412,7 +575,7 @@ async def run_job(
     # run, and jobs enough to fill the pool would leave none to prepare the bundles.
     extracting = _in_own_thread(extract)
     try:
-        outcome = await transport.run(prepared, pipe.put, on_output, cancel)
+        outcome = await transport.run(prepared, pipe.put, on_output, cancel, on_start=on_start)
     except BaseException:
         pipe.close()
         # A thread cannot be stopped: let it see the end of what came (and remove

@@ -42,6 +42,7 @@ from core.work.transport.base import (
     ResultCallback,
     RunOutcome,
     Session,
+    StartCallback,
     drive,
     remote_command,
     runner_start,
@@ -131,10 +132,16 @@ def runner_argv(argv: Sequence[str], python: str, mode: CommandMode) -> list[str
     return [*argv, *runner_start(python)]
 
 
+# A line in which a client only restates a status its own exit gives: srun's "task 0:
+# Exited with exit code 2" comes after slurmstepd's reason (an execve() that failed).
+_RESTATED = re.compile(r"srun: error: \S+: tasks? [0-9,-]+: Exited with exit code \d+")
+
+
 def last_words(tail: bytes) -> str:
-    """The last non-empty line of a stderr tail, cut short, for an error message."""
+    """The last non-empty line of a stderr tail that says more than an exit status, cut
+    short, for an error message."""
     for line in reversed(tail.decode("utf-8", errors="replace").splitlines()):
-        if line.strip():
+        if line.strip() and not _RESTATED.fullmatch(line.strip()):
             line = line.strip()
             return line if len(line) <= _REASON_CHARS else line[:_REASON_CHARS] + "…"
     return ""
@@ -180,6 +187,8 @@ class CommandTransport:
         on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
+        *,
+        on_start: StartCallback | None = None,
     ) -> RunOutcome:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -227,7 +236,7 @@ class CommandTransport:
             exit_reason=self._exit_reason,
         )
         try:
-            outcome = await drive(session, job, on_result, on_output, cancel, self.slack)
+            outcome = await drive(session, job, on_result, on_output, cancel, self.slack, on_start)
         finally:
             stdin.close()
         self._check_host_key(outcome)

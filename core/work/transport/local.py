@@ -20,11 +20,11 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import core
+from core.remote.rules import passed_env
 from core.review import sandbox
 from core.review.host_sandbox import LocalSandbox
 from core.work.transport.base import (
@@ -34,23 +34,25 @@ from core.work.transport.base import (
     ResultCallback,
     RunOutcome,
     Session,
+    StartCallback,
     drive,
     runner_start,
 )
 
-if TYPE_CHECKING:
-    pass
-
 # The folder that holds the `core` package, for the generator's PYTHONPATH.
 PROJECT_ROOT = Path(core.__file__).resolve().parents[1]
+# A run's callbacks, as `run` gets them: the result, the output, the start.
+_Callbacks = tuple[ResultCallback, OutputCallback | None, StartCallback | None]
 
 
-def local_env(python: str) -> dict[str, str]:
+def local_env(python: str, pass_env: Sequence[str] = ()) -> dict[str, str]:
     """A clean environment whose PATH starts with ``python``'s folder, so that
-    ``python3 -m core.remote.demo_generator`` finds this interpreter and, via PYTHONPATH, ``core``."""
+    ``python3 -m core.remote.demo_generator`` finds this interpreter and, via PYTHONPATH, ``core``;
+    with the variables of this process's environment that `pass_env` names."""
     path = os.environ.get("PATH") or os.defpath
     folder = os.path.dirname(python)
     return {
+        **passed_env(pass_env, os.environ),
         "PATH": f"{folder}{os.pathsep}{path}" if folder else path,
         "LANG": "C.UTF-8",
         "PYTHONPATH": str(PROJECT_ROOT),
@@ -62,14 +64,22 @@ class LocalTransport:
     confined as `confine` says (default: unsandboxed, for a caller that chose so).
 
     ``slack`` is added to the header's timeout to bound the whole run, upload included.
+    ``pass_env`` names the variables of genjob's environment the runner gets (and, through
+    the job's header, its generator); nothing else of it reaches them.
     """
 
     def __init__(
-        self, python: str = sys.executable, *, slack: float = 60.0, confine: LocalSandbox | None = None
+        self,
+        python: str = sys.executable,
+        *,
+        slack: float = 60.0,
+        confine: LocalSandbox | None = None,
+        pass_env: Sequence[str] = (),
     ) -> None:
         self.python = python
         self.slack = slack
         self.confine = confine or LocalSandbox("none")
+        self.pass_env = tuple(pass_env)
 
     def _launch(self, folder: Path) -> sandbox.Launch:
         """The command line of one run whose writable folder is `folder`."""
@@ -77,7 +87,7 @@ class LocalTransport:
         kind = self.confine.kind_now()
         if kind == "none":
             return sandbox.Launch(
-                command, local_env(self.python), str(folder), False, self.confine.describe()
+                command, local_env(self.python, self.pass_env), str(folder), False, self.confine.describe()
             )
         spec = sandbox.Confinement(
             folder,
@@ -85,7 +95,11 @@ class LocalTransport:
             named_by=self.confine.named_by,
             network=self.confine.network,
             # The workspace goes in the writable folder, on disk, not in the sandbox's /tmp.
-            env={"PYTHONPATH": str(PROJECT_ROOT), "TMPDIR": str(folder)},
+            env={
+                **passed_env(self.pass_env, os.environ),
+                "PYTHONPATH": str(PROJECT_ROOT),
+                "TMPDIR": str(folder),
+            },
         )
         return sandbox.launch(spec, command)
 
@@ -95,20 +109,17 @@ class LocalTransport:
         on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
+        *,
+        on_start: StartCallback | None = None,
     ) -> RunOutcome:
         folder = Path(tempfile.mkdtemp(prefix="genjob-local-"))
         try:
-            return await self._run_in(folder, job, on_result, on_output, cancel)
+            return await self._run_in(folder, job, (on_result, on_output, on_start), cancel)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
     async def _run_in(
-        self,
-        folder: Path,
-        job: Awaitable[Prepared],
-        on_result: ResultCallback,
-        on_output: OutputCallback | None,
-        cancel: asyncio.Event | None,
+        self, folder: Path, job: Awaitable[Prepared], callbacks: _Callbacks, cancel: asyncio.Event | None
     ) -> RunOutcome:
         try:
             how = self._launch(folder)
@@ -122,14 +133,13 @@ class LocalTransport:
         except OSError as exc:
             return RunOutcome(0, b"", None, f"cannot start {how.argv[0]}: {exc.strerror}")
         async with run:
-            return await self._drive(run.proc, job, on_result, on_output, cancel)
+            return await self._drive(run.proc, job, callbacks, cancel)
 
     async def _drive(
         self,
         proc: asyncio.subprocess.Process,
         job: Awaitable[Prepared],
-        on_result: ResultCallback,
-        on_output: OutputCallback | None,
+        callbacks: _Callbacks,
         cancel: asyncio.Event | None,
     ) -> RunOutcome:
         stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
@@ -160,7 +170,8 @@ class LocalTransport:
             python=self.python,
         )
         try:
-            return await drive(session, job, on_result, on_output, cancel, self.slack)
+            on_result, on_output, on_start = callbacks
+            return await drive(session, job, on_result, on_output, cancel, self.slack, on_start)
         finally:
             stdin.close()
 

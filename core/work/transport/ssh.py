@@ -26,6 +26,7 @@ from core.work.transport.base import (
     ResultCallback,
     RunOutcome,
     Session,
+    StartCallback,
     drive,
     remote_command,
 )
@@ -197,6 +198,8 @@ class SSHTransport:
         on_result: ResultCallback,
         on_output: OutputCallback | None = None,
         cancel: asyncio.Event | None = None,
+        *,
+        on_start: StartCallback | None = None,
     ) -> RunOutcome:
         try:
             proc = await self._start()
@@ -229,7 +232,7 @@ class SSHTransport:
             python=self.python,
         )
         try:
-            return await drive(session, job, on_result, on_output, cancel, self.slack)
+            return await drive(session, job, on_result, on_output, cancel, self.slack, on_start)
         finally:
             proc.close()
 

@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 from shipkit import wait_dead
 
-from core.remote.rules import MAX_EXTENSION_BYTES, Limits, check_relpath, read_tar
+from core.remote.rules import HELLO, MAX_EXTENSION_BYTES, Limits, check_relpath, read_tar
 from core.remote.runner import BOOTSTRAP, MAX_OPEN_OUTPUTS, collect, render_command, write_result, write_tar
 from core.work.bundle import make_bundle, make_header
 from core.work.transport.base import header_line, runner_preamble, runner_source
+
+NONCE = b"0123456789abcdef0123456789abcdef"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,7 +81,10 @@ class Run:
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
         assert code == 0, bytes(self.err).decode(errors="replace")
-        members = dict(read_tar(bytes(self.out), 100, 1 << 20, 1 << 22))
+        hello, _, result_tar = bytes(self.out).partition(b"\n")
+        assert hello.startswith(HELLO + NONCE + b" "), hello
+        self.facts = json.loads(hello[len(HELLO + NONCE) + 1 :])
+        members = dict(read_tar(result_tar, 100, 1 << 20, 1 << 22))
         result = json.loads(members.pop("result.json"))
         outputs = {name.removeprefix("outputs/"): data for name, data in members.items()}
         assert sorted(result["outputs"]) == sorted(outputs)
@@ -105,7 +110,7 @@ def start(
 
 def stdin_payload(header: dict, bundle: bytes) -> bytes:
     """Everything a transport writes to the runner's stdin, at once."""
-    return runner_preamble() + header_line(header, bundle) + bundle
+    return runner_preamble(NONCE) + header_line(header, bundle) + bundle
 
 
 def run(
@@ -445,7 +450,7 @@ def test_runner_refuses_an_oversized_extension_header_unread(tmp_path: Path, kin
 @pytest.mark.parametrize(
     ("header", "fault"),
     [
-        ({"v": 2}, "protocol version 2"),
+        ({"v": 1}, "protocol version 1"),
         ({"timeout": -1}, "timeout must be a positive number"),
         ({"generator": ""}, "generator must be a non-empty string"),
         ({"limits": {"max_files": 1}}, "limits must have exactly"),

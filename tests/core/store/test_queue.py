@@ -151,8 +151,9 @@ def test_requeue_puts_the_job_back_byte_for_byte(repo: Layout) -> None:
     key = write_jobs(repo, 1)[0]
     original = (repo.queue / f"{key}.json").read_bytes()
     claim(repo, "w1", pid=dead_pid())
-    path = requeue(repo, key)
-    assert path == repo.queue / f"{key}.json"
+    requeued = requeue(repo, key)
+    path = requeued.path
+    assert path == repo.queue / f"{key}.json" and requeued.cleanups == ()
     assert path.read_bytes() == original
     assert not repo.lease(key).exists()
     assert [a["event"] for a in attempts(repo, key)] == ["claimed", "requeued"]

@@ -142,10 +142,11 @@ def test_make_header_matches_bundle() -> None:
     bundle = make_bundle(job_doc(["a"]), "do it", ["a"], {})
     header = make_header("gen {paths}", 5, SMALL, bundle)
     assert header == {
-        "v": 1,
+        "v": 2,
         "generator": "gen {paths}",
         "timeout": 5.0,
         "limits": SMALL.as_dict(),
+        "pass_env": [],
         "bundle_bytes": len(bundle),
     }
 

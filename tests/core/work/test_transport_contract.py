@@ -1,9 +1,9 @@
-"""One contract, five transports: local subprocess, asyncssh server, OpenSSH sshd, and the
-command transport riding OpenSSH's own client and bwrap.
+"""One contract, six transports: local subprocess, asyncssh server, OpenSSH sshd, and the
+command transport riding OpenSSH's own client, bwrap and Slurm's `srun`.
 
-The SSH servers run on this machine, so a generator's absolute paths (interpreter, pid
-files) mean the same on both sides; bwrap shares this machine's processes and /tmp for the
-same reason. Processes are checked through /proc.
+The SSH servers and the one-node Slurm cluster run on this machine, so a generator's
+absolute paths (interpreter, pid files) mean the same on both sides; bwrap shares this
+machine's processes and /tmp for the same reason. Processes are checked through /proc.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 from shipkit import KINDS, alive, bwrap_argv, openssh_argv, sleeper, wait_dead
-from ssh_servers import SSHServer, known_hosts_line, write_key
+from slurmkit import SlurmCluster
+from ssh_servers import HOST_ENV, SSHServer, known_hosts_line, write_key
 
 from core.errors import BadInput
 from core.remote.rules import Limits
@@ -44,24 +45,40 @@ PY = shlex.quote(sys.executable)
 LIMITS = Limits(max_file_bytes=1 << 16, max_total_bytes=1 << 18, max_files=20, max_tail_bytes=4096)
 
 
-@pytest.fixture(params=KINDS)
+# Every worker-plane kind, and the command transport through `srun` to a real cluster.
+CONTRACT_KINDS = [*KINDS, "command-srun"]
+
+
+@pytest.fixture(params=CONTRACT_KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def server(kind: str, request: pytest.FixtureRequest) -> SSHServer | None:
-    """The SSH server the transport talks to; None for the local transport and bwrap."""
-    if kind in ("local", "command-bwrap"):
+def cluster(kind: str, request: pytest.FixtureRequest) -> SlurmCluster | None:
+    """The Slurm cluster `srun` reaches; None for every other kind."""
+    return request.getfixturevalue("slurm_cluster") if kind == "command-srun" else None
+
+
+@pytest.fixture
+def server(kind: str, request: pytest.FixtureRequest, cluster: SlurmCluster | None) -> SSHServer | None:
+    """The SSH server the transport talks to; None for the local transport, bwrap and srun."""
+    if kind in ("local", "command-bwrap", "command-srun"):
         return None
     return request.getfixturevalue(f"{kind.removeprefix('command-')}_server")
 
 
-def make_transport(kind: str, server: SSHServer | None, **kwargs: object) -> Transport:
+def make_transport(
+    kind: str, server: SSHServer | None, cluster: SlurmCluster | None = None, **kwargs: object
+) -> Transport:
     if kind == "local":
         return LocalTransport(**kwargs)  # type: ignore[arg-type]
     if kind == "command-bwrap":
         return CommandTransport(bwrap_argv(), python=str(kwargs.pop("python", sys.executable)), **kwargs)  # type: ignore[arg-type]
+    if kind == "command-srun":
+        assert cluster is not None
+        python = str(kwargs.pop("python", sys.executable))
+        return CommandTransport(cluster.srun(), python=python, env=cluster.env, **kwargs)  # type: ignore[arg-type]
     assert server is not None
     known_hosts = kwargs.pop("known_hosts", server.known_hosts)
     if kind == "command-openssh":
@@ -77,8 +94,8 @@ def make_transport(kind: str, server: SSHServer | None, **kwargs: object) -> Tra
 
 
 @pytest.fixture
-async def transport(kind: str, server: SSHServer | None):  # type: ignore[no-untyped-def]
-    t = make_transport(kind, server)
+async def transport(kind: str, server: SSHServer | None, cluster: SlurmCluster | None):  # type: ignore[no-untyped-def]
+    t = make_transport(kind, server, cluster)
     yield t
     await t.close()
 
@@ -102,6 +119,8 @@ async def job(
     on_output=None,  # type: ignore[no-untyped-def]
     cancel: asyncio.Event | None = None,
     dest: str = "out",
+    pass_env: tuple[str, ...] = (),
+    on_start=None,  # type: ignore[no-untyped-def]
 ):  # type: ignore[no-untyped-def]
     doc = json.dumps({"instruction": instruction, "allowed_paths": paths}).encode()
     spec = JobSpec(
@@ -112,8 +131,9 @@ async def job(
         generator=generator,
         timeout=timeout,
         limits=limits,
+        pass_env=pass_env,
     )
-    return await run_job(transport, spec, tmp / dest, on_output, cancel)
+    return await run_job(transport, spec, tmp / dest, on_output, cancel, on_start=on_start)
 
 
 async def wait_for_file(path: Path) -> str:
@@ -266,8 +286,43 @@ async def test_instruction_arrives_byte_for_byte(transport: Transport, tmp_path:
     assert not marker.exists()
 
 
-async def test_missing_python(kind: str, server: SSHServer | None, tmp_path: Path) -> None:
-    transport = make_transport(kind, server, python="/nonexistent/python3")
+async def test_pass_env_gives_the_generator_what_it_names_and_nothing_else(
+    kind: str,
+    server: SSHServer | None,
+    cluster: SlurmCluster | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runner's environment (an SSH session's, the worker's under bwrap and srun, and
+    genjob's own for the local transport) reaches the generator only where `pass_env`
+    names it, and never over what the runner sets itself (`HO*` matches HOME)."""
+    for name, value in HOST_ENV.items():
+        monkeypatch.setenv(name, value)
+    patterns = ("PASSME_*", "HO*", "NOT_SET_ANYWHERE")
+    transport = make_transport(kind, server, cluster, **({"pass_env": patterns} if kind == "local" else {}))
+    code = "import json, os\njson.dump(dict(os.environ), open('env.json', 'w'))\n"
+    try:
+        _outcome, info = await job(
+            transport, tmp_path, script(tmp_path, "env", code), ["env.json"], pass_env=patterns
+        )
+    finally:
+        await transport.close()
+    assert info is not None and info.ok, info
+    env = json.loads((tmp_path / "out/env.json").read_text())
+    assert {name: env.get(name) for name in HOST_ENV} == {
+        "PASSME_ONE": "one",
+        "PASSME_TWO": "two",
+        "OTHER_SECRET": None,
+    }
+    assert "NOT_SET_ANYWHERE" not in env
+    home = Path(env["HOME"])  # the runner's own empty home beside the workspace, not the session's
+    assert home.name == "home" and home.parent.name.startswith("genjob-")
+
+
+async def test_missing_python(
+    kind: str, server: SSHServer | None, cluster: SlurmCluster | None, tmp_path: Path
+) -> None:
+    transport = make_transport(kind, server, cluster, python="/nonexistent/python3")
     try:
         outcome, info = await job(transport, tmp_path, "true", ["a.py"])
     finally:
@@ -278,6 +333,10 @@ async def test_missing_python(kind: str, server: SSHServer | None, tmp_path: Pat
         assert outcome.error == (
             "bwrap exited with status 1: bwrap: execvp /nonexistent/python3: No such file or directory"
         )
+    elif kind == "command-srun":
+        # The step's slurmstepd execs the argv and says why it could not, in its own words.
+        assert outcome.error.startswith("srun exited with status 2: ")
+        assert "execve(): /nonexistent/python3: No such file or directory" in outcome.error
     else:
         assert "/nonexistent/python3 not found" in outcome.error
 
