@@ -128,6 +128,11 @@ def _record_text(record: dict[str, Any]) -> Text:
         _field(text, "signer", str(applied.get("signer") or "unsigned"))
         required = applied.get("signature_required")
         _field(text, "policy", "signatures required" if required else "signatures NOT required")
+        commit = applied.get("commit") if isinstance(applied.get("commit"), dict) else {}
+        if commit.get("state") == "pending":
+            _field(text, "commit", Text("applied, NOT committed: apply --commit or recover commits it", WARN))
+        elif commit.get("state") == "committed":
+            _field(text, "commit", str(commit.get("sha")))
         for path in applied.get("changed") or []:
             text.append("  ")
             text.append(literal(str(path), Style(color="cyan"), keep_newlines=False))

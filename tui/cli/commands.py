@@ -268,6 +268,10 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"lease   {visible(ls.worker)} pid {ls.pid} on {visible(ls.host)}, attempt {ls.token}, "
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
+    if d.commit == "pending":
+        say(f"commit  applied, not committed: genjob apply {r.key} --commit (or genjob recover) commits it")
+    elif d.commit_sha:
+        say(f"commit  {d.commit_sha}")
     if d.candidates:
         picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
         say(f"candidates  {d.candidates}, {picked}")
@@ -421,8 +425,13 @@ def apply_cmd(
     if sign and not commit:
         raise GenjobError("apply --sign signs the commit: give --commit too")
     res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected, sign=sign)
+    if res.already and res.commit:
+        say(f"{res.key}: applied already; committed {res.commit}")
+        return
     if res.already:
         say(f"{res.key}: applied already; nothing to do")
+        if res.uncommitted:
+            say(f"{res.key}: applied, not committed: genjob apply {res.key} --commit commits it", err=True)
         return
     if res.verification and not res.verification.signature_required:
         say("note: applied under require_signature = false", err=True)
@@ -476,7 +485,7 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 @main.command("recover")
 @click.pass_context
 def recover_cmd(ctx: click.Context) -> None:
-    """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
+    """Finish interrupted applies and commits, and resolve inconsistent pairs (rules R1-R7)."""
     from core.review.recover import recover
 
     report = recover(layout_of(ctx))
