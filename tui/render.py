@@ -238,6 +238,10 @@ def verification_text(
         tail.append("=> STALE: the tree moved on since the job was minted; replay it (R)", SKIP)
     else:
         tail.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
+    if v.unchanged:
+        from core.review.verify import NOTHING_CHANGED  # loaded already: `v` is a verification
+
+        tail.append(f"\n⚠ {NOTHING_CHANGED}", WARN)
     if v.signer:
         tail.append(f"\nsigner {v.signer}", LABEL)
     return Group(head, checks or Text(), table, Text(""), tail)
@@ -395,6 +399,10 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     text = Text()
     what = f"candidate {p.candidate} of {p.key}" if p.candidate is not None else p.key
     text.append(f"apply {what}\n", Style(bold=True))
+    if p.unchanged:
+        from core.review.verify import NOTHING_CHANGED  # loaded already: the preflight verified
+
+        text.append(f"⚠ {NOTHING_CHANGED}: applying it writes nothing\n", WARN)
     if p.may_apply:
         text.append("every check passed: y applies, n cancels\n", OK)
         if p.protected:

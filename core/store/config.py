@@ -68,6 +68,9 @@ commit_on_approve = false
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
+# A generator that exits 0 having changed nothing (every output equals its input) gets
+# an `ok` receipt flagged "nothing changed" everywhere it is shown; true: a `rejected` one.
+# refuse_no_change = false
 # Best-of-N: ship every job as this many candidates at once, spread over the hosts it is
 # shipped to, each with its own signed receipt; `genjob apply KEY --candidate N` picks one.
 # candidates = 1
@@ -175,6 +178,8 @@ class Policy(BaseModel):
     sign_commits: bool = False
     # Checks that must have passed on a receipt's exact outputs before it is applied.
     require_checks: list[CheckName] = []
+    # A run that exits 0 and changes nothing ends in a `rejected` receipt, not a flagged `ok`.
+    refuse_no_change: bool = False
     # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
     # shipped to; a host's own `candidates` wins for a job shipped to that host alone.
     candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] = 1

@@ -25,6 +25,7 @@ from core.model.contract import ReceiptStatus
 from core.model.paths import regular_file_inside
 from core.remote.rules import TailBuffer
 from core.review.host_sandbox import LocalSandbox
+from core.review.verify import NOTHING_CHANGED, nothing_changed
 from core.store.config import Config, Host, load_config
 from core.store.events import actor, bounded, record_attempt, record_event
 from core.store.evidence import keep
@@ -55,6 +56,8 @@ class ShipResult:
     receipt: Path
     outputs: dict[str, str] = field(default_factory=dict)
     candidate: int | None = None  # which candidate of a best-of-N batch this run was
+    # An `ok` run whose every output equals its input (`core.review.verify.nothing_changed`).
+    unchanged: bool = False
 
 
 def make_transport(name: str, host: Host) -> Transport:
@@ -148,6 +151,17 @@ def verdict(run: Run) -> Ending:
     what the host sent (its violations, its error): it is cut as a recorded field is."""
     status, reason = _verdict(run)
     return status, None if reason is None else str(bounded(reason))
+
+
+def judged(shipment: Shipment, run: Run) -> tuple[Ending, bool]:
+    """The run's ending and whether it changed nothing; under `policy.refuse_no_change` an
+    `ok` run that changed nothing ends `rejected`, saying so."""
+    status, reason = verdict(run)
+    same = status is ReceiptStatus.OK and run.info is not None
+    same = same and nothing_changed(shipment.claim.job, run.info.outputs if run.info else {})
+    if same and shipment.pool.config.policy.refuse_no_change:
+        return (ReceiptStatus.REJECTED, f"{NOTHING_CHANGED} (policy.refuse_no_change)"), False
+    return (status, reason), same
 
 
 def _verdict(run: Run) -> Ending:
@@ -264,14 +278,22 @@ async def run_claimed(
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
-    ending = verdict(run)
+    ending, unchanged = judged(shipment, run)
     committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, ending, run.info, bytes(tail)))
     if interrupted is not None:
         raise interrupted
     status, reason = ending
     outputs = dict(run.info.outputs) if run.info is not None and status is ReceiptStatus.OK else {}
     return ShipResult(
-        claim.key, shipment.host, claim.lease.token, status, reason, committed.won, committed.path, outputs
+        claim.key,
+        shipment.host,
+        claim.lease.token,
+        status,
+        reason,
+        committed.won,
+        committed.path,
+        outputs,
+        unchanged=unchanged,
     )
 
 

@@ -33,11 +33,11 @@ from core.work.ship import (
     Shipment,
     ShipResult,
     attempt,
+    judged,
     keep_evidence,
     note_host,
     run_summary,
     signing_key,
-    verdict,
     watch,
 )
 
@@ -157,7 +157,7 @@ async def _candidate(
         interrupted = exc
     except (OSError, GenjobError) as exc:
         run.error = f"cannot stage candidate {number}: {exc}"
-    ending = verdict(run)
+    ending, unchanged = judged(shipment, run)
     committed = await asyncio.shield(
         asyncio.to_thread(_commit, shipment, number, batch, ending, run.info, bytes(tail))
     )
@@ -175,6 +175,7 @@ async def _candidate(
         committed.path,
         outputs,
         candidate=number,
+        unchanged=unchanged,
     )
 
 

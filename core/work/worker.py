@@ -135,6 +135,7 @@ class _WorkerLoop:
 
     def _ended(self, res: ShipResult) -> None:
         verdict = res.status + (f": {res.reason}" if res.reason else "")
+        verdict += ", but nothing changed" if res.unchanged else ""
         if not res.won:
             verdict += " (lease lost; receipt kept aside)"
         which = "" if res.candidate is None else f" candidate {res.candidate}"

@@ -321,6 +321,10 @@ def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     if any(not s.sandboxed for s in statuses):
         say('  note: some checks run UNSANDBOXED (sandbox = "none"): with all your rights, network included')
     missing = [s.name for s in statuses if s.required and not s.satisfied]
+    if v.unchanged:
+        from core.review.verify import NOTHING_CHANGED
+
+        say(f"  note: {NOTHING_CHANGED}")
     if not v.ok:
         say("  => apply refused")
     elif missing:

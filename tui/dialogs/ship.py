@@ -247,6 +247,9 @@ def describe(result: ShipResult) -> str:
         line += f" ({result.reason})"
     if not result.won:
         return line + "; the lease was lost, so the receipt was kept aside as evidence"
+    if result.status == ReceiptStatus.OK and result.unchanged:
+        nothing = "nothing changed (every output equals its input)"
+        return line + f", but {nothing}.\nNext: replay it once the cause is fixed."
     if result.status == ReceiptStatus.OK:
         return line + f", {len(result.outputs)} output file(s).\nNext: a opens the approve preflight."
     return line + ".\nNext: replay the job (R on the board) once the cause is fixed."
