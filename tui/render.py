@@ -13,6 +13,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from core.model.presets import spend_of
 from core.model.protected import PROTECTED_HINT, PROTECTED_MARK
 from core.model.standing import FAILED, PASSED, CheckState, CheckStatus
 from core.model.terminal import visible
@@ -175,6 +176,10 @@ def lease_text(detail: JobDetail, now: float | None = None) -> Text:
         text.append("\n")
     else:
         text.append("no lease (the job is not running)\n", LABEL)
+    spend = spend_of(detail.attempts)
+    if spend.runs:
+        text.append("\ncost ", Style(bold=True))
+        text.append(f"{spend.describe()}\n")
     text.append(f"\nattempts ({len(detail.attempts)} records)\n", Style(bold=True))
     for rec in detail.attempts:
         text.append(f"  {_stamp(rec.get('at'))}  ", LABEL)

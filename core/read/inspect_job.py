@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import BadInput, GenjobError
+from core.model.presets import spend_of
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
 from core.read.snapshot import JobRow, Scanner
@@ -70,6 +71,7 @@ class JobDetail:
             "candidates": self.candidates,
             "chosen": self.chosen,
             "protected": self.protected,
+            "spend": spend_of(self.attempts).to_dict(),
             "commit": self.commit,
             "commit_sha": self.commit_sha,
         }

@@ -40,6 +40,7 @@ from core.model.canonical import canonical, read_bytes, sha256_bytes
 from core.model.check_record import CheckName
 from core.model.contract import MAX_CANDIDATES
 from core.model.freshness import MAX_TTL
+from core.model.presets import PRESETS, PresetName, PresetSettings, generator_line, preset_problem
 from core.model.protected import DEFAULT_PROTECTED
 from core.remote.rules import DEFAULT_LIMITS, Limits
 from core.store.layout import user_config_dir
@@ -163,6 +164,14 @@ concurrency = 2
 # [check_runs]
 # on_receipt = true          # the board runs every check as a receipt arrives
 # concurrency = 2            # checks at once
+
+# What model runs may cost, in dollars, as each run reports it (claude, codex, aider
+# and llm presets): a dispatch that could pass a limit is refused, saying which and how
+# much is left.
+# [budget]
+# per_job = 2.0
+# per_host = 50.0
+# hosts = { claude = 20.0 }  # a host's own limit, in place of per_host
 """
 # The config `genjob init` writes: the template with the protected paths' defaults filled in.
 DEFAULT_CONFIG = _CONFIG_TEMPLATE.replace("{protected}", "\n".join(f'    "{p}",' for p in DEFAULT_PROTECTED))
@@ -238,6 +247,14 @@ class Host(BaseModel):
     concurrency: Annotated[int, Field(gt=0)] = 1
     # Best-of-N on this host: a job shipped here alone runs this many candidates here.
     candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] | None = None
+    # A coding-agent CLI run unattended (`core.model.presets`): the preset writes `generator`
+    # from these; `env_file` (on the host) holds the key `key_env` names.
+    preset: PresetName | None = None
+    model: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")] | None = None
+    max_turns: Annotated[int, Field(ge=1, le=1000)] | None = None
+    max_budget_usd: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    env_file: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    key_env: str | None = None
     # transport = "local": the sandbox its runs get (`core.work.transport.local`): "auto" is
     # bubblewrap when it works on this machine and unsandboxed (said so) when not;
     # "bwrap" refuses to run without it; "none" never sandboxes. `network` shares the
@@ -250,6 +267,34 @@ class Host(BaseModel):
     def stand_in(self) -> bool:
         """Whether this host runs genjob's demo generator, which only appends a comment."""
         return "core.remote.demo_generator" in self.generator
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_writes_generator(cls, raw: Any) -> Any:
+        """A preset host's `generator` is the preset's line; a local one reaches the model's API."""
+        if not isinstance(raw, dict) or raw.get("preset") is None:
+            return raw
+        if "generator" in raw:
+            raise ValueError("give preset or generator, not both: a preset writes the generator line")
+        if raw["preset"] not in PRESETS:
+            raise ValueError(f"preset: {raw['preset']!r} is not one of {', '.join(PRESETS)}")
+        fields = {f: raw.get(f) for f in ("model", "max_turns", "max_budget_usd", "env_file", "key_env")}
+        settings = PresetSettings(raw["preset"], **fields)
+        if (problem := preset_problem(settings)) is not None:
+            raise ValueError(problem)
+        given = {"timeout": 600.0, **raw, "generator": generator_line(settings)}
+        if given.get("transport") == "local":
+            given.setdefault("network", True)
+            if settings.env_file and settings.env_file not in given.get("read_only", []):
+                given["read_only"] = [*given.get("read_only", []), settings.env_file]
+        return given
+
+    @property
+    def preset_settings(self) -> PresetSettings | None:
+        if self.preset is None:
+            return None
+        fields = (self.model, self.max_turns, self.max_budget_usd, self.env_file, self.key_env)
+        return PresetSettings(self.preset, *fields)
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> Host:
@@ -286,6 +331,17 @@ class Check(BaseModel):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     # More paths the check may read (relative ones are in the repository), each at its own path.
     read_only: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=64)] = []
+
+
+class Budget(BaseModel):
+    """What model runs may cost, in dollars, as the runs themselves report it
+    (`core.model.presets.parse_usage`): a dispatch that could pass a limit is refused."""
+
+    model_config = _STRICT
+    per_job: Annotated[float, Field(gt=0)] | None = None
+    per_host: Annotated[float, Field(gt=0)] | None = None
+    # A host's own limit, in place of `per_host`.
+    hosts: dict[str, Annotated[float, Field(gt=0)]] = {}
 
 
 class CheckRuns(BaseModel):
@@ -329,6 +385,7 @@ class Config(BaseModel):
     hosts: dict[str, Host] = {}
     checks: dict[CheckName, Check] = {}
     check_runs: CheckRuns = CheckRuns()
+    budget: Budget = Budget()
     # Set by `load_config` when the repository's hosts, checks or lowered settings wait for
     # the operator's consent; never read from TOML.
     _held: Held | None = PrivateAttr(default=None)
@@ -461,6 +518,13 @@ _HOST_RUNS = (
     "sandbox",
     "network",
     "read_only",
+    # A preset's settings are in its generator line too; named here so that none is missed.
+    "preset",
+    "model",
+    "max_turns",
+    "max_budget_usd",
+    "env_file",
+    "key_env",
 )
 _CHECK_RUNS = ("run", "sandbox", "read_only")
 

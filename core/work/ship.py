@@ -36,6 +36,7 @@ from core.store.signing import load_private_key, private_key_path
 from core.store.tree import make_folder
 from core.work.bundle import BundleError, ResultInfo
 from core.work.fleet import SHIPPING, note_run
+from core.work.spend import OverBudget, check_budget, note_usage
 from core.work.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 
 OutputCallback = Callable[[bytes], None]
@@ -207,9 +208,12 @@ async def ship(
     name = pool.pick(host)
     key_pair = signing_key(config)
     worker = worker_id or actor()
+    check_budget(layout, config, name, claimed.key if claimed is not None else key)
     try:
         claimer = Claimer(layout, worker, config.policy.lease_ttl)
         claim = claimed if claimed is not None else await asyncio.to_thread(claimer.claim, key)
+        if key is None and claimed is None:
+            await asyncio.to_thread(refuse_over_budget, layout, config, name, claim, worker)
         return await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), on_output, cancel)
     finally:
         if hosts is None:
@@ -377,6 +381,16 @@ async def _either(a: asyncio.Event, b: asyncio.Event | None) -> None:
             w.cancel()
 
 
+def refuse_over_budget(layout: Layout, config: Config, name: str, claim: Claim, worker: str) -> None:
+    """For a job claimed before its key was known: over its budget, it ends `aborted`
+    with the budget's line, never run, and the OverBudget is raised."""
+    try:
+        check_budget(layout, config, name, claim.key)
+    except OverBudget as exc:
+        abort_claim(layout, claim, str(exc), worker)
+        raise
+
+
 def abort_claim(layout: Layout, claim: Claim, reason: str, worker: str) -> Committed:
     """End a claimed job that is not running anywhere with an `aborted` receipt.
 
@@ -400,6 +414,7 @@ def _commit(shipment: Shipment, ending: Ending, info: ResultInfo | None, output:
     """
     layout, claim = shipment.layout, shipment.claim
     status, reason = ending
+    note_cost(shipment, output)
     keep_evidence(shipment, f"attempt-{claim.lease.token}", output, run_summary(shipment, ending, info))
     outputs = dict(info.outputs) if info is not None and status is ReceiptStatus.OK else {}
     staged = shipment.staging
@@ -448,6 +463,20 @@ def _announce(shipment: Shipment, candidate: int | None) -> None:
     claim = shipment.claim
     where = {"host": shipment.host} if candidate is None else {"host": shipment.host, "candidate": candidate}
     record_attempt(shipment.layout, claim.key, SHIPPING, attempt=claim.lease.token, **where)
+
+
+def note_cost(shipment: Shipment, output: bytes, candidate: int | None = None) -> None:
+    """Record what a preset host's run reported it used (`core.work.spend`); a record that
+    cannot be written is noted in the audit log, never raised."""
+    host = shipment.pool.config.hosts.get(shipment.host)
+    if host is None:
+        return
+    claim = shipment.claim
+    try:
+        note_usage(shipment.layout, claim.key, claim.lease.token, shipment.host, host, output, candidate)
+    except (GenjobError, OSError) as exc:
+        with contextlib.suppress(GenjobError, OSError):
+            record_event(shipment.layout, "usage_not_kept", claim.key, reason=str(exc))
 
 
 def note_host(shipment: Shipment, status: ReceiptStatus, reason: str | None) -> None:

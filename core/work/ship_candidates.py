@@ -35,6 +35,7 @@ from core.work.ship import (
     attempt,
     judged,
     keep_evidence,
+    note_cost,
     note_host,
     run_summary,
     signing_key,
@@ -191,6 +192,7 @@ def _commit(
     layout, claim = shipment.layout, shipment.claim
     status, reason = ending
     summary = {**run_summary(shipment, ending, info), "candidate": number}
+    note_cost(shipment, output, number)
     keep_evidence(shipment, f"attempt-{claim.lease.token}-candidate-{number}", output, summary)
     outputs = dict(info.outputs) if info is not None and status is ReceiptStatus.OK else {}
     receipt = make_receipt(claim.job, status, outputs, shipment.worker)

@@ -126,13 +126,27 @@ def _job_file_named(layout: Layout, name: str) -> Path | None:
 
 @main.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--generator",
+    "preset",
+    type=click.Choice(["claude", "codex", "aider", "llm"]),
+    help="Also write a host that runs this coding agent unattended (`genjob help hosts`, Presets).",
+)
+@click.option("--model", help="The model the --generator host asks for (aider and llm need one).")
+@click.option("--env-file", help="A file on the host that sets the tool's key (KEY=value lines).")
 @click.pass_context
-def init(ctx: click.Context, directory: Path | None) -> None:
+def init(
+    ctx: click.Context, directory: Path | None, preset: str | None, model: str | None, env_file: str | None
+) -> None:
     """Create .gen/ (queue, receipts, config.toml with the local host) in DIRECTORY or here."""
+    from core.model.presets import PresetSettings
     from core.store.repo import init_repo, is_git_work_tree
 
+    if preset is None and (model or env_file):
+        raise GenjobError("--model and --env-file are for the host --generator writes: give --generator too")
+    settings = PresetSettings(preset, model=model, env_file=env_file) if preset else None  # type: ignore[arg-type]
     root = directory or ctx.find_root().obj or Path.cwd()
-    layout, made = init_repo(root)
+    layout, made = init_repo(root, settings)
     for item in made:
         say(f"created {item}")
     say(f"genjob ready in {visible(str(layout.gen))}")
@@ -142,6 +156,9 @@ def init(ctx: click.Context, directory: Path | None) -> None:
             "board's commit will not work here (run `git init` first if you want them)",
             err=True,
         )
+    if settings is not None and made:
+        name = settings.preset
+        say(f"host `{name}` runs {name} unattended: `genjob ship KEY --host {name}`")
     if made:
         say(
             "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
@@ -236,6 +253,7 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """The job, its state, lease, receipt verification, diffs and timeline."""
+    from core.model.presets import USAGE, spend_of
     from core.read.board_view import age
     from core.read.inspect_job import job_detail
 
@@ -268,6 +286,9 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"lease   {visible(ls.worker)} pid {ls.pid} on {visible(ls.host)}, attempt {ls.token}, "
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
+    if (spend := spend_of(d.attempts)).runs:
+        models = ", ".join(sorted({str(r.get("model")) for r in d.attempts if r.get("event") == USAGE}))
+        say(f"cost    {spend.describe()} ({visible(models)})")
     if d.commit == "pending":
         say(f"commit  applied, not committed: genjob apply {r.key} --commit (or genjob recover) commits it")
     elif d.commit_sha:
