@@ -65,6 +65,13 @@ class PresetSettings:
     max_budget_usd: float | None = None
     env_file: str | None = None
     key_env: str | None = None
+    # The tool's executable, when it is not on the host's PATH (a sandboxed local host's
+    # PATH is the system's: /usr/local/bin, /usr/bin, /bin).
+    tool: str | None = None
+
+    @property
+    def program(self) -> str:
+        return shlex.quote(self.tool) if self.tool else PROGRAMS[self.preset]
 
 
 # The program each preset runs, and the variable holding the key it needs by default.
@@ -92,16 +99,15 @@ def _fail(s: PresetSettings, why: str, code: int) -> str:
 
 def _guard(s: PresetSettings) -> str:
     """Shell that stops the run at once, saying why, when the tool cannot work here."""
-    program = PROGRAMS[s.preset]
+    program = s.program
     key = s.key_env or KEY_ENV[s.preset]
     steps = []
     if s.env_file:
         env = shlex.quote(s.env_file)
         steps.append(f"[ -r {env} ] || {_fail(s, f'{s.env_file}: cannot read the credentials file', 2)};")
         steps.append(f"set -a; . {env}; set +a;")
-    steps.append(
-        f"command -v {program} >/dev/null 2>&1 || {_fail(s, f'{program}: not found on this host PATH', 127)};"
-    )
+    missing = _fail(s, f"{s.tool or program}: not found on this host PATH", 127)
+    steps.append(f"command -v {program} >/dev/null 2>&1 || {missing};")
     where = (
         f"in {s.env_file}"
         if s.env_file
@@ -120,7 +126,7 @@ def _claude(s: PresetSettings) -> str:
     turns = s.max_turns or DEFAULT_MAX_TURNS
     budget = s.max_budget_usd or DEFAULT_MAX_BUDGET_USD
     return (
-        f"claude -p --output-format json --max-turns {turns} --max-budget-usd {budget:g} "
+        f"{s.program} -p --output-format json --max-turns {turns} --max-budget-usd {budget:g} "
         f"--permission-mode acceptEdits{_model('--model', s)} < {{instruction_file}}"
     )
 
@@ -129,7 +135,7 @@ def _codex(s: PresetSettings) -> str:
     # codex keeps its state in CODEX_HOME and fails without one: a fresh one in $HOME.
     return (
         'export CODEX_HOME="$HOME/.codex"; mkdir -p "$CODEX_HOME"; '
-        f"codex exec --json --sandbox workspace-write --skip-git-repo-check --ephemeral"
+        f"{s.program} exec --json --sandbox workspace-write --skip-git-repo-check --ephemeral"
         f"{_model('--model', s)} - < {{instruction_file}}"
     )
 
@@ -138,7 +144,7 @@ def _aider(s: PresetSettings) -> str:
     # A named model keeps aider from offering a browser login; history goes to $HOME,
     # outside the workspace, where anything beside the allowed paths rejects the job.
     return (
-        f"aider{_model('--model', s)} --yes-always --no-git --no-auto-commits --no-check-update "
+        f"{s.program}{_model('--model', s)} --yes-always --no-git --no-auto-commits --no-check-update "
         "--no-show-model-warnings --no-show-release-notes --no-analytics --no-pretty --no-stream "
         '--no-fancy-input --input-history-file "$HOME/input.history" '
         '--chat-history-file "$HOME/chat.history.md" --message-file {instruction_file} {paths}'
@@ -155,7 +161,7 @@ def _llm(s: PresetSettings) -> str:
     return (
         'export LLM_USER_PATH="$HOME/llm"; for path in {paths}; do '
         f'if [ -f "$path" ]; then set -- -f "$path"; else set --; fi; '
-        f'llm prompt{_model("-m", s)} --no-log --usage -x -s {system} "$@" "File: $path" '
+        f'{s.program} prompt{_model("-m", s)} --no-log --usage -x -s {system} "$@" "File: $path" '
         '< {instruction_file} > "$HOME/reply" || exit $?; '
         'mkdir -p -- "$(dirname -- "$path")"; mv -- "$HOME/reply" "$path"; done'
     )
@@ -177,6 +183,8 @@ def preset_problem(s: PresetSettings) -> str | None:
         return 'max_turns and max_budget_usd are Claude Code\'s own limits: for preset = "claude"'
     if s.env_file is not None and not s.env_file.startswith("/"):
         return f"env_file: {s.env_file!r} is not an absolute path on the host"
+    if s.tool is not None and not s.tool.startswith("/"):
+        return f"tool: {s.tool!r} is not an absolute path on the host (a name is looked up on its PATH)"
     if s.key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", s.key_env):
         return f"key_env: {s.key_env!r} is not an environment variable's name"
     return None

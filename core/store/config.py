@@ -126,12 +126,10 @@ concurrency = 2
 # identity = "~/.ssh/id_ed25519"
 # known_hosts = "~/.ssh/known_hosts"
 # python = "/usr/bin/python3"   # runs genjob's runner there (default: python3 on the PATH)
-# A generator runs with a clean environment and an empty $HOME outside its workspace: name
-# the tool's keys (aider: --env-file) and send its history files to $HOME, since anything
-# left in the workspace beside the allowed paths rejects the job.
-# generator = 'aider --yes-always --no-git --no-check-update --env-file /home/gen/.env \
---input-history-file "$HOME/input.history" --chat-history-file "$HOME/chat.history.md" \
---message-file {instruction_file} {paths}'
+# A coding agent run unattended, with its own limits (`genjob help hosts`, Presets):
+# preset = "aider"             # or "claude", "codex", "llm"; or generator = "any command line"
+# model = "gpt-4o"
+# env_file = "/home/gen/aider.env"   # on that host: OPENAI_API_KEY=...
 # timeout = 900
 # concurrency = 2
 
@@ -141,7 +139,8 @@ concurrency = 2
 # "Running on a cluster"). genjob adds the runner's start to the end of it.
 # transport = "command"
 # command = ["kubectl", "exec", "-i", "-n", "gen", "deploy/generator", "--"]
-# generator = "aider --yes-always --no-git --message-file {instruction_file} {paths}"
+# preset = "claude"
+# env_file = "/etc/genjob/claude.env"
 # concurrency = 4
 # candidates = 2          # each job shipped here alone runs as two candidates
 
@@ -255,6 +254,7 @@ class Host(BaseModel):
     max_budget_usd: Annotated[float, Field(gt=0, le=10_000)] | None = None
     env_file: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     key_env: str | None = None
+    tool: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     # transport = "local": the sandbox its runs get (`core.work.transport.local`): "auto" is
     # bubblewrap when it works on this machine and unsandboxed (said so) when not;
     # "bwrap" refuses to run without it; "none" never sandboxes. `network` shares the
@@ -278,7 +278,9 @@ class Host(BaseModel):
             raise ValueError("give preset or generator, not both: a preset writes the generator line")
         if raw["preset"] not in PRESETS:
             raise ValueError(f"preset: {raw['preset']!r} is not one of {', '.join(PRESETS)}")
-        fields = {f: raw.get(f) for f in ("model", "max_turns", "max_budget_usd", "env_file", "key_env")}
+        fields = {
+            f: raw.get(f) for f in ("model", "max_turns", "max_budget_usd", "env_file", "key_env", "tool")
+        }
         settings = PresetSettings(raw["preset"], **fields)
         if (problem := preset_problem(settings)) is not None:
             raise ValueError(problem)
@@ -293,7 +295,7 @@ class Host(BaseModel):
     def preset_settings(self) -> PresetSettings | None:
         if self.preset is None:
             return None
-        fields = (self.model, self.max_turns, self.max_budget_usd, self.env_file, self.key_env)
+        fields = (self.model, self.max_turns, self.max_budget_usd, self.env_file, self.key_env, self.tool)
         return PresetSettings(self.preset, *fields)
 
     @model_validator(mode="after")
@@ -525,6 +527,7 @@ _HOST_RUNS = (
     "max_budget_usd",
     "env_file",
     "key_env",
+    "tool",
 )
 _CHECK_RUNS = ("run", "sandbox", "read_only")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from core.store.events import attempts, record_attempt
 from core.store.layout import Layout
 from core.work.ship import ship
 from core.work.spend import OverBudget
+from tui.reference import topic_text
 from tui.render import lease_text
 
 pytestmark = pytest.mark.timeout(120)
@@ -247,3 +250,36 @@ def test_a_report_the_tool_did_not_write_as_documented_counts_for_nothing(preset
     usage = parse_usage(preset, output)  # type: ignore[arg-type]
     spent = spend_of([{"event": "usage", **(usage.to_dict() if usage else {})}])
     assert spent.cost_usd == 0 and spent.tokens_in == 0 and spent.tokens_out == 0
+
+
+def doc_hosts() -> dict[str, dict[str, object]]:
+    """Every `[hosts.NAME]` table in the hosts topic's TOML blocks."""
+    found: dict[str, dict[str, object]] = {}
+    for block in re.findall(r"```toml\n(.*?)```", topic_text("hosts"), re.S):
+        found.update(tomllib.loads(block).get("hosts", {}))
+    return found
+
+
+def test_every_coding_agent_the_docs_show_runs_through_a_preset() -> None:
+    """A line written by hand (aider without a model, codex without a home) waits for a
+    person or the timeout; the docs show the tools only as presets, whose lines do not."""
+    hosts = doc_hosts()
+    assert {"claude", "codex", "aider", "llm"} <= set(hosts)
+    for name, table in hosts.items():
+        line = str(table.get("generator", ""))
+        assert not re.search(r"\b(aider|codex|claude|llm)\b", line), (
+            f"hosts.{name} runs an agent by hand: {line}"
+        )
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+async def test_the_docs_preset_tables_run_as_written(
+    repo: Layout, signer: Ed25519PrivateKey, tools: Path, tmp_path: Path, preset: str
+) -> None:
+    table = {**doc_hosts()[preset], "env_file": str(key_file(tmp_path, preset)), "sandbox": "none"}
+    lines = [f"{k} = {json.dumps(v)}" for k, v in table.items()]
+    write_config(repo, f"[hosts.{preset}]\n" + "\n".join(lines) + "\n")
+    job = mint(repo)
+    res = await ship(repo, job.key, preset)
+    assert res.status == "ok", res.reason
+    assert [r["preset"] for r in attempts(repo, job.key) if r.get("event") == "usage"] == [preset]
