@@ -43,6 +43,7 @@ from core.model.freshness import MAX_TTL
 from core.model.presets import PRESETS, PresetName, PresetSettings, generator_line, preset_problem
 from core.model.protected import DEFAULT_PROTECTED
 from core.remote.rules import DEFAULT_LIMITS, Limits
+from core.store import ruff_settings
 from core.store.layout import user_config_dir
 from core.store.ownership import operator_owners, repository_owners, require_trusted
 from core.store.pins import read_pins
@@ -114,8 +115,9 @@ concurrency = 2
 # imports, modernises syntax, sorts imports and formats the job's Python files
 # (other files are left as they are). `genjob ship KEY --host tidy`.
 transport = "local"
-generator = "python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero {paths} \
-&& python3 -m ruff format --no-cache --quiet {paths}"
+# {ruff_settings} passes the repository's own ruff settings (its line length, quotes, ...).
+generator = "python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero \
+{ruff_settings} {paths} && python3 -m ruff format --no-cache --quiet {ruff_settings} {paths}"
 timeout = 120
 concurrency = 2
 
@@ -595,7 +597,20 @@ def load_config(path: Path) -> Config:
         pinned = read_pins(path.parent.parent).config
         if pinned != digest:
             config = _held_back(config, path, pinned)
+    if any(ruff_settings.TOKEN in h.generator for h in config.hosts.values()):
+        config = _with_ruff_settings(config, path.parent.parent)
     if load_operator_config().policy.require_signature and not config.policy.require_signature:
         policy = config.policy.model_copy(update={"require_signature": True})
         config = config.model_copy(update={"policy": policy})
     return config
+
+
+def _with_ruff_settings(config: Config, root: Path) -> Config:
+    """Hosts whose line holds `{ruff_settings}` get the repository's ruff settings there."""
+    hosts = {
+        name: h.model_copy(update={"generator": ruff_settings.expand(h.generator, root)})
+        for name, h in config.hosts.items()
+    }
+    updated = config.model_copy(update={"hosts": hosts})
+    updated._held = config._held
+    return updated

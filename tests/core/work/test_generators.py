@@ -13,9 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from core.errors import BadInput
 from core.review.apply import apply_job
 from core.store.config import load_config
 from core.store.layout import Layout
@@ -92,3 +94,37 @@ async def test_a_job_naming_the_generators_own_module_cannot_run_its_own_code(
         assert res.status == "ok", res.reason
         out = repo.out_dir(job.digest) / "src/app.py"
         assert b"the job ran its own code" not in out.read_bytes()
+
+
+LONG = b'def f(alpha_argument, beta_argument, gamma_argument, delta_argument, epsilon_arg):\n    return "x"\n'
+SETTINGS = {
+    "pyproject.toml": (
+        '[tool.ruff]\nline-length = 79\ncache-dir = "/elsewhere"\n'
+        '[tool.ruff.format]\nquote-style = "single"\n'
+    ),
+    "ruff.toml": 'line-length = 79\n[format]\nquote-style = "single"\n',
+    ".ruff.toml": 'line-length = 79\nformat = { quote-style = "single" }\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+async def test_tidy_formats_by_the_repositorys_own_ruff_settings(
+    repo: Layout, signer: Ed25519PrivateKey, name: str
+) -> None:
+    (repo.root / name).write_text(SETTINGS[name])
+    (repo.root / "src/long.py").write_bytes(LONG)
+    job = mint(repo, "Tidy it.", ["src/long.py"])
+    res = await ship(repo, job.key, "tidy")
+    assert res.status == "ok", res.reason
+    apply_job(repo, job.key)
+    tidied = (repo.root / "src/long.py").read_text()
+    assert "'x'" in tidied and max(len(line) for line in tidied.splitlines()) <= 79
+    ruff = [sys.executable, "-m", "ruff", "format", "--no-cache", "--stdin-filename", "src/long.py", "-"]
+    here = subprocess.run(ruff, input=LONG.decode(), capture_output=True, text=True, cwd=repo.root).stdout
+    assert tidied == here, "tidy formats the job's file as ruff does in the repository itself"
+
+
+def test_tidy_refuses_a_ruff_settings_file_that_is_not_toml_naming_it(repo: Layout) -> None:
+    (repo.root / "ruff.toml").write_text("line-length = = 79\n")
+    with pytest.raises(BadInput, match=r"ruff\.toml: not valid TOML .*tidy cannot pass its ruff settings"):
+        load_config(repo.config)
