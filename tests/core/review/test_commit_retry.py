@@ -10,17 +10,20 @@ from pathlib import Path
 import pytest
 from corekit import cli, git, mint, receive, sha
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rich.console import Console
 
 from core.errors import GenjobError
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
+from core.read.inspect_job import job_detail
 from core.read.snapshot import take_snapshot
 from core.review import commit as commit_module
 from core.review.apply import apply_job
 from core.review.recover import recover
 from core.store.layout import Layout
 from core.store.queue import locate
+from tui.render import job_text
 
 NEW_APP = b"def main():\n    return 2\n"
 
@@ -70,6 +73,9 @@ def test_a_commit_the_hook_refused_stays_applied_not_committed_and_apply_commit_
     assert show(repo, received.key)["commit"] == "pending"
     text = cli("show", received.key, root=repo.root).stdout
     assert "applied, not committed" in text
+    board = Console(width=200, record=True)
+    board.print(job_text(job_detail(repo, received.key)))
+    assert "applied, NOT committed" in board.export_text()
     plain = cli("apply", received.key, root=repo.root)
     assert plain.exit_code == 0 and "applied, not committed" in plain.stderr
     hook.unlink()
