@@ -68,6 +68,17 @@ class PresetSettings:
     # The tool's executable, when it is not on the host's PATH (a sandboxed local host's
     # PATH is the system's: /usr/local/bin, /usr/bin, /bin).
     tool: str | None = None
+    # The model API's host[:port] the line checks it can reach before the tool starts
+    # ("none": no check, for a host that reaches the API only through something else).
+    api_host: str | None = None
+
+    @property
+    def reach(self) -> tuple[str, int] | None:
+        given = self.api_host or API_HOSTS[self.preset]
+        if given == "none":
+            return None
+        host, _, port = given.partition(":")
+        return host, int(port or 443)
 
     @property
     def program(self) -> str:
@@ -82,6 +93,17 @@ KEY_ENV: dict[PresetName, str] = {
     "aider": "OPENAI_API_KEY",
     "llm": "OPENAI_API_KEY",
 }
+# Where each tool's model API is by default (aider and llm: OpenAI's, unless the host says).
+API_HOSTS: dict[PresetName, str] = {
+    "claude": "api.anthropic.com",
+    "codex": "api.openai.com",
+    "aider": "api.openai.com",
+    "llm": "api.openai.com",
+}
+# How long the line waits to reach the model's API before it gives up, in seconds.
+REACH_SECONDS = 10
+_REACH = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), float(sys.argv[3]))"
+
 # The presets that cannot pick a model by themselves without asking (aider offers a
 # browser login; llm has no default key for one).
 NEEDS_MODEL: tuple[PresetName, ...] = ("aider", "llm")
@@ -114,6 +136,15 @@ def _guard(s: PresetSettings) -> str:
         else "in the environment (env_file names a file on the host that sets it)"
     )
     steps.append(f'[ -n "${{{key}:-}}" ] || {_fail(s, f"no {key} {where}", 2)};')
+    if (reach := s.reach) is not None:
+        # A tool without a network waits for one (codex: "Reconnecting... waiting for
+        # network") or retries for minutes (aider): one connection attempt says so at once.
+        host, port = reach
+        unreachable = _fail(s, f"cannot reach {host}:{port}, the model API (no network here?)", 3)
+        probe = f"python3 -c {shlex.quote(_REACH)} {shlex.quote(host)} {port} {REACH_SECONDS}"
+        steps.append(
+            f'[ -n "${{HTTPS_PROXY:-${{https_proxy:-}}}}" ] || {probe} 2>/dev/null || {unreachable};'
+        )
     return " ".join(steps)
 
 
@@ -185,6 +216,8 @@ def preset_problem(s: PresetSettings) -> str | None:
         return f"env_file: {s.env_file!r} is not an absolute path on the host"
     if s.tool is not None and not s.tool.startswith("/"):
         return f"tool: {s.tool!r} is not an absolute path on the host (a name is looked up on its PATH)"
+    if s.api_host is not None and not re.fullmatch(r"none|[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?", s.api_host):
+        return f'api_host: {s.api_host!r} is not host or host:port (or "none")'
     if s.key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", s.key_env):
         return f"key_env: {s.key_env!r} is not an environment variable's name"
     return None

@@ -257,6 +257,7 @@ class Host(BaseModel):
     env_file: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     key_env: str | None = None
     tool: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    api_host: str | None = None
     # transport = "local": the sandbox its runs get (`core.work.transport.local`): "auto" is
     # bubblewrap when it works on this machine and unsandboxed (said so) when not;
     # "bwrap" refuses to run without it; "none" never sandboxes. `network` shares the
@@ -281,7 +282,8 @@ class Host(BaseModel):
         if raw["preset"] not in PRESETS:
             raise ValueError(f"preset: {raw['preset']!r} is not one of {', '.join(PRESETS)}")
         fields = {
-            f: raw.get(f) for f in ("model", "max_turns", "max_budget_usd", "env_file", "key_env", "tool")
+            f: raw.get(f)
+            for f in ("model", "max_turns", "max_budget_usd", "env_file", "key_env", "tool", "api_host")
         }
         settings = PresetSettings(raw["preset"], **fields)
         if (problem := preset_problem(settings)) is not None:
@@ -297,8 +299,16 @@ class Host(BaseModel):
     def preset_settings(self) -> PresetSettings | None:
         if self.preset is None:
             return None
-        fields = (self.model, self.max_turns, self.max_budget_usd, self.env_file, self.key_env, self.tool)
-        return PresetSettings(self.preset, *fields)
+        return PresetSettings(
+            self.preset,
+            model=self.model,
+            max_turns=self.max_turns,
+            max_budget_usd=self.max_budget_usd,
+            env_file=self.env_file,
+            key_env=self.key_env,
+            tool=self.tool,
+            api_host=self.api_host,
+        )
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> Host:
@@ -530,6 +540,7 @@ _HOST_RUNS = (
     "env_file",
     "key_env",
     "tool",
+    "api_host",
 )
 _CHECK_RUNS = ("run", "sandbox", "read_only")
 

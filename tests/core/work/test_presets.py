@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,8 +51,21 @@ REPORTED = {
 }
 
 
+@pytest.fixture(scope="module")
+def api() -> Iterator[str]:
+    """A listening socket standing in for the model's API: the lines' reach check passes."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def closed_port() -> str:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        return f"127.0.0.1:{server.getsockname()[1]}"
+
+
 def preset_table(name: str, preset: str, env_file: Path | None, **extra: object) -> str:
     lines = [f"[hosts.{name}]", 'transport = "local"', 'sandbox = "none"', f'preset = "{preset}"']
+    extra = {"api_host": API[0], **extra}
     if MODELS[preset]:
         lines.append(f'model = "{MODELS[preset]}"')
     if env_file is not None:
@@ -59,8 +74,13 @@ def preset_table(name: str, preset: str, env_file: Path | None, **extra: object)
     return "\n".join(lines) + "\n"
 
 
+# The stand-in API's host:port, set by the `tools` fixture for `preset_table`.
+API = [""]
+
+
 @pytest.fixture
-def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, api: str) -> Path:
+    API[0] = api
     folder = tmp_path / "bin"
     for tool in PRESETS:
         install(folder, tool)
@@ -276,10 +296,44 @@ def test_every_coding_agent_the_docs_show_runs_through_a_preset() -> None:
 async def test_the_docs_preset_tables_run_as_written(
     repo: Layout, signer: Ed25519PrivateKey, tools: Path, tmp_path: Path, preset: str
 ) -> None:
-    table = {**doc_hosts()[preset], "env_file": str(key_file(tmp_path, preset)), "sandbox": "none"}
+    table = {
+        **doc_hosts()[preset],
+        "env_file": str(key_file(tmp_path, preset)),
+        "sandbox": "none",
+        "api_host": API[0],
+    }
     lines = [f"{k} = {json.dumps(v)}" for k, v in table.items()]
     write_config(repo, f"[hosts.{preset}]\n" + "\n".join(lines) + "\n")
     job = mint(repo)
     res = await ship(repo, job.key, preset)
     assert res.status == "ok", res.reason
     assert [r["preset"] for r in attempts(repo, job.key) if r.get("event") == "usage"] == [preset]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+async def test_a_preset_without_a_network_fails_at_once_saying_so(
+    repo: Layout, signer: Ed25519PrivateKey, tools: Path, tmp_path: Path, preset: str
+) -> None:
+    """A tool with no network waits for one (codex) or retries for minutes (aider): the
+    line tries the model's API once first."""
+    write_config(
+        repo, preset_table("agent", preset, key_file(tmp_path, preset), api_host=closed_port(), timeout=600)
+    )
+    job = mint(repo)
+    res = await ship(repo, job.key, "agent")
+    assert res.status == "rejected" and res.reason == "the generator exited with status 3"
+    log = (repo.logs / job.key / "attempt-1.log").read_text()
+    assert (
+        f"genjob preset {preset}: cannot reach 127.0.0.1:" in log
+        and "the model API (no network here?)" in log
+    )
+
+
+async def test_a_preset_behind_a_proxy_leaves_the_reach_to_the_proxy(
+    repo: Layout, signer: Ed25519PrivateKey, tools: Path, tmp_path: Path
+) -> None:
+    env = key_file(tmp_path, "claude")
+    env.write_text(env.read_text() + "HTTPS_PROXY=http://127.0.0.1:9\n")
+    write_config(repo, preset_table("agent", "claude", env, api_host=closed_port()))
+    job = mint(repo)
+    assert (await ship(repo, job.key, "agent")).status == "ok"
