@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -617,11 +618,21 @@ def load_config(path: Path) -> Config:
 
 
 def _with_ruff_settings(config: Config, root: Path) -> Config:
-    """Hosts whose line holds `{ruff_settings}` get the repository's ruff settings there."""
-    hosts = {
-        name: h.model_copy(update={"generator": ruff_settings.expand(h.generator, root)})
-        for name, h in config.hosts.items()
-    }
+    """Hosts whose line holds `{ruff_settings}` get the repository's ruff settings there;
+    settings that cannot be read make those hosts' runs fail with the reason, and nothing else."""
+    try:
+        args = ruff_settings.ruff_config_args(ruff_settings.repository_ruff_settings(root))
+    except BadInput as exc:
+        failing = f"echo {shlex.quote(f'genjob: {exc}')} >&2; exit 2"
+        hosts = {
+            n: h.model_copy(update={"generator": failing}) if ruff_settings.TOKEN in h.generator else h
+            for n, h in config.hosts.items()
+        }
+    else:
+        hosts = {
+            n: h.model_copy(update={"generator": h.generator.replace(ruff_settings.TOKEN, args)})
+            for n, h in config.hosts.items()
+        }
     updated = config.model_copy(update={"hosts": hosts})
     updated._held = config._held
     return updated

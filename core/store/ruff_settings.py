@@ -8,7 +8,7 @@ root `ruff.toml`, `.ruff.toml` or `pyproject.toml` `[tool.ruff]` (the one ruff i
 would read there), one shell-quoted `--config 'KEY = VALUE'` per top-level setting, the
 way ruff takes inline overrides. `extend` (another file) and `cache-dir` (a path on this
 machine) mean nothing in the workspace and are left out; a file that is not TOML is a
-BadInput naming it.
+BadInput naming it, and the host's runs fail with it (every other command still works).
 """
 
 from __future__ import annotations
@@ -53,10 +53,6 @@ def ruff_config_args(settings: dict[str, Any]) -> str:
         for k, v in settings.items()
         if k not in _SKIPPED
     )
-
-
-def expand(generator: str, root: Path) -> str:
-    return generator.replace(TOKEN, ruff_config_args(repository_ruff_settings(root)))
 
 
 def _key(key: str) -> str:

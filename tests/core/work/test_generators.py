@@ -17,7 +17,6 @@ import pytest
 from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.errors import BadInput
 from core.review.apply import apply_job
 from core.store.config import load_config
 from core.store.layout import Layout
@@ -124,7 +123,13 @@ async def test_tidy_formats_by_the_repositorys_own_ruff_settings(
     assert tidied == here, "tidy formats the job's file as ruff does in the repository itself"
 
 
-def test_tidy_refuses_a_ruff_settings_file_that_is_not_toml_naming_it(repo: Layout) -> None:
+async def test_tidy_with_a_ruff_settings_file_that_is_not_toml_fails_naming_it(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
     (repo.root / "ruff.toml").write_text("line-length = = 79\n")
-    with pytest.raises(BadInput, match=r"ruff\.toml: not valid TOML .*tidy cannot pass its ruff settings"):
-        load_config(repo.config)
+    assert load_config(repo.config).hosts["local"].generator == "python3 -m core.remote.demo_generator"
+    job = mint(repo, "Tidy it.")
+    res = await ship(repo, job.key, "tidy")
+    assert res.status == "rejected" and res.reason == "the generator exited with status 2"
+    log = (repo.logs / job.key / "attempt-1.log").read_text()
+    assert re.search(r"genjob: .*ruff\.toml: not valid TOML .*tidy cannot pass its ruff settings", log)

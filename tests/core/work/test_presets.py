@@ -174,6 +174,8 @@ def test_every_preset_line_passes_its_tools_unattended_flags() -> None:
         ('preset = "claude"\nenv_file = "keys.env"', "not an absolute path"),
         ('preset = "claude"\nkey_env = "A B"', "not an environment variable's name"),
         ('preset = "gemini"', "is not one of claude, codex, aider, llm"),
+        ('preset = "claude"\napi_host = "a b"', "is not host or host:port"),
+        ('preset = "claude"\ntool = "bin/claude"', "tool: 'bin/claude' is not an absolute path"),
     ],
 )
 def test_a_bad_preset_table_is_one_message_naming_the_host(repo: Layout, table: str, fault: str) -> None:
@@ -187,7 +189,7 @@ def test_a_bad_preset_table_is_one_message_naming_the_host(repo: Layout, table: 
     ['model = "claude-opus-4-1"', "max_budget_usd = 50.0", "max_turns = 500", 'env_file = "/other.env"'],
 )
 def test_a_presets_settings_are_part_of_what_the_operator_allowed(repo: Layout, change: str) -> None:
-    write_config(repo, preset_table("agent", "claude", None))
+    write_config(repo, '[hosts.agent]\ntransport = "local"\npreset = "claude"\n')
     allowed = runs_digest(read_repository_config(repo.config))
     repo.config.write_text(repo.config.read_text() + change + "\n")
     assert runs_digest(read_repository_config(repo.config)) != allowed
