@@ -181,3 +181,20 @@ def test_the_cli_lists_and_claims_a_seed_job(repo: Layout, seed: Seed) -> None:
     assert [(r["key"], r["state"], r["schema"]) for r in rows] == [(minted.idempotency_key, "QUEUED", V1)]
     res = cli("claim", "--worker", "w1", root=repo.root)
     assert res.exit_code == 0 and res.stdout.strip() == minted.idempotency_key
+
+
+def test_a_replayed_seed_job_is_a_seed_job_with_a_new_job_id_and_the_next_attempt(
+    repo: Layout, seed: Seed
+) -> None:
+    minted = seed.genjob.mint_job(repo.root, "Replay me.", ["src/app.py"])
+    minted.write(repo.queue)
+    assert cli("reject", minted.idempotency_key, "--reason", "not this", root=repo.root).exit_code == 0
+    (repo.root / "src/app.py").write_bytes(b"the base moved\n")
+    res = cli("replay", minted.idempotency_key, root=repo.root)
+    assert res.exit_code == 0, res.output
+    new_key = res.stdout.split()[0]
+    replayed = seed_job_from(locate(repo, new_key).path, seed)
+    assert replayed.schema == V1 and replayed.attempt == minted.attempt + 1
+    assert replayed.job_id != minted.job_id
+    again = seed.genjob.mint_job(repo.root, "Replay me.", ["src/app.py"])
+    assert replayed.idempotency_key == again.idempotency_key, "the seed derives the replay's key itself"

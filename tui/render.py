@@ -14,6 +14,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from core.model.presets import spend_of
 from core.model.protected import PROTECTED_HINT, PROTECTED_MARK
 from core.model.standing import FAILED, PASSED, CheckState, CheckStatus
 from core.model.terminal import visible
@@ -129,6 +130,11 @@ def _record_text(record: dict[str, Any]) -> Text:
         _field(text, "signer", str(applied.get("signer") or "unsigned"))
         required = applied.get("signature_required")
         _field(text, "policy", "signatures required" if required else "signatures NOT required")
+        commit = applied.get("commit") if isinstance(applied.get("commit"), dict) else {}
+        if commit.get("state") == "pending":
+            _field(text, "commit", Text("applied, NOT committed: apply --commit or recover commits it", WARN))
+        elif commit.get("state") == "committed":
+            _field(text, "commit", str(commit.get("sha")))
         for path in applied.get("changed") or []:
             text.append("  ")
             text.append(literal(str(path), Style(color="cyan"), keep_newlines=False))
@@ -171,6 +177,10 @@ def lease_text(detail: JobDetail, now: float | None = None) -> Text:
         text.append("\n")
     else:
         text.append("no lease (the job is not running)\n", LABEL)
+    spend = spend_of(detail.attempts)
+    if spend.runs:
+        text.append("\ncost ", Style(bold=True))
+        text.append(f"{spend.describe()}\n")
     text.append(f"\nattempts ({len(detail.attempts)} records)\n", Style(bold=True))
     for rec in detail.attempts:
         text.append(f"  {_stamp(rec.get('at'))}  ", LABEL)
@@ -234,6 +244,10 @@ def verification_text(
         tail.append("=> STALE: the tree moved on since the job was minted; replay it (R)", SKIP)
     else:
         tail.append(f"=> apply refused: {len(v.failures)} check(s) failed", BAD)
+    if v.unchanged:
+        from core.review.verify import NOTHING_CHANGED  # loaded already: `v` is a verification
+
+        tail.append(f"\n⚠ {NOTHING_CHANGED}", WARN)
     if v.signer:
         tail.append(f"\nsigner {v.signer}", LABEL)
     return Group(head, checks or Text(), table, Text(""), tail)
@@ -391,6 +405,10 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
     text = Text()
     what = f"candidate {p.candidate} of {p.key}" if p.candidate is not None else p.key
     text.append(f"apply {what}\n", Style(bold=True))
+    if p.unchanged:
+        from core.review.verify import NOTHING_CHANGED  # loaded already: the preflight verified
+
+        text.append(f"⚠ {NOTHING_CHANGED}: applying it writes nothing\n", WARN)
     if p.may_apply:
         text.append("every check passed: y applies, n cancels\n", OK)
         if p.protected:

@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import BadInput, GenjobError
+from core.model.presets import spend_of
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
 from core.read.snapshot import JobRow, Scanner
 from core.review.check_status import check_statuses
+from core.review.commit import CommitState, commit_state
 from core.review.diff import FileDiff, file_diff
 from core.review.verify import Verification, verify
 from core.store import candidate_store
@@ -42,6 +44,17 @@ class JobDetail:
     # The allowed paths that `policy.protected_paths` covers, each with its pattern.
     protected: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def commit(self) -> CommitState | None:
+        """An applied job's commit: "pending" (applied, not committed), "committed", or None."""
+        return commit_state(self.located.record if self.located else None)
+
+    @property
+    def commit_sha(self) -> str | None:
+        record = self.located.record if self.located else None
+        sha = (record or {}).get("apply", {}).get("commit", {}).get("sha")
+        return sha if self.commit == "committed" and isinstance(sha, str) else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.row.to_dict(),
@@ -58,6 +71,9 @@ class JobDetail:
             "candidates": self.candidates,
             "chosen": self.chosen,
             "protected": self.protected,
+            "spend": spend_of(self.attempts).to_dict(),
+            "commit": self.commit,
+            "commit_sha": self.commit_sha,
         }
 
 

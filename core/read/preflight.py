@@ -54,6 +54,8 @@ class Preflight:
     # The outputs `policy.protected_paths` covers, each with its pattern: apply writes them
     # only when the operator approves this job explicitly.
     protected: dict[str, str] = field(default_factory=dict)
+    # The receipt is `ok` and changed nothing (`core.review.verify.nothing_changed`).
+    unchanged: bool = False
 
     @property
     def may_apply(self) -> bool:
@@ -104,6 +106,7 @@ def preflight(layout: Layout, detail: JobDetail) -> Preflight:
         protected={
             p: pattern for p, pattern in detail.protected.items() if any(d.path == p for d in detail.diffs)
         },
+        unchanged=bool(v and v.unchanged),
     )
 
 

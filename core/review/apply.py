@@ -45,9 +45,7 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -62,11 +60,17 @@ from core.errors import (
     VerificationFailed,
     WrongState,
 )
-from core.model.canonical import canonical, loads_strict, read_bytes, sha256_bytes
+from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.models import Job, Receipt
 from core.model.protected import ProtectedPaths, require_approval
-from core.review.attest import attest
 from core.review.check_status import require_checks
+from core.review.commit import (
+    check_commit_ready,
+    commit_applied,
+    commit_state,
+    git_commit,
+    pending_commit,
+)
 from core.review.verify import Verification, verify
 from core.store.config import Config, load_config
 from core.store.durable import (
@@ -85,8 +89,6 @@ from core.store.evidence import set_aside
 from core.store.layout import FOLDER_STATE, Layout
 from core.store.ownership import repository_owners, require_trusted
 from core.store.queue import Located, locate, read_job_file
-from core.store.repo import is_git_work_tree
-from core.store.signing import load_operator_key, operator_key_path
 from core.store.tree import (
     closing,
     copy_hashing,
@@ -113,6 +115,8 @@ class Applied:
     record: Path
     verification: Verification | None
     commit: str | None = None
+    # Applied before, with a commit asked for that git has not made (`core.review.commit`).
+    uncommitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,15 @@ def apply_job(
             if os.path.lexists(journal_path) or os.path.lexists(layout.journal / key):
                 # Killed after the apply record was made: only the cleanup was left to do.
                 _close(layout, loc.job)
-            return Applied(key, [], True, loc.path, None)
+            pending = commit_state(loc.record) == "pending"
+    if loc.folder == "applied":
+        if pending and commit:
+            return Applied(key, [], True, loc.path, None, commit_applied(layout, loc, sign=sign))
+        return Applied(key, [], True, loc.path, None, uncommitted=pending)
+    with flocked(layout.lock):
+        loc = locate(layout, key)
+        if loc.folder == "applied":  # applied meanwhile, by another apply
+            return Applied(key, [], True, loc.path, None, uncommitted=commit_state(loc.record) == "pending")
         if loc.folder != "running":
             if os.path.lexists(journal_path):
                 _refuse_journal(
@@ -176,7 +188,9 @@ def apply_job(
             check_commit_ready(layout, sign=signed)
         v = verify(layout, loc.job, config)
         if os.path.lexists(journal_path):
-            targets = _journal_targets(layout, loc, v.receipt)
+            targets, wish = _journal_targets(layout, loc, v.receipt)
+            if wish is not None and not commit:  # an apply with --commit was interrupted
+                commit, signed = True, wish
             resumed = _Apply(layout, loc.job, targets, config, resuming=True)
             failed = [c for c in v.failures if c.name != "base"]  # a torn tree is off its base
             if failed or v.receipt is None:
@@ -192,8 +206,9 @@ def apply_job(
             targets = _checked_plan(layout, loc, v)
             require_checks(layout, loc.job, config, v)
             require_approval(key, [t.path for t in targets], config.policy.protected_paths, protected)
-            changed = _Apply(layout, loc.job, targets, config, resuming=False).run()
-        _record(layout, loc.job, targets, changed, v)
+            wish = signed if commit else None
+            changed = _Apply(layout, loc.job, targets, config, resuming=False, commit=wish).run()
+        _record(layout, loc.job, targets, changed, v, pending_commit(signed) if commit and changed else None)
     result = Applied(key, changed, False, layout.job_file("applied", key), v)
     if commit and changed:
         return Applied(
@@ -217,8 +232,11 @@ def _checked_plan(layout: Layout, loc: Located, v: Verification) -> list[Target]
     return plan(loc.job, v.receipt)
 
 
-def _journal_targets(layout: Layout, loc: Located, receipt: Receipt | None) -> list[Target]:
-    """The targets of an open journal, if it counts (see the module's docstring).
+def _journal_targets(
+    layout: Layout, loc: Located, receipt: Receipt | None
+) -> tuple[list[Target], bool | None]:
+    """The targets of an open journal, if it counts (see the module's docstring), and
+    whether the interrupted apply was to commit (signed or not; None: no commit).
 
     A journal another user could have written stays where it is, with the command that
     fixes it; one that does not load or does not fit the job is set aside as evidence.
@@ -239,7 +257,8 @@ def _journal_targets(layout: Layout, loc: Located, receipt: Receipt | None) -> l
     derived = plan(loc.job, receipt) if receipt is not None else targets
     if [t.to_dict() for t in targets] != [t.to_dict() for t in derived]:
         _refuse_journal(layout, loc.key, "it does not name exactly the outputs of the verified receipt")
-    return targets
+    wish = journal.get("commit") if isinstance(journal, dict) else None
+    return targets, wish.get("sign") is True if isinstance(wish, dict) else None
 
 
 def _fitting_targets(journal: object, loc: Located) -> list[Target] | None:
@@ -342,9 +361,16 @@ class _Apply:
     """One run of steps 4 and 5 over open descriptors of the tree, `.gen/` and the outputs."""
 
     def __init__(
-        self, layout: Layout, job: Job, targets: list[Target], config: Config, resuming: bool
+        self,
+        layout: Layout,
+        job: Job,
+        targets: list[Target],
+        config: Config,
+        resuming: bool,
+        commit: bool | None = None,
     ) -> None:
         self.layout = layout
+        self.commit = commit  # to be committed, signed or not; None: not to be committed
         self.job = job
         self.targets = targets
         self.limit = config.limits.max_file_bytes
@@ -460,6 +486,7 @@ class _Apply:
             "targets": [t.to_dict() for t in self.targets],
             "started_at": time.time(),
             "by": actor(),
+            **({"commit": {"sign": self.commit}} if self.commit is not None else {}),
         }
 
     def _pending(self) -> list[Target]:
@@ -862,7 +889,14 @@ def _describe(now: str | None, t: Target) -> str:
     return f"changed (now {now[:12]}…, the job was minted on {t.before[:12]}…)"
 
 
-def _record(layout: Layout, job: Job, targets: list[Target], changed: list[str], v: Verification) -> None:
+def _record(
+    layout: Layout,
+    job: Job,
+    targets: list[Target],
+    changed: list[str],
+    v: Verification,
+    commit: dict[str, Any] | None,
+) -> None:
     record = {
         "job": job.document(),
         "apply": {
@@ -872,6 +906,7 @@ def _record(layout: Layout, job: Job, targets: list[Target], changed: list[str],
             "signature_required": v.signature_required,
             "targets": [t.to_dict() for t in targets],
             "changed": changed,
+            **({"commit": commit} if commit is not None else {}),
         },
     }
     path = layout.job_file("applied", job.key)
@@ -903,83 +938,3 @@ def _close_journal(layout: Layout, key: str) -> None:
         shutil.rmtree(originals)
     layout.journal_file(key).unlink(missing_ok=True)
     fsync_dir(layout.journal)
-
-
-# What `apply --commit` says when git cannot say who commits, before anything is written.
-NO_GIT_IDENTITY = (
-    'git does not know who you are, so nothing was applied: run git config --global user.name "Your Name"'
-    ' && git config --global user.email "you@example.com", then apply again'
-)
-
-
-def check_commit_ready(layout: Layout, *, sign: bool = False) -> None:
-    """Refuse an apply that is to be committed and could not be, before it writes anything:
-    the tree must be in a git work tree, and git must know who commits (`user.name` and
-    `user.email`, or what git can tell by itself, as `git commit` would judge it); a signed
-    commit needs the operator's key and OpenSSH's `ssh-keygen`, which git signs with."""
-    if sign:
-        load_operator_key()
-        if shutil.which("ssh-keygen") is None:
-            raise GenjobError("ssh-keygen: not found, and git signs commits with it; nothing was applied")
-    if not is_git_work_tree(layout.root):
-        where = layout.root
-        raise GenjobError(f"{where}: not in a git work tree, so nothing was applied (git init makes one)")
-    try:
-        for who in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
-            if _git(layout, "var", who, check=False).returncode != 0:
-                raise GenjobError(NO_GIT_IDENTITY)
-    except OSError as exc:
-        raise GenjobError(f"git: cannot run ({exc.strerror}), so nothing was applied") from None
-
-
-def _git(
-    layout: Layout, *args: str, check: bool = True, settings: Sequence[str] = ()
-) -> subprocess.CompletedProcess[str]:
-    """`git ARGS` in the repository, its paths taken literally, with `-c` `settings` for
-    this one command (OSError: git cannot run)."""
-    given = [arg for setting in settings for arg in ("-c", setting)]
-    proc = subprocess.run(
-        ["git", "--literal-pathspecs", *given, "-C", str(layout.root), *args], capture_output=True, text=True
-    )
-    if check and proc.returncode != 0:
-        why = proc.stderr.strip() or proc.stdout.strip()
-        raise GenjobError(f"git {args[0]}: {why}")
-    return proc
-
-
-def git_commit(layout: Layout, job: Job, paths: list[str], *, sign: bool = False) -> str:
-    """Commit exactly the applied paths, with `Genjob-` trailers naming the job and its
-    receipt by digest; returns the commit id. Signed (`sign`), the commit carries an SSH
-    signature by the operator's key, as `git -c gpg.format=ssh commit -S` makes it, and a
-    trailer naming the job's attestation (`core.review.attest`), written first.
-
-    Paths go to git as literal pathspecs: an allowed path such as ``:(glob)**`` or
-    ``src/*.py`` names that one file, never a pattern over the user's other work.
-    `check_commit_ready` has made sure, before the apply, that git can commit here.
-    """
-    first = job.instruction.strip().splitlines()[0][:72]
-    trailers = [
-        f"Genjob-Key: {job.key}",
-        f"Genjob-Digest: {job.digest}",
-        f"Genjob-Receipt: sha256:{sha256_bytes(read_bytes(layout.receipt(job.key)))}",
-    ]
-    settings: list[str] = []
-    if sign:
-        attestation = attest(layout, job.key, load_operator_key())
-        trailers.append(f"Genjob-Attestation: sha256:{sha256_bytes(read_bytes(attestation))}")
-        settings = ["gpg.format=ssh", f"user.signingkey={operator_key_path()}"]
-    message = f"{first}\n\nApplied by genjob from a verified receipt.\n\n" + "\n".join(trailers) + "\n"
-
-    def git(*args: str) -> str:
-        try:
-            return _git(layout, *args, settings=settings).stdout.strip()
-        except OSError as exc:
-            raise GenjobError(f"git: cannot run ({exc.strerror}); the apply itself stands") from None
-        except GenjobError as exc:
-            raise GenjobError(f"{exc} (the apply itself stands)") from None
-
-    git("add", "--", *paths)
-    git("commit", "-q", *(["-S"] if sign else []), "-m", message, "--", *paths)
-    sha = git("rev-parse", "HEAD")
-    record_event(layout, "committed", job.key, commit=sha, signed=sign)
-    return sha

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 from core.errors import BadInput, Stale, VerificationFailed, WrongState
 from core.model.canonical import read_bytes
 from core.model.models import Job
-from core.review.apply import Applied, apply_job, check_commit_ready
+from core.review.apply import Applied, apply_job
 from core.review.check_status import ChecksRequired, stale_because
+from core.review.commit import check_commit_ready
 from core.review.verify import Verification, verify
 from core.store.candidate_store import CHOSEN, SSH_SIGNATURE, Candidate, chosen, count, load, staging
 from core.store.check_records import read_record, write_record

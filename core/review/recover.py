@@ -21,6 +21,8 @@ The rules, applied in this order (each is reported):
     left a run on a host that names a `cleanup` gets it run (`core.store.scheduler`), once:
     a Slurm step or a container that outlived its worker is stopped. This one runs a
     command, the operator's own from the config they allowed, outside the state lock.
+ R8 an applied job whose commit did not happen (git refused it, or the apply was killed)
+    is committed now with the same trailers (`core.review.commit`), or its line says why not.
 A copy is removed only when its digest equals the winner's; a copy with other content
 is never deleted but moved aside to `.gen/logs/<key>/` and reported.
 
@@ -30,6 +32,7 @@ fault is reported on one line, and `Recovery.left` says whether anything was lef
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -42,12 +45,13 @@ from pathlib import Path
 from core.errors import ApplyConflict, BadInput, GenjobError, NotFound
 from core.model.models import KEY_RE
 from core.review.apply import apply_job
+from core.review.commit import commit_applied, commit_state
 from core.store.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
 from core.store.events import record_event
 from core.store.evidence import set_aside
 from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import read_lease
-from core.store.queue import lease_state, read_job_file
+from core.store.queue import lease_state, locate, read_job_file
 from core.store.scheduler import clean_up
 
 # A run's staging folder in `.gen/out/`: `.tmp-<key>-<attempt>`, or with `-c<n>` for a candidate.
@@ -90,6 +94,8 @@ def recover(layout: Layout) -> Recovery:
         out.attempt("R6", "staging", functools.partial(_sweep_staging, layout))
     for key in _orphaned(layout):
         out.attempt("R7", key, functools.partial(_clean_up_after, layout, key, out.left))
+    for key in _uncommitted(layout):
+        out.attempt("R8", key, functools.partial(_commit_pending, layout, key))
     if out.lines:
         record_event(layout, "recovered", None, actions=[line[:300] for line in out.lines[:200]])
     return out
@@ -124,6 +130,22 @@ def _finish_apply(layout: Layout, key: str) -> list[str]:
     if res.already:
         return [f"R1 {key}: closed the journal of an apply that had finished"]
     return [f"R1 {key}: finished the interrupted apply ({len(res.changed)} file(s))"]
+
+
+def _uncommitted(layout: Layout) -> list[str]:
+    """Applied jobs whose apply record says their commit is pending."""
+    pending = []
+    for key in sorted(_keys(layout.gen / "applied", ".json")):
+        with contextlib.suppress(BadInput):
+            _, record = read_job_file(layout.job_file("applied", key), "applied")
+            if commit_state(record) == "pending":
+                pending.append(key)
+    return pending
+
+
+def _commit_pending(layout: Layout, key: str) -> list[str]:
+    sha = commit_applied(layout, locate(layout, key))
+    return [f"R8 {key}: committed the applied job, whose commit had not happened: {sha}"]
 
 
 def _keys(folder: Path, suffix: str) -> set[str]:

@@ -18,13 +18,18 @@ makes it meaningless), with its reason. Apply may run only when every step passe
 11. signature a detached signature by a trusted key (or: not required by policy)
 12. base      every allowed path in the tree is still at the job's input hash
               (or still absent, for a new path)
+
+Beside the steps, `unchanged` flags an `ok` receipt whose outputs all equal the job's
+inputs: the generator exited 0 and changed nothing (a coding agent without a model, a
+key or a network often does). It verifies, since nothing it would write is wrong, but
+every view says so, and `[policy] refuse_no_change` makes `ship` reject it instead.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +63,8 @@ class Verification:
     receipt: Receipt | None = None
     signer: str | None = None
     signature_required: bool = True
+    # An `ok` receipt whose every output equals the job's input: nothing changed.
+    unchanged: bool = False
 
     @property
     def ok(self) -> bool:
@@ -88,6 +95,7 @@ class Verification:
             "ok": self.ok,
             "signature_required": self.signature_required,
             "signer": self.signer,
+            "unchanged": self.unchanged,
             "checks": [{"name": c.name, "status": c.status, "detail": c.detail} for c in self.checks],
         }
 
@@ -106,6 +114,18 @@ _STEPS = (
     "signature",
     "base",
 )
+
+
+# What every view says of a receipt that changed nothing.
+NOTHING_CHANGED = "nothing changed: the generator exited 0 and every output equals its input"
+
+
+def nothing_changed(job: Job, outputs: Mapping[str, str]) -> bool:
+    """Whether outputs (path -> sha256) change nothing: each equals the job's input at its
+    path (a new path has none, so any output there is a change); no output at all is none."""
+    return all(
+        rel in job.allowed_paths and job.input_digest(rel) == digest for rel, digest in outputs.items()
+    )
 
 
 def base_problems(root: Path, job: Job, hasher: FileHasher = sha256_file) -> list[str]:
@@ -176,6 +196,7 @@ def _check_receipt(
         else f"receipt names digest {rec.job_digest[:16]}…, the job is {digest[:16]}…",
     )
     v.add("status", rec.status is ReceiptStatus.OK, f"status is {rec.status.value!r}")
+    v.unchanged = rec.status is ReceiptStatus.OK and nothing_changed(job, rec.outputs)
     _check_outputs(v, layout, files, job, rec, config=config)
     _check_signature(v, layout, files.signature, rec, config)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,8 +41,10 @@ from core.model.canonical import canonical, read_bytes, sha256_bytes
 from core.model.check_record import CheckName
 from core.model.contract import MAX_CANDIDATES
 from core.model.freshness import MAX_TTL
+from core.model.presets import PRESETS, PresetName, PresetSettings, generator_line, preset_problem
 from core.model.protected import DEFAULT_PROTECTED
 from core.remote.rules import DEFAULT_LIMITS, FACTS, MAX_PASS_ENV, Limits, check_env_patterns
+from core.store import ruff_settings
 from core.store.layout import user_config_dir
 from core.store.ownership import operator_owners, repository_owners, require_trusted
 from core.store.pins import read_pins
@@ -68,6 +71,9 @@ commit_on_approve = false
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
+# A generator that exits 0 having changed nothing (every output equals its input) gets
+# an `ok` receipt flagged "nothing changed" everywhere it is shown; true: a `rejected` one.
+# refuse_no_change = false
 # Best-of-N: ship every job as this many candidates at once, spread over the hosts it is
 # shipped to, each with its own signed receipt; `genjob apply KEY --candidate N` picks one.
 # candidates = 1
@@ -111,10 +117,11 @@ concurrency = 2
 # (other files are left as they are). `genjob ship KEY --host tidy`. It needs ruff
 # installed for the Python genjob runs on; without it a run stops saying how to install it.
 transport = "local"
+# {ruff_settings} passes the repository's own ruff settings (its line length, quotes, ...).
 generator = "python3 -m ruff --version >/dev/null 2>&1 || { echo \\"tidy needs ruff, not installed for \
 $(command -v python3): pip install ruff there, or uv tool install genjob --with ruff\\" >&2; exit 127; }; \
-python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero {paths} \
-&& python3 -m ruff format --no-cache --quiet {paths}"
+python3 -m ruff check --no-cache --fix --quiet --select F401,I,UP --exit-zero {ruff_settings} {paths} \
+&& python3 -m ruff format --no-cache --quiet {ruff_settings} {paths}"
 timeout = 120
 concurrency = 2
 
@@ -125,12 +132,10 @@ concurrency = 2
 # identity = "~/.ssh/id_ed25519"
 # known_hosts = "~/.ssh/known_hosts"
 # python = "/usr/bin/python3"   # runs genjob's runner there (default: python3 on the PATH)
-# A generator runs with a clean environment and an empty $HOME outside its workspace: name
-# the tool's keys (aider: --env-file) and send its history files to $HOME, since anything
-# left in the workspace beside the allowed paths rejects the job.
-# generator = 'aider --yes-always --no-git --no-check-update --env-file /home/gen/.env \
---input-history-file "$HOME/input.history" --chat-history-file "$HOME/chat.history.md" \
---message-file {instruction_file} {paths}'
+# A coding agent run unattended, with its own limits (`genjob help hosts`, Presets):
+# preset = "aider"             # or "claude", "codex", "llm"; or generator = "any command line"
+# model = "gpt-4o"
+# env_file = "/home/gen/aider.env"   # on that host: OPENAI_API_KEY=...
 # timeout = 900
 # concurrency = 2
 
@@ -140,7 +145,8 @@ concurrency = 2
 # "Running on a cluster"). genjob adds the runner's start to the end of it.
 # transport = "command"
 # command = ["kubectl", "exec", "-i", "-n", "gen", "deploy/generator", "--"]
-# generator = "aider --yes-always --no-git --message-file {instruction_file} {paths}"
+# preset = "claude"
+# env_file = "/etc/genjob/claude.env"
 # concurrency = 4
 # candidates = 2          # each job shipped here alone runs as two candidates
 
@@ -163,6 +169,14 @@ concurrency = 2
 # [check_runs]
 # on_receipt = true          # the board runs every check as a receipt arrives
 # concurrency = 2            # checks at once
+
+# What model runs may cost, in dollars, as each run reports it (claude, codex, aider
+# and llm presets): a dispatch that could pass a limit is refused, saying which and how
+# much is left.
+# [budget]
+# per_job = 2.0
+# per_host = 50.0
+# hosts = { claude = 20.0 }  # a host's own limit, in place of per_host
 """
 # The config `genjob init` writes: the template with the protected paths' defaults filled in.
 DEFAULT_CONFIG = _CONFIG_TEMPLATE.replace("{protected}", "\n".join(f'    "{p}",' for p in DEFAULT_PROTECTED))
@@ -178,6 +192,8 @@ class Policy(BaseModel):
     sign_commits: bool = False
     # Checks that must have passed on a receipt's exact outputs before it is applied.
     require_checks: list[CheckName] = []
+    # A run that exits 0 and changes nothing ends in a `rejected` receipt, not a flagged `ok`.
+    refuse_no_change: bool = False
     # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
     # shipped to; a host's own `candidates` wins for a job shipped to that host alone.
     candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] = 1
@@ -238,6 +254,16 @@ class Host(BaseModel):
     concurrency: Annotated[int, Field(gt=0)] = 1
     # Best-of-N on this host: a job shipped here alone runs this many candidates here.
     candidates: Annotated[int, Field(ge=1, le=MAX_CANDIDATES)] | None = None
+    # A coding-agent CLI run unattended (`core.model.presets`): the preset writes `generator`
+    # from these; `env_file` (on the host) holds the key `key_env` names.
+    preset: PresetName | None = None
+    model: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")] | None = None
+    max_turns: Annotated[int, Field(ge=1, le=1000)] | None = None
+    max_budget_usd: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    env_file: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    key_env: str | None = None
+    tool: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    api_host: str | None = None
     # transport = "local": the sandbox its runs get (`core.work.transport.local`): "auto" is
     # bubblewrap when it works on this machine and unsandboxed (said so) when not;
     # "bwrap" refuses to run without it; "none" never sandboxes. `network` shares the
@@ -271,6 +297,45 @@ class Host(BaseModel):
     def stand_in(self) -> bool:
         """Whether this host runs genjob's demo generator, which only appends a comment."""
         return "core.remote.demo_generator" in self.generator
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_writes_generator(cls, raw: Any) -> Any:
+        """A preset host's `generator` is the preset's line; a local one reaches the model's API."""
+        if not isinstance(raw, dict) or raw.get("preset") is None:
+            return raw
+        if "generator" in raw:
+            raise ValueError("give preset or generator, not both: a preset writes the generator line")
+        if raw["preset"] not in PRESETS:
+            raise ValueError(f"preset: {raw['preset']!r} is not one of {', '.join(PRESETS)}")
+        fields = {
+            f: raw.get(f)
+            for f in ("model", "max_turns", "max_budget_usd", "env_file", "key_env", "tool", "api_host")
+        }
+        settings = PresetSettings(raw["preset"], **fields)
+        if (problem := preset_problem(settings)) is not None:
+            raise ValueError(problem)
+        given = {"timeout": 600.0, **raw, "generator": generator_line(settings)}
+        if given.get("transport") == "local":
+            given.setdefault("network", True)
+            if settings.env_file and settings.env_file not in given.get("read_only", []):
+                given["read_only"] = [*given.get("read_only", []), settings.env_file]
+        return given
+
+    @property
+    def preset_settings(self) -> PresetSettings | None:
+        if self.preset is None:
+            return None
+        return PresetSettings(
+            self.preset,
+            model=self.model,
+            max_turns=self.max_turns,
+            max_budget_usd=self.max_budget_usd,
+            env_file=self.env_file,
+            key_env=self.key_env,
+            tool=self.tool,
+            api_host=self.api_host,
+        )
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> Host:
@@ -307,6 +372,17 @@ class Check(BaseModel):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     # More paths the check may read (relative ones are in the repository), each at its own path.
     read_only: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=64)] = []
+
+
+class Budget(BaseModel):
+    """What model runs may cost, in dollars, as the runs themselves report it
+    (`core.model.presets.parse_usage`): a dispatch that could pass a limit is refused."""
+
+    model_config = _STRICT
+    per_job: Annotated[float, Field(gt=0)] | None = None
+    per_host: Annotated[float, Field(gt=0)] | None = None
+    # A host's own limit, in place of `per_host`.
+    hosts: dict[str, Annotated[float, Field(gt=0)]] = {}
 
 
 class CheckRuns(BaseModel):
@@ -350,6 +426,7 @@ class Config(BaseModel):
     hosts: dict[str, Host] = {}
     checks: dict[CheckName, Check] = {}
     check_runs: CheckRuns = CheckRuns()
+    budget: Budget = Budget()
     # Set by `load_config` when the repository's hosts, checks or lowered settings wait for
     # the operator's consent; never read from TOML.
     _held: Held | None = PrivateAttr(default=None)
@@ -484,10 +561,32 @@ _HOST_RUNS = (
     "read_only",
     "pass_env",
     "cleanup",
+    # A preset's settings are in its generator line too; named here so that none is missed.
+    "preset",
+    "model",
+    "max_turns",
+    "max_budget_usd",
+    "env_file",
+    "key_env",
+    "tool",
+    "api_host",
 )
 # Of those, the ones added since configs were first pinned: each counts once it is set,
 # so a config the operator allowed before they existed stays allowed as it is.
-_HOST_RUNS_ADDED = frozenset({"pass_env", "cleanup"})
+_HOST_RUNS_ADDED = frozenset(
+    {
+        "pass_env",
+        "cleanup",
+        "preset",
+        "model",
+        "max_turns",
+        "max_budget_usd",
+        "env_file",
+        "key_env",
+        "tool",
+        "api_host",
+    }
+)
 _CHECK_RUNS = ("run", "sandbox", "read_only")
 
 
@@ -558,7 +657,30 @@ def load_config(path: Path) -> Config:
         pinned = read_pins(path.parent.parent).config
         if pinned != digest:
             config = _held_back(config, path, pinned)
+    if any(ruff_settings.TOKEN in h.generator for h in config.hosts.values()):
+        config = _with_ruff_settings(config, path.parent.parent)
     if load_operator_config().policy.require_signature and not config.policy.require_signature:
         policy = config.policy.model_copy(update={"require_signature": True})
         config = config.model_copy(update={"policy": policy})
     return config
+
+
+def _with_ruff_settings(config: Config, root: Path) -> Config:
+    """Hosts whose line holds `{ruff_settings}` get the repository's ruff settings there;
+    settings that cannot be read make those hosts' runs fail with the reason, and nothing else."""
+    try:
+        args = ruff_settings.ruff_config_args(ruff_settings.repository_ruff_settings(root))
+    except BadInput as exc:
+        failing = f"echo {shlex.quote(f'genjob: {exc}')} >&2; exit 2"
+        hosts = {
+            n: h.model_copy(update={"generator": failing}) if ruff_settings.TOKEN in h.generator else h
+            for n, h in config.hosts.items()
+        }
+    else:
+        hosts = {
+            n: h.model_copy(update={"generator": h.generator.replace(ruff_settings.TOKEN, args)})
+            for n, h in config.hosts.items()
+        }
+    updated = config.model_copy(update={"hosts": hosts})
+    updated._held = config._held
+    return updated

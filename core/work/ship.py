@@ -25,6 +25,7 @@ from core.model.contract import ReceiptStatus
 from core.model.paths import regular_file_inside
 from core.remote.rules import TailBuffer
 from core.review.host_sandbox import LocalSandbox
+from core.review.verify import NOTHING_CHANGED, nothing_changed
 from core.store.config import Config, Host, load_config
 from core.store.events import actor, bounded, record_attempt, record_event
 from core.store.evidence import keep
@@ -36,6 +37,7 @@ from core.store.signing import load_private_key, private_key_path
 from core.store.tree import make_folder
 from core.work.bundle import BundleError, ResultInfo
 from core.work.fleet import SHIPPING, note_run
+from core.work.spend import OverBudget, check_budget, note_usage
 from core.work.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
 
 OutputCallback = Callable[[bytes], None]
@@ -56,6 +58,8 @@ class ShipResult:
     receipt: Path
     outputs: dict[str, str] = field(default_factory=dict)
     candidate: int | None = None  # which candidate of a best-of-N batch this run was
+    # An `ok` run whose every output equals its input (`core.review.verify.nothing_changed`).
+    unchanged: bool = False
 
 
 def make_transport(name: str, host: Host) -> Transport:
@@ -151,6 +155,17 @@ def verdict(run: Run) -> Ending:
     return status, None if reason is None else str(bounded(reason))
 
 
+def judged(shipment: Shipment, run: Run) -> tuple[Ending, bool]:
+    """The run's ending and whether it changed nothing; under `policy.refuse_no_change` an
+    `ok` run that changed nothing ends `rejected`, saying so."""
+    status, reason = verdict(run)
+    same = status is ReceiptStatus.OK and run.info is not None
+    same = same and nothing_changed(shipment.claim.job, run.info.outputs if run.info else {})
+    if same and shipment.pool.config.policy.refuse_no_change:
+        return (ReceiptStatus.REJECTED, f"{NOTHING_CHANGED} (policy.refuse_no_change)"), False
+    return (status, reason), same
+
+
 def _verdict(run: Run) -> Ending:
     info = run.info
     if run.stopped:
@@ -194,9 +209,12 @@ async def ship(
     name = pool.pick(host)
     key_pair = signing_key(config)
     worker = worker_id or actor()
+    check_budget(layout, config, name, claimed.key if claimed is not None else key)
     try:
         claimer = Claimer(layout, worker, config.policy.lease_ttl)
         claim = claimed if claimed is not None else await asyncio.to_thread(claimer.claim, key)
+        if key is None and claimed is None:
+            await asyncio.to_thread(refuse_over_budget, layout, config, name, claim, worker)
         return await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), on_output, cancel)
     finally:
         if hosts is None:
@@ -269,14 +287,22 @@ async def run_claimed(
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
-    ending = verdict(run)
+    ending, unchanged = judged(shipment, run)
     committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, ending, run.info, bytes(tail)))
     if interrupted is not None:
         raise interrupted
     status, reason = ending
     outputs = dict(run.info.outputs) if run.info is not None and status is ReceiptStatus.OK else {}
     return ShipResult(
-        claim.key, shipment.host, claim.lease.token, status, reason, committed.won, committed.path, outputs
+        claim.key,
+        shipment.host,
+        claim.lease.token,
+        status,
+        reason,
+        committed.won,
+        committed.path,
+        outputs,
+        unchanged=unchanged,
     )
 
 
@@ -398,6 +424,16 @@ async def _either(a: asyncio.Event, b: asyncio.Event | None) -> None:
             w.cancel()
 
 
+def refuse_over_budget(layout: Layout, config: Config, name: str, claim: Claim, worker: str) -> None:
+    """For a job claimed before its key was known: over its budget, it ends `aborted`
+    with the budget's line, never run, and the OverBudget is raised."""
+    try:
+        check_budget(layout, config, name, claim.key)
+    except OverBudget as exc:
+        abort_claim(layout, claim, str(exc), worker)
+        raise
+
+
 def abort_claim(layout: Layout, claim: Claim, reason: str, worker: str) -> Committed:
     """End a claimed job that is not running anywhere with an `aborted` receipt.
 
@@ -421,6 +457,7 @@ def _commit(shipment: Shipment, ending: Ending, info: ResultInfo | None, output:
     """
     layout, claim = shipment.layout, shipment.claim
     status, reason = ending
+    note_cost(shipment, output)
     keep_evidence(shipment, f"attempt-{claim.lease.token}", output, run_summary(shipment, ending, info))
     outputs = dict(info.outputs) if info is not None and status is ReceiptStatus.OK else {}
     staged = shipment.staging
@@ -469,6 +506,20 @@ def _announce(shipment: Shipment, candidate: int | None) -> None:
     claim = shipment.claim
     where = {"host": shipment.host} if candidate is None else {"host": shipment.host, "candidate": candidate}
     record_attempt(shipment.layout, claim.key, SHIPPING, attempt=claim.lease.token, **where)
+
+
+def note_cost(shipment: Shipment, output: bytes, candidate: int | None = None) -> None:
+    """Record what a preset host's run reported it used (`core.work.spend`); a record that
+    cannot be written is noted in the audit log, never raised."""
+    host = shipment.pool.config.hosts.get(shipment.host)
+    if host is None:
+        return
+    claim = shipment.claim
+    try:
+        note_usage(shipment.layout, claim.key, claim.lease.token, shipment.host, host, output, candidate)
+    except (GenjobError, OSError) as exc:
+        with contextlib.suppress(GenjobError, OSError):
+            record_event(shipment.layout, "usage_not_kept", claim.key, reason=str(exc))
 
 
 def note_host(shipment: Shipment, status: ReceiptStatus, reason: str | None) -> None:

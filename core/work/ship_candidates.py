@@ -33,11 +33,12 @@ from core.work.ship import (
     Shipment,
     ShipResult,
     attempt,
+    judged,
     keep_evidence,
+    note_cost,
     note_host,
     run_summary,
     signing_key,
-    verdict,
     watch,
 )
 
@@ -157,7 +158,7 @@ async def _candidate(
         interrupted = exc
     except (OSError, GenjobError) as exc:
         run.error = f"cannot stage candidate {number}: {exc}"
-    ending = verdict(run)
+    ending, unchanged = judged(shipment, run)
     committed = await asyncio.shield(
         asyncio.to_thread(_commit, shipment, number, batch, ending, run.info, bytes(tail))
     )
@@ -175,6 +176,7 @@ async def _candidate(
         committed.path,
         outputs,
         candidate=number,
+        unchanged=unchanged,
     )
 
 
@@ -190,6 +192,7 @@ def _commit(
     layout, claim = shipment.layout, shipment.claim
     status, reason = ending
     summary = {**run_summary(shipment, ending, info), "candidate": number}
+    note_cost(shipment, output, number)
     keep_evidence(shipment, f"attempt-{claim.lease.token}-candidate-{number}", output, summary)
     outputs = dict(info.outputs) if info is not None and status is ReceiptStatus.OK else {}
     receipt = make_receipt(claim.job, status, outputs, shipment.worker)

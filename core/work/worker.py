@@ -19,8 +19,9 @@ from core.store.config import Config, load_config
 from core.store.events import actor
 from core.store.layout import Layout
 from core.store.queue import Claim, Claimer
-from core.work.ship import Hosts, Shipment, ShipResult, run_claimed, signing_key
+from core.work.ship import Hosts, Shipment, ShipResult, refuse_over_budget, run_claimed, signing_key
 from core.work.ship_candidates import run_candidates
+from core.work.spend import OverBudget, check_budget
 
 Report = Callable[[str], None]
 
@@ -84,6 +85,7 @@ class _WorkerLoop:
         self.halt = asyncio.Event()  # set once the loop ends: every job still in flight aborts
         self.busy: dict[str, set[asyncio.Task[list[ShipResult]]]] = {n: set() for n in names}
         self.results: list[ShipResult] = []
+        self.budget_said: dict[str, str] = {}
 
     async def run(self, stop: asyncio.Event, once: bool, poll: float) -> None:
         """Fill every host's free slots, then wait for a job to end, a stop, or the next poll."""
@@ -106,7 +108,14 @@ class _WorkerLoop:
             slots = self.config.hosts[name].concurrency
             while len(self.busy[name]) < slots and not (stop.is_set() or failed):
                 try:
+                    check_budget(self.layout, self.config, name, None)
                     claim = await asyncio.to_thread(self.claimer.claim)
+                    refuse = refuse_over_budget
+                    await asyncio.to_thread(refuse, self.layout, self.config, name, claim, self.worker)
+                except OverBudget as exc:
+                    self._over_budget(name, str(exc))
+                    empty = True  # nothing this host may take: with --once, the end
+                    break
                 except NothingToClaim:
                     empty = True
                     break
@@ -119,6 +128,12 @@ class _WorkerLoop:
                 self.report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
                 self.busy[name].add(asyncio.create_task(self._ship(name, claim)))
         return empty, failed
+
+    def _over_budget(self, name: str, why: str) -> None:
+        """Say once per host and reason that its budget stops it."""
+        if self.budget_said.get(name) != why:
+            self.budget_said[name] = why
+            self.report(f"{name}: {why}")
 
     async def _ship(self, name: str, claim: Claim) -> list[ShipResult]:
         """Run one claimed job on host `name`: once, or as the candidates its settings ask for."""
@@ -135,6 +150,7 @@ class _WorkerLoop:
 
     def _ended(self, res: ShipResult) -> None:
         verdict = res.status + (f": {res.reason}" if res.reason else "")
+        verdict += ", but nothing changed" if res.unchanged else ""
         if not res.won:
             verdict += " (lease lost; receipt kept aside)"
         which = "" if res.candidate is None else f" candidate {res.candidate}"
@@ -228,6 +244,7 @@ async def ship_batch(
             key = todo.popleft()
             claim = held.pop(key, None)
             try:
+                check_budget(layout, config, name, key)
                 if claim is None:
                     claim = await asyncio.to_thread(claimer.claim, key)
             except (GenjobError, OSError) as exc:

@@ -128,13 +128,27 @@ def _job_file_named(layout: Layout, name: str) -> Path | None:
 
 @main.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--generator",
+    "preset",
+    type=click.Choice(["claude", "codex", "aider", "llm"]),
+    help="Also write a host that runs this coding agent unattended (`genjob help hosts`, Presets).",
+)
+@click.option("--model", help="The model the --generator host asks for (aider and llm need one).")
+@click.option("--env-file", help="A file on the host that sets the tool's key (KEY=value lines).")
 @click.pass_context
-def init(ctx: click.Context, directory: Path | None) -> None:
+def init(
+    ctx: click.Context, directory: Path | None, preset: str | None, model: str | None, env_file: str | None
+) -> None:
     """Create .gen/ (queue, receipts, config.toml with the local host) in DIRECTORY or here."""
+    from core.model.presets import PresetSettings
     from core.store.repo import init_repo, is_git_work_tree
 
+    if preset is None and (model or env_file):
+        raise GenjobError("--model and --env-file are for the host --generator writes: give --generator too")
+    settings = PresetSettings(preset, model=model, env_file=env_file) if preset else None  # type: ignore[arg-type]
     root = directory or ctx.find_root().obj or Path.cwd()
-    layout, made = init_repo(root)
+    layout, made = init_repo(root, settings)
     for item in made:
         say(f"created {item}")
     say(f"genjob ready in {visible(str(layout.gen))}")
@@ -144,6 +158,9 @@ def init(ctx: click.Context, directory: Path | None) -> None:
             "board's commit will not work here (run `git init` first if you want them)",
             err=True,
         )
+    if settings is not None and made:
+        name = settings.preset
+        say(f"host `{name}` runs {name} unattended: `genjob ship KEY --host {name}`")
     if made:
         say(
             "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
@@ -238,6 +255,7 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """The job, its state, lease, receipt verification, diffs and timeline."""
+    from core.model.presets import USAGE, spend_of
     from core.read.board_view import age
     from core.read.inspect_job import job_detail
 
@@ -270,6 +288,13 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
             f"lease   {visible(ls.worker)} pid {ls.pid} on {visible(ls.host)}, attempt {ls.token}, "
             f"heartbeat {age(time.time() - ls.heartbeat)} ago, ttl {ls.ttl:g}s"
         )
+    if (spend := spend_of(d.attempts)).runs:
+        models = ", ".join(sorted({str(r.get("model")) for r in d.attempts if r.get("event") == USAGE}))
+        say(f"cost    {spend.describe()} ({visible(models)})")
+    if d.commit == "pending":
+        say(f"commit  applied, not committed: genjob apply {r.key} --commit (or genjob recover) commits it")
+    elif d.commit_sha:
+        say(f"commit  {d.commit_sha}")
     if d.candidates:
         picked = f"candidate {d.chosen} chosen" if d.chosen else f"none chosen: genjob candidates {r.key}"
         say(f"candidates  {d.candidates}, {picked}")
@@ -369,6 +394,10 @@ def print_checks(v: Any, statuses: Sequence[CheckStatus] = ()) -> None:
     if any(not s.sandboxed for s in statuses):
         say('  note: some checks run UNSANDBOXED (sandbox = "none"): with all your rights, network included')
     missing = [s.name for s in statuses if s.required and not s.satisfied]
+    if v.unchanged:
+        from core.review.verify import NOTHING_CHANGED
+
+        say(f"  note: {NOTHING_CHANGED}")
     if not v.ok:
         say("  => apply refused")
     elif missing:
@@ -483,8 +512,13 @@ def apply_cmd(
     if sign and not commit:
         raise GenjobError("apply --sign signs the commit: give --commit too")
     res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected, sign=sign)
+    if res.already and res.commit:
+        say(f"{res.key}: applied already; committed {res.commit}")
+        return
     if res.already:
         say(f"{res.key}: applied already; nothing to do")
+        if res.uncommitted:
+            say(f"{res.key}: applied, not committed: genjob apply {res.key} --commit commits it", err=True)
         return
     if res.verification and not res.verification.signature_required:
         say("note: applied under require_signature = false", err=True)
@@ -539,7 +573,7 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 @main.command("recover")
 @click.pass_context
 def recover_cmd(ctx: click.Context) -> None:
-    """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
+    """Finish interrupted applies and commits, and resolve inconsistent pairs (rules R1-R7)."""
     from core.review.recover import recover
 
     report = recover(layout_of(ctx))

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from core.model.presets import Spend
 from core.model.terminal import visible
 from core.read.board_view import age
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.fleet import HostView, Note, fleet
+from core.work.spend import host_spend
 from tui.cli.commands import layout_of
 from tui.cli.output import print_json, say
 
@@ -38,8 +40,9 @@ def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: 
     if probe:
         asyncio.run(_probe_all(layout, pool, wanted))
     views = [v for v in fleet(layout, config) if v.name in wanted]
+    spent = host_spend(layout)
     if as_json:
-        print_json([dataclasses.asdict(v) for v in views])
+        print_json([{**dataclasses.asdict(v), "spend": spent.get(v.name, Spend()).to_dict()} for v in views])
         return
     if not views:
         held = config.held
@@ -59,6 +62,9 @@ def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: 
             say(f"{'':12} {v.isolation}")
         if v.missing is not None:
             say(f"{'':12} {visible(v.missing)}")
+        if v.name in spent:
+            limit = config.budget.hosts.get(v.name, config.budget.per_host)
+            say(f"{'':12} {spend_line(spent[v.name], limit)}")
 
 
 async def _probe_all(layout: Layout, pool: Hosts, names: list[str]) -> None:
@@ -81,6 +87,13 @@ def _error(note: Note | None, now: float) -> str:
         return "-"
     what = "probe" if note.key is None else f"{note.key[:8]} #{note.attempt}"
     return f"{age(now - note.at)} ago, {what}: {visible(note.reason or note.status)}"
+
+
+def spend_line(spend: Spend, limit: float | None) -> str:
+    """What a host's (or a job's) runs reported they cost, and the budget left."""
+    return f"spent {spend.describe()}" + (
+        f"; ${max(limit - spend.cost_usd, 0):.2f} of ${limit:.2f} budget left" if limit else ""
+    )
 
 
 def _clip(text: str, width: int) -> str:

@@ -177,6 +177,7 @@ def ship_cmd(
     With candidates: exit 0 when at least one candidate verifies.
     """
     from core.review.host_sandbox import LocalSandbox
+    from core.review.verify import NOTHING_CHANGED
     from core.store.config import candidate_hosts
     from core.work.ship import Hosts, ship
 
@@ -196,6 +197,8 @@ def ship_cmd(
         if shown is not None:
             shown.close()
     _echo_visible(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
+    if res.unchanged:
+        say(f"{res.key}: {NOTHING_CHANGED}; [policy] refuse_no_change = true rejects such a run")
     if not res.won:
         say(f"the lease was lost; this receipt was kept aside at {visible(str(res.receipt))}")
         sys.exit(1)
@@ -224,6 +227,7 @@ def _ship_candidates(
 
     def ended(res: ShipResult) -> None:
         verdict = res.status + (f" ({res.reason})" if res.reason else "")
+        verdict += ", but nothing changed" if res.unchanged else ""
         lost = "" if res.won else " (lease lost; kept aside)"
         _echo_visible(f"{res.key}: candidate {res.candidate} {verdict} on {res.host}{lost}")
 

@@ -174,6 +174,9 @@ def describe(result: ShipResult) -> str:
         line += f" ({result.reason})"
     if not result.won:
         return line + "; the lease was lost, so the receipt was kept aside as evidence"
+    if result.status == ReceiptStatus.OK and result.unchanged:
+        nothing = "nothing changed (every output equals its input)"
+        return line + f", but {nothing}.\nNext: replay it once the cause is fixed."
     if result.status == ReceiptStatus.OK:
         return line + f", {len(result.outputs)} output file(s).\nNext: a opens the approve preflight."
     if result.status == ReceiptStatus.ABORTED:

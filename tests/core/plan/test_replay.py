@@ -1,5 +1,5 @@
 """Replay (`core.plan.replay`): a finished-but-unusable job minted again over the tree as it is
-now, as a v2 job that records which job it replays."""
+now: a v2 job as a v2 job that records which job it replays, a v1 job as the seed's v1."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from corekit import mint, receive, sha
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.errors import SecretFound, WrongState
+from core.errors import BadInput, SecretFound, WrongState
 from core.model.lifecycle import State
-from core.model.models import V1
+from core.model.models import V1, JobV1
 from core.plan.replay import replay
 from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
@@ -91,11 +91,35 @@ def test_a_stale_job_can_be_replayed(repo: Layout, signer: Ed25519PrivateKey) ->
     assert new.input_digest("src/app.py") == sha(b"edited by hand\n")
 
 
-def test_a_v1_job_is_replayed_as_v2(repo: Layout) -> None:
+def test_a_v1_job_is_replayed_as_v1_with_a_new_job_id_and_the_next_attempt(repo: Layout) -> None:
     job = mint(repo, schema=V1)
     reject(repo, job.key, "old")
+    (repo.root / "src/app.py").write_bytes(b"moved on\n")
     res = replay(repo, job.key)
-    assert json.loads(res.path.read_bytes())["schema"] == "genjob.v2"
+    doc = json.loads(res.path.read_bytes())
+    assert doc["schema"] == V1 and "replay_of" not in doc
+    assert isinstance(job, JobV1) and doc["attempt"] == job.attempt + 1 and doc["job_id"] != job.job_id
+    assert replay(repo, job.key).key == res.key and not replay(repo, job.key).created
+    assert [e["as_key"] for e in job_events(repo, job.key) if e["event"] == "replayed"] == [res.key]
+
+
+def test_a_v1_replay_that_would_reuse_the_key_is_refused_saying_why(repo: Layout) -> None:
+    job = mint(repo, schema=V1)
+    reject(repo, job.key, "old")
+    queued = sorted(repo.queue.iterdir())
+    with pytest.raises(BadInput, match=rf"{job.key}: cannot be replayed as genjob.v1 over this tree.*reuse"):
+        replay(repo, job.key)
+    assert sorted(repo.queue.iterdir()) == queued
+    assert state(repo, job.key) is State.REJECTED
+
+
+def test_a_v1_replay_whose_file_is_gone_is_refused_since_v1_cannot_create_files(repo: Layout) -> None:
+    job = mint(repo, schema=V1)
+    reject(repo, job.key, "old")
+    (repo.root / "src/app.py").unlink()
+    with pytest.raises(BadInput, match=r"src/app\.py no longer exist.*v1 job cannot create files"):
+        replay(repo, job.key)
+    assert not list(repo.queue.iterdir())
 
 
 def test_replay_refuses_a_job_in_any_other_state_naming_the_states_it_is_for(

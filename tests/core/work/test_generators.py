@@ -173,3 +173,43 @@ async def test_a_job_naming_the_generators_own_module_cannot_run_its_own_code(
         assert res.status == "ok", res.reason
         out = repo.out_dir(job.digest) / "src/app.py"
         assert b"the job ran its own code" not in out.read_bytes()
+
+
+LONG = b'def f(alpha_argument, beta_argument, gamma_argument, delta_argument, epsilon_arg):\n    return "x"\n'
+SETTINGS = {
+    "pyproject.toml": (
+        '[tool.ruff]\nline-length = 79\ncache-dir = "/elsewhere"\n'
+        '[tool.ruff.format]\nquote-style = "single"\n'
+    ),
+    "ruff.toml": 'line-length = 79\n[format]\nquote-style = "single"\n',
+    ".ruff.toml": 'line-length = 79\nformat = { quote-style = "single" }\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+async def test_tidy_formats_by_the_repositorys_own_ruff_settings(
+    repo: Layout, signer: Ed25519PrivateKey, name: str
+) -> None:
+    (repo.root / name).write_text(SETTINGS[name])
+    (repo.root / "src/long.py").write_bytes(LONG)
+    job = mint(repo, "Tidy it.", ["src/long.py"])
+    res = await ship(repo, job.key, "tidy")
+    assert res.status == "ok", res.reason
+    apply_job(repo, job.key)
+    tidied = (repo.root / "src/long.py").read_text()
+    assert "'x'" in tidied and max(len(line) for line in tidied.splitlines()) <= 79
+    ruff = [sys.executable, "-m", "ruff", "format", "--no-cache", "--stdin-filename", "src/long.py", "-"]
+    here = subprocess.run(ruff, input=LONG.decode(), capture_output=True, text=True, cwd=repo.root).stdout
+    assert tidied == here, "tidy formats the job's file as ruff does in the repository itself"
+
+
+async def test_tidy_with_a_ruff_settings_file_that_is_not_toml_fails_naming_it(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    (repo.root / "ruff.toml").write_text("line-length = = 79\n")
+    assert load_config(repo.config).hosts["local"].generator == "python3 -m core.remote.demo_generator"
+    job = mint(repo, "Tidy it.")
+    res = await ship(repo, job.key, "tidy")
+    assert res.status == "rejected" and res.reason == "the generator exited with status 2"
+    log = (repo.logs / job.key / "attempt-1.log").read_text()
+    assert re.search(r"genjob: .*ruff\.toml: not valid TOML .*tidy cannot pass its ruff settings", log)
