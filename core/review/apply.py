@@ -68,6 +68,7 @@ from core.model.protected import ProtectedPaths, require_approval
 from core.review.attest import attest
 from core.review.check_status import require_checks
 from core.review.verify import Verification, verify
+from core.review.writer_lock import writer
 from core.store.config import Config, load_config
 from core.store.durable import (
     atomic_write,
@@ -152,7 +153,13 @@ def apply_job(
     `protected`: the operator approved this job explicitly, so its outputs may include
     paths `policy.protected_paths` covers (`core.model.protected`). `sign`: the commit is
     signed with the operator's key, with the job's attestation (default:
-    `policy.sign_commits`)."""
+    `policy.sign_commits`). Runs under the repository's writer lock (`core.review.writer_lock`),
+    waiting for any other apply to end."""
+    with writer(layout):
+        return _apply_one(layout, key, commit, protected=protected, sign=sign)
+
+
+def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign: bool | None) -> Applied:
     config = load_config(layout.config)
     with flocked(layout.lock):
         loc = locate(layout, key)

@@ -38,6 +38,7 @@ from pathlib import Path
 from core.errors import ApplyConflict, BadInput, GenjobError, NotFound
 from core.model.models import KEY_RE
 from core.review.apply import apply_job
+from core.review.writer_lock import writer
 from core.store.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
 from core.store.events import record_event
 from core.store.evidence import set_aside
@@ -72,7 +73,12 @@ class Recovery:
 
 
 def recover(layout: Layout) -> Recovery:
-    """Bring `.gen/` back to one state per key."""
+    """Bring `.gen/` back to one state per key, as the repository's one writer."""
+    with writer(layout):
+        return _recover(layout)
+
+
+def _recover(layout: Layout) -> Recovery:
     out = Recovery()
     for key in _journal_keys(layout):
         out.attempt("R1", key, functools.partial(_finish_apply, layout, key))

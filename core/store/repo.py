@@ -33,6 +33,7 @@ def init_repo(root: Path) -> tuple[Layout, list[str]]:
             pin_config(layout.root, digest)
     # Made here so that no later command, even a refused one, adds a file to `.gen/`.
     layout.lock.touch(mode=0o644, exist_ok=True)
+    layout.apply_lock.touch(mode=0o644, exist_ok=True)
     if _ignore_in_git(layout.root):
         made.append(".git/info/exclude: .gen/")
     return layout, made

@@ -397,7 +397,7 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
 
 
 @main.command("apply")
-@click.argument("key")
+@click.argument("key", required=False)
 @click.option("--candidate", type=int, default=None, help="Choose candidate N as the job's receipt first.")
 @click.option("--commit", is_flag=True, help="Also make a git commit with a Genjob-Key: trailer.")
 @click.option(
@@ -410,14 +410,29 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
     default=None,
     help="Sign the commit with your SSH key and attest the apply (default: policy.sign_commits).",
 )
+@click.option("--no-wait", is_flag=True, help="If another apply holds the apply lock, say who and exit 1.")
+@click.option("--ready", is_flag=True, help="Apply every received job that verifies and passed its checks.")
+@click.option("--watch", is_flag=True, help="With --ready: keep applying receipts as they arrive.")
+@click.option("--merge", is_flag=True, help="A stale receipt: three-way merge it over the tree as it is.")
 @click.pass_context
 def apply_cmd(
-    ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool, sign: bool | None
+    ctx: click.Context,
+    key: str | None,
+    candidate: int | None,
+    commit: bool,
+    protected: bool,
+    sign: bool | None,
+    **plane: bool,
 ) -> None:
-    """Verify, then write the job's outputs into the tree atomically."""
+    """Verify, then write KEY's outputs into the tree atomically (--ready: every ready job)."""
     from core.review.candidates import apply_choice
+    from tui.cli.apply_plane import apply_plane, held_writer
 
     layout = layout_of(ctx)
+    if apply_plane(layout, key, commit, **plane):
+        return
+    assert key is not None  # apply_plane refuses a plain apply without one
+    ctx.with_resource(held_writer(layout, wait=not plane["no_wait"]))
     if sign and not commit:
         raise GenjobError("apply --sign signs the commit: give --commit too")
     res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected, sign=sign)
@@ -478,7 +493,9 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 def recover_cmd(ctx: click.Context) -> None:
     """Finish interrupted applies and resolve inconsistent pairs (rules R1-R6)."""
     from core.review.recover import recover
+    from tui.cli.apply_plane import held_writer
 
+    ctx.with_resource(held_writer(layout_of(ctx), wait=True))
     report = recover(layout_of(ctx))
     for line in report.lines:
         say(visible(line))
