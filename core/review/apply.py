@@ -182,6 +182,10 @@ def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign:
         if commit:
             check_commit_ready(layout, sign=signed)
         v = verify(layout, loc.job, config)
+        if os.path.lexists(journal_path) and _merge_journal(journal_path):
+            from core.review.merge import finish_merge  # it builds on this module
+
+            return finish_merge(layout, loc, v, config, protected=protected)
         if os.path.lexists(journal_path):
             targets = _journal_targets(layout, loc, v.receipt)
             resumed = _Apply(layout, loc.job, targets, config, resuming=True)
@@ -247,6 +251,16 @@ def _journal_targets(layout: Layout, loc: Located, receipt: Receipt | None) -> l
     if [t.to_dict() for t in targets] != [t.to_dict() for t in derived]:
         _refuse_journal(layout, loc.key, "it does not name exactly the outputs of the verified receipt")
     return targets
+
+
+def _merge_journal(path: Path) -> bool:
+    """Whether the journal at `path` is a merge's (`core.review.merge` finishes it). One that
+    does not load is not: the plain path sets it aside with its fault."""
+    try:
+        journal = loads_strict(read_bytes(path), str(path))
+    except BadInput:
+        return False
+    return isinstance(journal, dict) and "merge" in journal
 
 
 def _fitting_targets(journal: object, loc: Located) -> list[Target] | None:
@@ -349,13 +363,24 @@ class _Apply:
     """One run of steps 4 and 5 over open descriptors of the tree, `.gen/` and the outputs."""
 
     def __init__(
-        self, layout: Layout, job: Job, targets: list[Target], config: Config, resuming: bool
+        self,
+        layout: Layout,
+        job: Job,
+        targets: list[Target],
+        config: Config,
+        resuming: bool,
+        source: Sequence[str] | None = None,
+        merge: dict[str, Any] | None = None,
     ) -> None:
         self.layout = layout
         self.job = job
         self.targets = targets
         self.limit = config.limits.max_file_bytes
         self.resuming = resuming
+        # Where the outputs are read from, below `.gen/` (a merge's: its merged bytes), and
+        # what the journal says of the merge.
+        self.source = list(source) if source is not None else ["out", job.digest]
+        self.merge = merge
         self.parents: dict[int, int] = {}
         self._originals: int | None = None
         self.created: list[str] = []
@@ -370,8 +395,11 @@ class _Apply:
     def _open_tree(self) -> None:
         self.root = self._keep(open_dir(self.layout.root))
         with folder(self.layout.gen) as gen:
-            where = str(self.layout.out_dir(self.job.digest))
-            self.out = self._keep(open_folder(gen, ["out", self.job.digest], where))
+            self.out = self._keep(open_folder(gen, self.source, str(self.source_path)))
+
+    @property
+    def source_path(self) -> Path:
+        return self.layout.gen.joinpath(*self.source)
 
     def _open_originals(self) -> None:
         """`.gen/journal/<key>/`, where each replaced original is kept until the end."""
@@ -461,13 +489,14 @@ class _Apply:
         return [t.path for t in self.targets if t.before != t.after]
 
     def _journal(self) -> dict[str, Any]:
-        return {
+        journal = {
             "key": self.job.key,
             "digest": self.job.digest,
             "targets": [t.to_dict() for t in self.targets],
             "started_at": time.time(),
             "by": actor(),
         }
+        return journal | ({"merge": self.merge} if self.merge is not None else {})
 
     def _pending(self) -> list[Target]:
         """The targets still to write; a target holding anything but its before or after
@@ -509,7 +538,7 @@ class _Apply:
             mode = stat.S_IMODE(os.stat(t.name, dir_fd=p, follow_symlinks=False).st_mode) & _NO_SPECIAL_BITS
         except FileNotFoundError:
             mode = None
-        where = f"{self.layout.out_dir(self.job.digest)}/{t.path}"
+        where = f"{self.source_path}/{t.path}"
         try:
             src_parent = open_folder(self.out, t.folders, where)
         except FileNotFoundError:
@@ -869,7 +898,15 @@ def _describe(now: str | None, t: Target) -> str:
     return f"changed (now {now[:12]}…, the job was minted on {t.before[:12]}…)"
 
 
-def _record(layout: Layout, job: Job, targets: list[Target], changed: list[str], v: Verification) -> None:
+def _record(
+    layout: Layout,
+    job: Job,
+    targets: list[Target],
+    changed: list[str],
+    v: Verification,
+    merged: dict[str, Any] | None = None,
+) -> None:
+    """The apply record; `merged`: what a merge applied over (`core.review.merge`)."""
     record = {
         "job": job.document(),
         "apply": {
@@ -879,7 +916,8 @@ def _record(layout: Layout, job: Job, targets: list[Target], changed: list[str],
             "signature_required": v.signature_required,
             "targets": [t.to_dict() for t in targets],
             "changed": changed,
-        },
+        }
+        | ({"merged": merged} if merged is not None else {}),
     }
     path = layout.job_file("applied", job.key)
     create_exclusive(make_folder(path.parent, layout.gen) / path.name, canonical(record))
@@ -954,7 +992,9 @@ def _git(
     return proc
 
 
-def git_commit(layout: Layout, job: Job, paths: list[str], *, sign: bool = False) -> str:
+def git_commit(
+    layout: Layout, job: Job, paths: list[str], *, sign: bool = False, trailers_after: Sequence[str] = ()
+) -> str:
     """Commit exactly the applied paths, with `Genjob-` trailers naming the job and its
     receipt by digest; returns the commit id. Signed (`sign`), the commit carries an SSH
     signature by the operator's key, as `git -c gpg.format=ssh commit -S` makes it, and a
@@ -969,6 +1009,7 @@ def git_commit(layout: Layout, job: Job, paths: list[str], *, sign: bool = False
         f"Genjob-Key: {job.key}",
         f"Genjob-Digest: {job.digest}",
         f"Genjob-Receipt: sha256:{sha256_bytes(read_bytes(layout.receipt(job.key)))}",
+        *trailers_after,
     ]
     settings: list[str] = []
     if sign:

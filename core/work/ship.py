@@ -29,7 +29,7 @@ from core.store.config import Config, Host, load_config
 from core.store.events import actor, bounded, record_attempt, record_event
 from core.store.evidence import keep
 from core.store.layout import Layout
-from core.store.queue import Claim, Claimer, cancel_requested, heartbeat
+from core.store.queue import Claim, Claimer, Replayer, cancel_requested, heartbeat
 from core.store.receipts import Committed, commit_receipt, make_receipt
 from core.store.signing import load_private_key, private_key_path
 from core.store.tree import make_folder
@@ -181,6 +181,7 @@ async def ship(
     worker_id: str | None = None,
     hosts: Hosts | None = None,
     claimed: Claim | None = None,
+    replay: Replayer | None = None,
 ) -> ShipResult:
     """Claim `key` (or take `claimed`), run it on `host`, and commit the receipt.
 
@@ -194,7 +195,7 @@ async def ship(
     key_pair = signing_key(config)
     worker = worker_id or actor()
     try:
-        claimer = Claimer(layout, worker, config.policy.lease_ttl)
+        claimer = Claimer(layout, worker, config.policy.lease_ttl, replay=replay)
         claim = claimed if claimed is not None else await asyncio.to_thread(claimer.claim, key)
         return await run_claimed(Shipment(layout, claim, name, pool, key_pair, worker), on_output, cancel)
     finally:

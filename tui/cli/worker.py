@@ -96,6 +96,7 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
+    from core.plan.overlaps import replay_waiting
     from core.review.host_sandbox import LocalSandbox
     from core.store.config import candidate_hosts
     from core.work.ship import Hosts, ship
@@ -109,7 +110,15 @@ def ship_cmd(
         _ship_candidates(layout, full, names, candidates, worker_id)
         return
     res = run_until_signal(
-        lambda stop: ship(layout, full, names[0], None if quiet else _Visible(), stop, worker_id=worker_id)
+        lambda stop: ship(
+            layout,
+            full,
+            names[0],
+            None if quiet else _Visible(),
+            stop,
+            worker_id=worker_id,
+            replay=replay_waiting,
+        )
     )
     _echo_visible(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
     if not res.won:
@@ -163,12 +172,19 @@ def _ship_candidates(
 @click.pass_context
 def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
+    from core.plan.overlaps import replay_waiting
     from core.work.worker import run_worker
 
     layout: Layout = layout_of(ctx)
     results = run_until_signal(
         lambda stop: run_worker(
-            layout, list(hosts) or None, once=once, stop=stop, report=_echo_visible, worker_id=worker_id
+            layout,
+            list(hosts) or None,
+            once=once,
+            stop=stop,
+            report=_echo_visible,
+            worker_id=worker_id,
+            replay=replay_waiting,
         )
     )
     counts: dict[str, int] = {}
