@@ -38,6 +38,7 @@ from core.review.apply import (
     Target,
     _Apply,
     _record,
+    _refuse_journal,
     check_commit_ready,
     git_commit,
 )
@@ -321,7 +322,7 @@ def finish_merge(
     except BadInput as exc:
         raise VerificationFailed(f"{exc}; nothing was written, and the journal was left in place") from None
     journal = loads_strict(read_bytes(path), str(path))
-    targets, info = _journal_merge(journal, loc)
+    targets, info = _journal_merge(layout, journal, loc)
     resumed = _Apply(layout, loc.job, targets, config, True, ["merges", loc.key], info)
     why = _underivable(layout, loc, v, resumed, info)
     if why is None:
@@ -330,6 +331,7 @@ def finish_merge(
         except ProtectedPaths as exc:
             why = f"it is not approved now ({exc})"
     if why is not None:
+        _refuse_unanchored(layout, loc, v, resumed, info, why)
         _drop_stage(layout, loc.key)
         resumed.roll_back(why)
     assert v.receipt is not None  # `_underivable` said why otherwise
@@ -342,26 +344,46 @@ def finish_merge(
     return Applied(loc.key, changed, False, layout.job_file("applied", loc.key), v)
 
 
-def _journal_merge(journal: object, loc: Located) -> tuple[list[Target], dict[str, Any]]:
-    """A merge journal's targets and provenance, when they have the right shape."""
-    bad = VerificationFailed(
-        f"{loc.key}: the merge journal is not this job's; nothing was written, and it was left in place"
-    )
-    if not isinstance(journal, dict) or journal.get("key") != loc.key:
-        raise bad
+def _refuse_unanchored(
+    layout: Layout, loc: Located, v: Verification, run: _Apply, info: dict[str, Any], why: str
+) -> None:
+    """A merged target's before hash is the tree's, not the job's, so a rollback of one is
+    anchored only when the bytes kept at that hash merge with the job's base and the
+    receipt's output to the bytes it rolls back: else the journal (a claim, which could
+    name any bytes as the original) is set aside and nothing is written."""
+    if v.receipt is not None:
+        try:
+            _derived(layout, loc, run, info, v.receipt.outputs)
+            return
+        except GenjobError:
+            pass
+    _refuse_journal(layout, loc.key, f"{why}; and what it would put back is not anchored to the job")
+
+
+def _journal_merge(layout: Layout, journal: object, loc: Located) -> tuple[list[Target], dict[str, Any]]:
+    """A merge journal's targets and provenance; one of another shape is set aside."""
+    shaped = _merge_shape(journal, loc.key)
+    if shaped is None:
+        _refuse_journal(layout, loc.key, "it is not a merge journal of this job")
+    return shaped
+
+
+def _merge_shape(journal: object, key: str) -> tuple[list[Target], dict[str, Any]] | None:
+    if not isinstance(journal, dict) or journal.get("key") != key:
+        return None
     info, entries = journal.get("merge"), journal.get("targets")
     if not (isinstance(info, dict) and isinstance(entries, list)):
-        raise bad
+        return None
     if not (isinstance(info.get("over"), dict) and isinstance(info.get("base"), dict)):
-        raise bad
+        return None
     targets = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or set(entry) != {"path", "before", "after"}:
-            raise bad
+            return None
         if not all(isinstance(entry[k], str) for k in ("path", "after")):
-            raise bad
+            return None
         if entry["before"] is not None and not isinstance(entry["before"], str):
-            raise bad
+            return None
         targets.append(Target(i, entry["path"], entry["before"], entry["after"]))
     return targets, info
 

@@ -13,6 +13,7 @@ from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import BadInput, Stale, WrongState
+from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.plan.mint import build_job
 from core.read.snapshot import take_snapshot
@@ -181,3 +182,64 @@ def test_a_merge_killed_anywhere_is_finished_or_rolled_back_by_recover(
         assert tree_files(root) == merged
         assert killed or runs > 1
     assert runs >= 8
+
+
+def forge_journal(layout: Layout, key: str, before: bytes, after: bytes) -> None:
+    journal = {
+        "key": key,
+        "digest": locate(layout, key).job.digest,
+        "targets": [{"path": "src/lines.py", "before": sha(before), "after": sha(after)}],
+        "started_at": 0.0,
+        "by": "someone",
+        "merge": {
+            "over": {"src/lines.py": sha(before)},
+            "base": {"src/lines.py": sha(LINES)},
+            "receipt": "sha256:0",
+            "tool": "git merge-file",
+            "approved": "operator",
+        },
+    }
+    layout.journal_file(key).write_bytes(canonical(journal))
+
+
+def test_a_merge_journal_that_does_not_merge_again_writes_nothing(
+    lines: Layout, signer: Ed25519PrivateKey
+) -> None:
+    _, other = stale_pair(lines, signer)
+    forge_journal(lines, other, TOP, b"anything at all\n")
+    report = recover(lines)
+    assert any("not anchored to the job" in line for line in report.left), report.lines
+    assert (lines.root / "src/lines.py").read_bytes() == TOP
+    assert not lines.journal_file(other).exists()  # set aside as evidence
+
+
+def test_a_merge_journal_cannot_put_back_bytes_it_names_as_the_original(
+    lines: Layout, signer: Ed25519PrivateKey
+) -> None:
+    _, other = stale_pair(lines, signer)
+    planted = b"planted by whoever wrote the journal\n"
+    forge_journal(lines, other, planted, TOP)  # "the tree holds the merge; its original is this"
+    (lines.journal / other).mkdir()
+    (lines.journal / other / "0").write_bytes(planted)
+    report = recover(lines)
+    assert report.left, report.lines
+    assert (lines.root / "src/lines.py").read_bytes() == TOP
+
+
+def test_an_interrupted_merge_whose_key_is_no_longer_trusted_is_rolled_back(
+    lines: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    _, other = stale_pair(lines, signer)
+    work = tmp_path / "work"
+    for root, killed in every_crash(lines.root, work, lambda r: apply_merged(Layout(r), other)):
+        layout = Layout(root)
+        if not killed:
+            pytest.fail("no moment found with the merge written and its journal open")
+        if (root / "src/lines.py").read_bytes() == BOTH and layout.journal_file(other).exists():
+            break
+    for pub in layout.trusted_keys.iterdir():
+        pub.unlink()
+    report = recover(layout)
+    assert any("rolled back" in line for line in report.done), report.lines
+    assert (root / "src/lines.py").read_bytes() == TOP
+    assert locate(layout, other).folder == "running"
