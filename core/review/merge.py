@@ -45,7 +45,7 @@ from core.review.apply import (
 from core.review.check_status import require_checks
 from core.review.verify import Verification, verify
 from core.review.writer_lock import writer
-from core.store.blobs import read_blob, read_tree_file
+from core.store.blobs import KEEP_LIMIT, read_blob, read_tree_file
 from core.store.config import Config, load_config
 from core.store.durable import flocked
 from core.store.events import record_event
@@ -149,8 +149,8 @@ def _base(layout: Layout, job: Job, rel: str, limit: int) -> bytes:
     if data is None:
         raise Stale(
             f"{layout.gen / 'blobs' / digest}: the bytes {job.key} was minted on over {rel} are not kept "
-            f"(it was minted before genjob kept them), so it cannot be merged; nothing was written. "
-            f"Replay it: genjob replay {job.key}"
+            f"(genjob keeps text inputs up to {KEEP_LIMIT >> 20} MiB at mint), so it cannot be merged; "
+            f"nothing was written. Replay it: genjob replay {job.key}"
         )
     return data
 

@@ -17,6 +17,7 @@ repository's config cannot switch on by itself (they are under the operator's co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -72,9 +73,10 @@ def pull(
 ) -> list[Pulled]:
     """One pass over the received jobs, as the repository's one writer.
 
-    `apply` False lists what is ready and writes nothing; `merge` (the operator asked) or
-    `policy.auto_merge` merges a STALE receipt over the tree."""
-    with writer(layout, wait=wait):
+    `apply` False lists what is ready, in the order a pass would take it, and writes
+    nothing (nor waits for the writer: what the board's "ready" filter shows); `merge` (the
+    operator asked) or `policy.auto_merge` merges a STALE receipt over the tree."""
+    with writer(layout, wait=wait) if apply else contextlib.nullcontext():
         config = load_config(layout.config)
         how = "operator" if merge else "auto_merge" if config.policy.auto_merge else None
         return [_pull_one(layout, key, config, apply, how, commit) for key in receipt_order(layout)]

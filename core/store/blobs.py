@@ -23,6 +23,11 @@ from core.store.layout import Layout
 from core.store.tree import closing, open_dir, open_folder, open_regular, read_fd
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# What is kept: a text input (no NUL in its first 8,000 bytes, git's own test for binary)
+# up to this size. A larger or binary file is not merged line by line anyway, and keeping
+# it would make every mint over it copy it.
+KEEP_LIMIT = 4 << 20
+_BINARY_PROBE = 8000
 BLOB_FILE_MODE = 0o600
 BLOB_DIR_MODE = 0o700
 
@@ -69,10 +74,10 @@ def read_tree_file(root: int, rel: str, limit: int) -> bytes | None:
             return None
 
 
-def keep_inputs(layout: Layout, job: Job, limit: int = DEFAULT_LIMITS.max_file_bytes) -> list[str]:
-    """Keep the bytes of each input of `job` that the tree still holds at its input hash;
-    the hashes kept. An input that moved since it was hashed is not kept (a merge over it
-    says so)."""
+def keep_inputs(layout: Layout, job: Job, limit: int = KEEP_LIMIT) -> list[str]:
+    """Keep the bytes of each text input of `job` up to `limit` that the tree still holds
+    at its input hash; the hashes kept. An input that moved since it was hashed is not
+    kept (a merge over it says so)."""
     wanted = {h for rel in job.allowed_paths if (h := job.input_digest(rel)) is not None}
     if not wanted:
         return []
@@ -86,7 +91,7 @@ def keep_inputs(layout: Layout, job: Job, limit: int = DEFAULT_LIMITS.max_file_b
             if digest is None:
                 continue
             data = read_tree_file(root, rel, limit)
-            if data is None or sha256_bytes(data) != digest:
+            if data is None or b"\0" in data[:_BINARY_PROBE] or sha256_bytes(data) != digest:
                 continue
             where = blobs_dir(layout) / digest
             create_exclusive_at(blobs, digest, data, where, BLOB_FILE_MODE)

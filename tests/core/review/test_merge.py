@@ -243,3 +243,16 @@ def test_an_interrupted_merge_whose_key_is_no_longer_trusted_is_rolled_back(
     assert any("rolled back" in line for line in report.done), report.lines
     assert (root / "src/lines.py").read_bytes() == TOP
     assert locate(layout, other).folder == "running"
+
+
+def test_a_binary_input_is_not_kept_and_its_merge_says_so(repo: Layout, signer: Ed25519PrivateKey) -> None:
+    binary = b"\0\1\2" + LINES
+    (repo.root / "data.bin").write_bytes(binary)
+    job = build_job(repo, "Binary.", ["data.bin"])
+    enqueue(repo, job)
+    assert not (blobs_dir(repo) / sha(binary)).exists()
+    assert receive(repo, job.key, {"data.bin": binary + b"x"}, signer).won
+    (repo.root / "data.bin").write_bytes(binary + b"y")
+    with pytest.raises(Stale, match="are not kept"):
+        apply_merged(repo, job.key)
+    assert (repo.root / "data.bin").read_bytes() == binary + b"y"
