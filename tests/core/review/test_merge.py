@@ -256,3 +256,14 @@ def test_a_binary_input_is_not_kept_and_its_merge_says_so(repo: Layout, signer: 
     with pytest.raises(Stale, match="are not kept"):
         apply_merged(repo, job.key)
     assert (repo.root / "data.bin").read_bytes() == binary + b"y"
+
+
+def test_a_symlinked_blobs_folder_is_refused_at_mint(repo: Layout, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    blobs_dir(repo).symlink_to(elsewhere)
+    job = build_job(repo, "Kept where?", ["src/app.py"])
+    with pytest.raises(BadInput, match=re.escape(str(blobs_dir(repo)))):
+        enqueue(repo, job)
+    assert os.listdir(elsewhere) == []
+    assert not repo.job_file("queue", job.key).exists()
