@@ -211,3 +211,16 @@ def test_a_watch_killed_mid_queue_then_recover_loses_nothing(
     assert again.exit_code == 0 and "left" not in again.stdout, again.stdout
     assert (lines.root / "src/lines.py").read_bytes() == final
     assert all(locate(lines, k).folder == "applied" for k in keys)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "apply: name a job KEY, or give --ready"),
+        (("--watch",), "apply --watch: give --ready too"),
+        (("--ready", "0" * 32), "apply --ready: applies every ready job; name no KEY"),
+    ],
+)
+def test_apply_without_what_to_apply_says_so(repo: Layout, args: tuple[str, ...], said: str) -> None:
+    res = cli("apply", *args, root=repo.root)
+    assert res.exit_code == 2 and res.stderr.startswith(f"genjob: {said}")
