@@ -3,9 +3,10 @@
 An exclusive `fcntl.flock` on that file, held for the whole apply (its commit too), by
 the CLI's `apply`, the board's approve (both call `core.review.apply.apply_job`), `apply
 --ready` and `recover`, across every process of this machine. The kernel drops it when
-its process dies, however it dies, so a killed apply never leaves the lock taken. Whoever
-holds it writes who they are into the file (pid, command, since when); that text is
-read only to say who holds a lock that is busy, never to decide anything.
+its process dies, however it dies, so a killed apply never leaves the lock taken. Who
+holds a busy lock is what the kernel says (`/proc/locks`), with that process's command
+line and start time from /proc: nothing is written into the file, so taking the lock
+changes nothing on disk.
 
 Within one process the lock is reentrant: `apply --ready` holds it for the whole queue
 and each apply it makes takes it again (a second `flock` of the same file from the same
@@ -23,17 +24,16 @@ import contextlib
 import errno
 import fcntl
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from core.errors import BadInput, GenjobError
-from core.model.canonical import canonical, loads_strict
 from core.store.durable import environment_fault, folder
 from core.store.layout import Layout
-from core.store.tree import FILE_MODE
+from core.store.procfs import START_TIME, stat_fields
+from core.store.tree import FILE_MODE, closing
 
 # How much of the lock file is read to say who holds it.
 _HOLDER_BYTES = 4096
@@ -48,16 +48,17 @@ class WriterBusy(GenjobError):
 
 @dataclass(frozen=True)
 class Holder:
-    """Who said they hold the writer lock: read from the lock file, a claim only."""
+    """The process the kernel says holds the writer lock (`/proc/locks`), as /proc shows it."""
 
     pid: int | None
     command: str
     since: float | None
 
     def describe(self) -> str:
-        pid = f"pid {self.pid}" if self.pid is not None else "an unknown process"
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)) if self.since else "?"
-        return f"{pid} ({self.command or 'unknown command'}) since {since}"
+        pid = f"pid {self.pid}" if self.pid is not None else "another process"
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)) if self.since else None
+        running = f", running since {since}" if since else ""
+        return f"{pid} ({self.command or 'command unknown'}{running})"
 
 
 class _ProcessLock:
@@ -83,27 +84,61 @@ def _process_lock(layout: Layout) -> _ProcessLock:
         return _HELD.setdefault(lock_path(layout), _ProcessLock())
 
 
-def read_holder(layout: Layout) -> Holder:
-    """Who the lock file says holds the lock (fields it lacks are left unknown)."""
+def _holder_pid(fd: int) -> int | None:
+    """The pid of the flock held on the file open at `fd`, from `/proc/locks` (None where
+    it cannot be told: no /proc, or another pid namespace's holder)."""
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
-        with open(lock_path(layout), "rb") as fh:
-            data = fh.read(_HOLDER_BYTES)
-        obj = loads_strict(data, lock_path(layout)) if data else {}
+        with open("/proc/locks", "rb") as fh:
+            table = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode and fields[4].isdigit():
+            return int(fields[4])  # a waiter's line has "->" second: never matched
+    return None
+
+
+def _started_at(pid: int) -> float | None:
+    """When process `pid` started, as a wall-clock time."""
+    fields = stat_fields(pid)
+    try:
+        with open("/proc/stat", "rb") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
+        ticks = int(fields[START_TIME]) if fields is not None else None
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK") if ticks is not None else None
+
+
+def _holder(fd: int) -> Holder:
+    pid = _holder_pid(fd)
+    if pid is None:
+        return Holder(None, "", None)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            command = fh.read(_HOLDER_BYTES).replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        command = ""
+    return Holder(pid, command[:200], _started_at(pid))
+
+
+def read_holder(layout: Layout) -> Holder:
+    """Who holds the writer lock now (nobody known: every field None or empty)."""
+    try:
+        fd = _open_lock(layout)
     except (OSError, BadInput):
-        obj = {}
-    if not isinstance(obj, dict):
-        obj = {}
-    pid, command, since = obj.get("pid"), obj.get("command"), obj.get("since")
-    return Holder(
-        pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-        command[:200] if isinstance(command, str) else "",
-        float(since) if isinstance(since, (int, float)) and not isinstance(since, bool) else None,
-    )
+        return Holder(None, "", None)
+    with closing(fd):
+        return _holder(fd)
 
 
-def _busy(layout: Layout) -> WriterBusy:
+def _busy(layout: Layout, holder: Holder | None = None) -> WriterBusy:
+    holder = holder or read_holder(layout)
     return WriterBusy(
-        f"{lock_path(layout)}: another apply holds it: {read_holder(layout).describe()}; "
+        f"{lock_path(layout)}: another apply holds it: {holder.describe()}; "
         "nothing was applied (apply without --no-wait to wait for it)"
     )
 
@@ -118,13 +153,6 @@ def _open_lock(layout: Layout) -> int:
             raise environment_fault(exc, lock_path(layout)) or exc from None
 
 
-def _say_who(fd: int) -> None:
-    """Write this process into the lock file (it holds the lock now)."""
-    me = {"pid": os.getpid(), "command": " ".join(sys.argv)[:200], "since": time.time()}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, canonical(me), 0)
-
-
 def _take(layout: Layout, held: _ProcessLock, wait: bool, waiting: Callable[[Holder], None] | None) -> None:
     fd = _open_lock(layout)
     try:
@@ -132,11 +160,10 @@ def _take(layout: Layout, held: _ProcessLock, wait: bool, waiting: Callable[[Hol
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if not wait:
-                raise _busy(layout) from None
+                raise _busy(layout, _holder(fd)) from None
             if waiting is not None:
-                waiting(read_holder(layout))
+                waiting(_holder(fd))
             fcntl.flock(fd, fcntl.LOCK_EX)
-        _say_who(fd)
     except BaseException:
         os.close(fd)
         raise
@@ -146,8 +173,6 @@ def _take(layout: Layout, held: _ProcessLock, wait: bool, waiting: Callable[[Hol
 def _drop(held: _ProcessLock) -> None:
     fd, held.fd = held.fd, None
     if fd is not None:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)  # nobody holds it once it is dropped
         os.close(fd)  # closing the last descriptor releases the flock
 
 
