@@ -46,6 +46,7 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -72,6 +73,7 @@ from core.review.commit import (
     pending_commit,
 )
 from core.review.verify import Verification, verify
+from core.review.writer_lock import writer
 from core.store.config import Config, load_config
 from core.store.durable import (
     atomic_write,
@@ -156,7 +158,13 @@ def apply_job(
     `protected`: the operator approved this job explicitly, so its outputs may include
     paths `policy.protected_paths` covers (`core.model.protected`). `sign`: the commit is
     signed with the operator's key, with the job's attestation (default:
-    `policy.sign_commits`)."""
+    `policy.sign_commits`). Runs under the repository's writer lock (`core.review.writer_lock`),
+    waiting for any other apply to end."""
+    with writer(layout):
+        return _apply_one(layout, key, commit, protected=protected, sign=sign)
+
+
+def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign: bool | None) -> Applied:
     config = load_config(layout.config)
     with flocked(layout.lock):
         loc = locate(layout, key)
@@ -187,6 +195,10 @@ def apply_job(
         if commit:
             check_commit_ready(layout, sign=signed)
         v = verify(layout, loc.job, config)
+        if os.path.lexists(journal_path) and _merge_journal(journal_path):
+            from core.review.merge import finish_merge  # it builds on this module
+
+            return finish_merge(layout, loc, v, config, protected=protected)
         if os.path.lexists(journal_path):
             targets, wish = _journal_targets(layout, loc, v.receipt)
             if wish is not None and not commit:  # an apply with --commit was interrupted
@@ -208,7 +220,8 @@ def apply_job(
             require_approval(key, [t.path for t in targets], config.policy.protected_paths, protected)
             wish = signed if commit else None
             changed = _Apply(layout, loc.job, targets, config, resuming=False, commit=wish).run()
-        _record(layout, loc.job, targets, changed, v, pending_commit(signed) if commit and changed else None)
+        wanted = pending_commit(signed) if commit and changed else None
+        _record(layout, loc.job, targets, changed, v, commit=wanted)
     result = Applied(key, changed, False, layout.job_file("applied", key), v)
     if commit and changed:
         return Applied(
@@ -259,6 +272,16 @@ def _journal_targets(
         _refuse_journal(layout, loc.key, "it does not name exactly the outputs of the verified receipt")
     wish = journal.get("commit") if isinstance(journal, dict) else None
     return targets, wish.get("sign") is True if isinstance(wish, dict) else None
+
+
+def _merge_journal(path: Path) -> bool:
+    """Whether the journal at `path` is a merge's (`core.review.merge` finishes it). One that
+    does not load is not: the plain path sets it aside with its fault."""
+    try:
+        journal = loads_strict(read_bytes(path), str(path))
+    except BadInput:
+        return False
+    return isinstance(journal, dict) and "merge" in journal
 
 
 def _fitting_targets(journal: object, loc: Located) -> list[Target] | None:
@@ -367,7 +390,10 @@ class _Apply:
         targets: list[Target],
         config: Config,
         resuming: bool,
+        *,
         commit: bool | None = None,
+        source: Sequence[str] | None = None,
+        merge: dict[str, Any] | None = None,
     ) -> None:
         self.layout = layout
         self.commit = commit  # to be committed, signed or not; None: not to be committed
@@ -375,6 +401,10 @@ class _Apply:
         self.targets = targets
         self.limit = config.limits.max_file_bytes
         self.resuming = resuming
+        # Where the outputs are read from, below `.gen/` (a merge's: its merged bytes), and
+        # what the journal says of the merge.
+        self.source = list(source) if source is not None else ["out", job.digest]
+        self.merge = merge
         self.parents: dict[int, int] = {}
         self._originals: int | None = None
         self.created: list[str] = []
@@ -389,8 +419,11 @@ class _Apply:
     def _open_tree(self) -> None:
         self.root = self._keep(open_dir(self.layout.root))
         with folder(self.layout.gen) as gen:
-            where = str(self.layout.out_dir(self.job.digest))
-            self.out = self._keep(open_folder(gen, ["out", self.job.digest], where))
+            self.out = self._keep(open_folder(gen, self.source, str(self.source_path)))
+
+    @property
+    def source_path(self) -> Path:
+        return self.layout.gen.joinpath(*self.source)
 
     def _open_originals(self) -> None:
         """`.gen/journal/<key>/`, where each replaced original is kept until the end."""
@@ -480,7 +513,7 @@ class _Apply:
         return [t.path for t in self.targets if t.before != t.after]
 
     def _journal(self) -> dict[str, Any]:
-        return {
+        journal = {
             "key": self.job.key,
             "digest": self.job.digest,
             "targets": [t.to_dict() for t in self.targets],
@@ -488,6 +521,7 @@ class _Apply:
             "by": actor(),
             **({"commit": {"sign": self.commit}} if self.commit is not None else {}),
         }
+        return journal | ({"merge": self.merge} if self.merge is not None else {})
 
     def _pending(self) -> list[Target]:
         """The targets still to write; a target holding anything but its before or after
@@ -529,7 +563,7 @@ class _Apply:
             mode = stat.S_IMODE(os.stat(t.name, dir_fd=p, follow_symlinks=False).st_mode) & _NO_SPECIAL_BITS
         except FileNotFoundError:
             mode = None
-        where = f"{self.layout.out_dir(self.job.digest)}/{t.path}"
+        where = f"{self.source_path}/{t.path}"
         try:
             src_parent = open_folder(self.out, t.folders, where)
         except FileNotFoundError:
@@ -895,8 +929,12 @@ def _record(
     targets: list[Target],
     changed: list[str],
     v: Verification,
-    commit: dict[str, Any] | None,
+    *,
+    commit: dict[str, Any] | None = None,
+    merged: dict[str, Any] | None = None,
 ) -> None:
+    """The apply record; `commit`: the commit it asks for (`core.review.commit`); `merged`:
+    what a merge applied over (`core.review.merge`)."""
     record = {
         "job": job.document(),
         "apply": {
@@ -907,7 +945,8 @@ def _record(
             "targets": [t.to_dict() for t in targets],
             "changed": changed,
             **({"commit": commit} if commit is not None else {}),
-        },
+        }
+        | ({"merged": merged} if merged is not None else {}),
     }
     path = layout.job_file("applied", job.key)
     create_exclusive(make_folder(path.parent, layout.gen) / path.name, canonical(record))

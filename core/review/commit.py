@@ -150,7 +150,9 @@ def _git(
     return proc
 
 
-def git_commit(layout: Layout, job: Job, paths: list[str], *, sign: bool = False) -> str:
+def git_commit(
+    layout: Layout, job: Job, paths: list[str], *, sign: bool = False, trailers_after: Sequence[str] = ()
+) -> str:
     """Commit exactly the applied paths, with `Genjob-` trailers naming the job and its
     receipt by digest; returns the commit id. Signed (`sign`), the commit carries an SSH
     signature by the operator's key, as `git -c gpg.format=ssh commit -S` makes it, and a
@@ -165,6 +167,7 @@ def git_commit(layout: Layout, job: Job, paths: list[str], *, sign: bool = False
         f"Genjob-Key: {job.key}",
         f"Genjob-Digest: {job.digest}",
         f"Genjob-Receipt: sha256:{sha256_bytes(read_bytes(layout.receipt(job.key)))}",
+        *trailers_after,
     ]
     settings: list[str] = []
     if sign:

@@ -85,6 +85,13 @@ def describe(config: Config) -> list[str]:
     for setting, value in what_runs(config)["lowers"].items():
         if setting == "policy.require_signature":
             lines.append("lowers policy.require_signature to false: unsigned receipts may be applied")
+        elif setting == "policy.auto_apply":
+            lines.append(
+                f'sets policy.auto_apply to "{value}": apply --ready --watch writes receipts into the tree '
+                "with no person in the loop"
+            )
+        elif setting == "policy.auto_merge":
+            lines.append("sets policy.auto_merge to true: apply --ready merges stale receipts unasked")
         else:
             lines.append(f"lowers {setting} to {value} (a larger bound on what a host may send back)")
     return lines

@@ -46,6 +46,8 @@ from core.errors import ApplyConflict, BadInput, GenjobError, NotFound
 from core.model.models import KEY_RE
 from core.review.apply import apply_job
 from core.review.commit import commit_applied, commit_state
+from core.review.writer_lock import writer
+from core.store.blobs import blobs_dir
 from core.store.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
 from core.store.events import record_event
 from core.store.evidence import set_aside
@@ -81,14 +83,19 @@ class Recovery:
 
 
 def recover(layout: Layout) -> Recovery:
-    """Bring `.gen/` back to one state per key."""
+    """Bring `.gen/` back to one state per key, as the repository's one writer."""
+    with writer(layout):
+        return _recover(layout)
+
+
+def _recover(layout: Layout) -> Recovery:
     out = Recovery()
     for key in _journal_keys(layout):
         out.attempt("R1", key, functools.partial(_finish_apply, layout, key))
     with flocked(layout.lock):
         out.attempt("R2-R4", "pairs", functools.partial(_resolve_pairs, layout))
         out.attempt("R5", "strays", functools.partial(_sweep_strays, layout))
-        for folder in [layout.gen, *layout.all_dirs()]:
+        for folder in [layout.gen, *layout.all_dirs(), blobs_dir(layout)]:
             where = str(folder.relative_to(layout.root))
             out.attempt("R6", where, functools.partial(_sweep_temps, layout, folder))
         out.attempt("R6", "staging", functools.partial(_sweep_staging, layout))

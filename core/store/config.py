@@ -68,6 +68,16 @@ commit_on_approve = false
 # Sign those commits with your SSH key (`genjob keygen --operator`), as git does with
 # gpg.format = ssh, each naming the job's in-toto attestation in a trailer.
 # sign_commits = false
+# A job minted over paths a job in flight also may write: "warn" says so, "serialize"
+# claims it only once the older ones are applied or closed (replaying it first if they
+# changed its inputs), "refuse" does not mint it.
+# overlapping = "warn"
+# Let `genjob apply --ready --watch` apply, with no person in the loop, every received job
+# that verifies and whose required checks passed ("checked"); "never" only lists them.
+# auto_apply = "never"
+# Let `genjob apply --ready` three-way merge a STALE receipt over the tree unasked, when
+# every required check passed on it (`genjob apply KEY --merge` does it by hand).
+# auto_merge = false
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
@@ -203,6 +213,18 @@ class Policy(BaseModel):
         list[Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]],
         Field(max_length=256),
     ] = list(DEFAULT_PROTECTED)
+    # A job minted over paths a job in flight may write: said ("warn"), held back from its
+    # claim until the older ones are applied or closed, and replayed then if they moved its
+    # inputs ("serialize"), or not minted at all ("refuse"). Each only adds a warning or
+    # makes genjob stricter, so none needs the operator's consent.
+    overlapping: Literal["warn", "serialize", "refuse"] = "warn"
+    # Whether `genjob apply --ready --watch` applies with no person in the loop: "never"
+    # (it lists what is ready) or "checked" (every received job that verifies and passed
+    # its required checks). Lowers the default: it counts only with the operator's consent.
+    auto_apply: Literal["never", "checked"] = "never"
+    # Whether `apply --ready` merges a STALE receipt over the tree unasked, when every
+    # required check passed on it. Lowers the default, as auto_apply.
+    auto_merge: bool = False
 
 
 # The `[limits]` table: the names and defaults of `core.remote.rules.Limits` (their one home, shipped
@@ -595,6 +617,10 @@ def _lowered(config: Config) -> dict[str, object]:
     lowered: dict[str, object] = {}
     if not config.policy.require_signature:
         lowered["policy.require_signature"] = False
+    if config.policy.auto_apply != "never":
+        lowered["policy.auto_apply"] = config.policy.auto_apply
+    if config.policy.auto_merge:
+        lowered["policy.auto_merge"] = True
     unprotected = sorted(set(DEFAULT_PROTECTED) - set(config.policy.protected_paths))
     if unprotected:
         lowered["policy.protected_paths"] = unprotected
@@ -639,7 +665,14 @@ def _held_back(declared: Config, path: Path, pinned: str | None) -> Config:
     runs = what_runs(declared)
     protected = [*declared.policy.protected_paths]
     protected += [p for p in DEFAULT_PROTECTED if p not in protected]
-    policy = declared.policy.model_copy(update={"require_signature": True, "protected_paths": protected})
+    policy = declared.policy.model_copy(
+        update={
+            "require_signature": True,
+            "protected_paths": protected,
+            "auto_apply": "never",
+            "auto_merge": False,
+        }
+    )
     limits = Limits(**{n: min(v, getattr(DEFAULT_LIMITS, n)) for n, v in declared.limits.as_dict().items()})
     config = declared.model_copy(update={"hosts": {}, "checks": {}, "policy": policy, "limits": limits})
     config._held = Held(

@@ -138,6 +138,11 @@ class Layout:
         """Held for every state change other than a claim (which is a bare rename)."""
         return self.gen / "state.lock"
 
+    @cached_property
+    def apply_lock(self) -> Path:
+        """Held for every apply of the tree: the repository's one writer (`core.review.writer_lock`)."""
+        return self.gen / "apply.lock"
+
     def job_file(self, folder: str, key: str) -> Path:
         return self.gen / folder / f"{key}.json"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,10 +21,13 @@ from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongSt
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.freshness import LeaseState
 from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
+from core.store.blobs import keep_inputs
+from core.store.config import load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.store.events import attempts, claims, record_attempt, record_event
 from core.store.layout import FOLDER_STATE, JOB_FOLDERS, Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
+from core.store.overlaps import in_flight, moved_inputs, waits_for
 from core.store.tree import make_folder
 
 if TYPE_CHECKING:
@@ -112,10 +116,16 @@ def enqueue(layout: Layout, job: Job) -> Enqueued:
                 )
             return Enqueued(key, path, False, folder)
     path = layout.job_file("queue", key)
+    keep_inputs(layout, job)  # before the job exists: a job is never without its base's bytes
     if not create_exclusive(make_folder(path.parent, layout.gen) / path.name, job_bytes(job)):
         return enqueue(layout, job)
     record_event(layout, "minted", key, schema=job.schema_name, digest=job.digest)
     return Enqueued(key, path, True, "queue")
+
+
+# Mints a serialized job again over the tree as it is, closing the old one: (layout, job,
+# the paths that moved) -> the new key. Given by the planes above (`core.plan.overlaps`).
+Replayer = Callable[[Layout, Job, list[str]], str]
 
 
 @dataclass(frozen=True)
@@ -133,12 +143,21 @@ class Claimer:
     and the claimer simply moves on to its next candidate.
     """
 
-    def __init__(self, layout: Layout, worker: str, ttl: float = 120.0, pid: int | None = None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        worker: str,
+        ttl: float = 120.0,
+        pid: int | None = None,
+        replay: Replayer | None = None,
+    ) -> None:
         self.layout = layout
         self.worker = worker
         self.ttl = ttl
         self.pid = pid
+        self.replay = replay
         self._candidates: list[str] = []
+        self._serialize: bool | None = None
 
     def _list(self) -> list[str]:
         entries = []
@@ -187,9 +206,46 @@ class Claimer:
             why = f"; skipped {len(skipped)} that cannot be claimed: {next(iter(skipped.values()))}"
         raise NothingToClaim(f"{self.layout.queue}: nothing left to claim{why}")
 
+    def _serialized(self) -> bool:
+        if self._serialize is None:
+            self._serialize = load_config(self.layout.config).policy.overlapping == "serialize"
+        return self._serialize
+
+    def _hold_back(self, key: str) -> None:
+        """Under `policy.overlapping = "serialize"`: refuse (WrongState) a job that waits for
+        an older overlapping job in flight; a job whose inputs those changed is replayed by
+        `replay` (never shipped on a stale base) and refused, naming its replay."""
+        src = self.layout.job_file("queue", key)
+        try:
+            job = job_from_bytes(read_bytes(src), str(src))
+        except FileNotFoundError:
+            return  # claimed by another meanwhile: the rename says so
+        flight = in_flight(self.layout)
+        waits = waits_for(job, flight)
+        if waits:
+            raise WrongState(
+                f"{key}: waits for the older jobs it overlaps ({'; '.join(o.line() for o in waits)}); "
+                'policy.overlapping = "serialize"; nothing claimed'
+            )
+        moved = moved_inputs(self.layout, job)
+        if not moved:
+            return
+        if self.replay is None:
+            raise WrongState(
+                f"{key}: the jobs it waited for changed its inputs ({', '.join(moved)}), so it is not "
+                "shipped on a stale base; nothing claimed: `genjob worker`, `genjob ship KEY` and "
+                "`genjob claim` replay it over the tree as it is"
+            )
+        fresh = self.replay(self.layout, job, moved)
+        raise WrongState(
+            f"{key}: its inputs changed while it waited ({', '.join(moved)}); replayed as {fresh}"
+        )
+
     def _try(self, key: str, remake: bool = True) -> Claim | None:
         src = self.layout.job_file("queue", key)
         dst = self.layout.job_file("running", key)
+        if self._serialized():
+            self._hold_back(key)
         try:
             # The claim's one fsync, of running/ (queue/ is not synced: after a crash the
             # job is in one folder or the other, whole, either way). Without it a power cut
@@ -227,10 +283,15 @@ class Claimer:
 
 
 def claim(
-    layout: Layout, worker: str, key: str | None = None, ttl: float = 120.0, pid: int | None = None
+    layout: Layout,
+    worker: str,
+    key: str | None = None,
+    ttl: float = 120.0,
+    pid: int | None = None,
+    replay: Replayer | None = None,
 ) -> Claim:
     """Claim one job; the lease names `pid` (default: this process) as its holder."""
-    return Claimer(layout, worker, ttl, pid).claim(key)
+    return Claimer(layout, worker, ttl, pid, replay).claim(key)
 
 
 def heartbeat(layout: Layout, key: str, token: int, worker: str) -> bool:

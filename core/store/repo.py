@@ -48,6 +48,7 @@ def init_repo(root: Path, preset: PresetSettings | None = None) -> tuple[Layout,
             pin_config(layout.root, digest)
     # Made here so that no later command, even a refused one, adds a file to `.gen/`.
     layout.lock.touch(mode=0o644, exist_ok=True)
+    layout.apply_lock.touch(mode=0o644, exist_ok=True)
     if _ignore_in_git(layout.root):
         made.append(".git/info/exclude: .gen/")
     return layout, made

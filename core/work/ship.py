@@ -30,7 +30,7 @@ from core.store.config import Config, Host, load_config
 from core.store.events import actor, bounded, record_attempt, record_event
 from core.store.evidence import keep
 from core.store.layout import Layout
-from core.store.queue import Claim, Claimer, cancel_requested, heartbeat
+from core.store.queue import Claim, Claimer, Replayer, cancel_requested, heartbeat
 from core.store.receipts import Committed, commit_receipt, make_receipt
 from core.store.scheduler import STARTED
 from core.store.signing import load_private_key, private_key_path
@@ -197,6 +197,7 @@ async def ship(
     worker_id: str | None = None,
     hosts: Hosts | None = None,
     claimed: Claim | None = None,
+    replay: Replayer | None = None,
 ) -> ShipResult:
     """Claim `key` (or take `claimed`), run it on `host`, and commit the receipt.
 
@@ -211,7 +212,7 @@ async def ship(
     worker = worker_id or actor()
     check_budget(layout, config, name, claimed.key if claimed is not None else key)
     try:
-        claimer = Claimer(layout, worker, config.policy.lease_ttl)
+        claimer = Claimer(layout, worker, config.policy.lease_ttl, replay=replay)
         claim = claimed if claimed is not None else await asyncio.to_thread(claimer.claim, key)
         if key is None and claimed is None:
             await asyncio.to_thread(refuse_over_budget, layout, config, name, claim, worker)

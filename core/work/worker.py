@@ -18,7 +18,7 @@ from core.errors import GenjobError, NothingToClaim
 from core.store.config import Config, load_config
 from core.store.events import actor
 from core.store.layout import Layout
-from core.store.queue import Claim, Claimer
+from core.store.queue import Claim, Claimer, Replayer
 from core.work.ship import Hosts, Shipment, ShipResult, refuse_over_budget, run_claimed, signing_key
 from core.work.ship_candidates import run_candidates
 from core.work.spend import OverBudget, check_budget
@@ -51,8 +51,12 @@ async def run_worker(
     report: Report = print,
     worker_id: str | None = None,
     poll: float = 0.5,
+    replay: Replayer | None = None,
 ) -> list[ShipResult]:
-    """Claim and ship until `stop` is set (or, with `once`, until the queue is empty)."""
+    """Claim and ship until `stop` is set (or, with `once`, until the queue is empty).
+
+    `replay`: how a serialized job whose inputs moved is minted again before it is
+    claimed (`core.store.queue.Claimer`); without it such a job is left queued."""
     config = load_config(layout.config)
     pool = Hosts(config)
     names = [pool.pick(n) for n in host_names] if host_names else sorted(config.hosts)
@@ -60,6 +64,7 @@ async def run_worker(
         held = config.held
         raise GenjobError(held.hint if held is not None else f"{layout.config}: no hosts configured")
     loop = _WorkerLoop(layout, config, pool, names, worker_id or actor(), report)
+    loop.claimer.replay = replay
     report(f"worker {loop.worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
     try:
         await loop.run(stop or asyncio.Event(), once, poll)

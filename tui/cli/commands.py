@@ -201,6 +201,7 @@ def mint(
     from core.model.models import V1, V2
     from core.model.paths import repo_relative
     from core.plan.mint import build_job
+    from core.plan.overlaps import forecast
     from core.store.config import load_config
     from core.store.queue import enqueue
 
@@ -212,11 +213,15 @@ def mint(
     rel = [repo_relative(layout.root, p, cwd) for p in paths]
     new = [repo_relative(layout.root, p, cwd) for p in new_paths]
     job = build_job(layout, instruction, rel, new, V1 if schema == "v1" else V2, allow_secrets=allow_secrets)
+    config = load_config(layout.config)
+    overlaps = forecast(layout, job, config)
     res = enqueue(layout, job)
     say(res.key)
     if not res.created:
         say(f"the same job exists already: {res.path.relative_to(layout.root)} ({res.folder})", err=True)
-    protected = protected_among(job.allowed_paths, load_config(layout.config).policy.protected_paths)
+    for overlap in overlaps:
+        say(visible(overlap.line()), err=True)
+    protected = protected_among(job.allowed_paths, config.policy.protected_paths)
     if protected:
         say(f"note: {PROTECTED_HINT}: {visible(describe_protected(protected))}", err=True)
 
@@ -258,14 +263,18 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
     from core.model.presets import USAGE, spend_of
     from core.read.board_view import age
     from core.read.inspect_job import job_detail
+    from core.store.overlaps import overlaps_of
 
     layout = layout_of(ctx)
     d = job_detail(layout, resolve_key(layout, key))
+    overlaps = overlaps_of(layout, d.row.key)
     if as_json:
-        print_json(d.to_dict())
+        print_json({**d.to_dict(), "overlaps": [o.to_dict() for o in overlaps]})
         return
     r = d.row
     say(f"job {r.key}  {r.state.value}" + (f"  ({visible(r.schema)})" if r.schema else ""))
+    for overlap in overlaps:
+        say(visible(overlap.line()))
     if r.digest:
         say(f"digest  {r.digest}")
     if r.instruction:
@@ -422,12 +431,14 @@ def claim_cmd(ctx: click.Context, key: str | None, worker: str, ttl: float | Non
     The lease names the process that ran this command (its parent) as the holder: when
     that process dies, or the lease's ttl passes without a heartbeat, the job is ORPHANED.
     """
+    from core.plan.overlaps import replay_waiting
     from core.store.config import load_config
     from core.store.queue import claim
 
     layout = layout_of(ctx)
     ttl = ttl or load_config(layout.config).policy.lease_ttl
-    c = claim(layout, worker, resolve_key(layout, key) if key else None, ttl, pid=os.getppid())
+    given = resolve_key(layout, key) if key else None
+    c = claim(layout, worker, given, ttl, pid=os.getppid(), replay=replay_waiting)
     say(c.key)
     say(f"claimed by {worker}, attempt {c.lease.token}, lease ttl {ttl:g}s", err=True)
 
@@ -488,7 +499,7 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
 
 
 @main.command("apply")
-@click.argument("key")
+@click.argument("key", required=False)
 @click.option("--candidate", type=int, default=None, help="Choose candidate N as the job's receipt first.")
 @click.option("--commit", is_flag=True, help="Also make a git commit with a Genjob-Key: trailer.")
 @click.option(
@@ -501,14 +512,29 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
     default=None,
     help="Sign the commit with your SSH key and attest the apply (default: policy.sign_commits).",
 )
+@click.option("--no-wait", is_flag=True, help="If another apply holds the apply lock, say who and exit 1.")
+@click.option("--ready", is_flag=True, help="Apply every received job that verifies and passed its checks.")
+@click.option("--watch", is_flag=True, help="With --ready: keep applying receipts as they arrive.")
+@click.option("--merge", is_flag=True, help="A stale receipt: three-way merge it over the tree as it is.")
 @click.pass_context
 def apply_cmd(
-    ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool, sign: bool | None
+    ctx: click.Context,
+    key: str | None,
+    candidate: int | None,
+    commit: bool,
+    protected: bool,
+    sign: bool | None,
+    **plane: bool,
 ) -> None:
-    """Verify, then write the job's outputs into the tree atomically."""
+    """Verify, then write KEY's outputs into the tree atomically (--ready: every ready job)."""
     from core.review.candidates import apply_choice
+    from tui.cli.apply_plane import apply_plane, held_writer
 
     layout = layout_of(ctx)
+    if apply_plane(layout, key, commit, protected=protected, sign=sign, **plane):
+        return
+    assert key is not None  # apply_plane refuses a plain apply without one
+    ctx.with_resource(held_writer(layout, wait=not plane["no_wait"]))
     if sign and not commit:
         raise GenjobError("apply --sign signs the commit: give --commit too")
     res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected, sign=sign)
@@ -575,7 +601,9 @@ def replay_cmd(ctx: click.Context, key: str, allow_secrets: bool) -> None:
 def recover_cmd(ctx: click.Context) -> None:
     """Finish interrupted applies and commits, and resolve inconsistent pairs (rules R1-R7)."""
     from core.review.recover import recover
+    from tui.cli.apply_plane import held_writer
 
+    ctx.with_resource(held_writer(layout_of(ctx), wait=True))
     report = recover(layout_of(ctx))
     for line in report.lines:
         say(visible(line))

@@ -176,6 +176,7 @@ def ship_cmd(
     Exit 0 when the receipt verifies, 1 otherwise (apply may still wait for required checks).
     With candidates: exit 0 when at least one candidate verifies.
     """
+    from core.plan.overlaps import replay_waiting
     from core.review.host_sandbox import LocalSandbox
     from core.review.verify import NOTHING_CHANGED
     from core.store.config import candidate_hosts
@@ -192,7 +193,9 @@ def ship_cmd(
         return
     shown = None if quiet else _Visible()
     try:
-        res = run_until_signal(lambda stop: ship(layout, full, names[0], shown, stop, worker_id=worker_id))
+        res = run_until_signal(
+            lambda stop: ship(layout, full, names[0], shown, stop, worker_id=worker_id, replay=replay_waiting)
+        )
     finally:
         if shown is not None:
             shown.close()
@@ -251,13 +254,20 @@ def _ship_candidates(
 @click.pass_context
 def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
+    from core.plan.overlaps import replay_waiting
     from core.work.worker import run_worker
 
     hold_standard_fds()
     layout: Layout = layout_of(ctx)
     results = run_until_signal(
         lambda stop: run_worker(
-            layout, list(hosts) or None, once=once, stop=stop, report=_echo_visible, worker_id=worker_id
+            layout,
+            list(hosts) or None,
+            once=once,
+            stop=stop,
+            report=_echo_visible,
+            worker_id=worker_id,
+            replay=replay_waiting,
         )
     )
     counts: dict[str, int] = {}

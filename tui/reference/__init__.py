@@ -19,6 +19,7 @@ TOPICS = (
     "dashboard",
     "hosts",
     "checks",
+    "apply",
     "trust",
     "threat-model",
     "audit",

@@ -345,10 +345,11 @@ def _config(layout: Layout) -> Config:
 
 # -- the actions ------------------------------------------------------------------------------
 def _claim(d: Dispatcher, key: str, _: Any) -> str:
+    from core.plan.overlaps import replay_waiting
     from core.store.queue import claim
 
     ttl = d.lease_ttl()
-    c = claim(d.repo, d.worker_id, key, ttl, pid=os.getpid())
+    c = claim(d.repo, d.worker_id, key, ttl, pid=os.getpid(), replay=replay_waiting)
     d.post_message(Held(c))
     return f"claimed {key[:12]} (attempt {c.lease.token}); this board holds it: s ships it, ctrl+k stops it"
 

@@ -1,0 +1,114 @@
+"""`genjob apply`'s apply plane: the writer lock it waits on (or not), the ready queue
+(`--ready`, `--watch`) and merges (`--merge`); each a call into the core."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+from core.errors import GenjobError
+from core.model.terminal import visible
+from core.store.layout import Layout
+from tui.cli.output import say
+
+if TYPE_CHECKING:
+    from core.review.ready import Pulled
+
+
+def held_writer(layout: Layout, wait: bool) -> AbstractContextManager[None]:
+    """The repository's writer lock; waiting says who it waits for, once, on stderr."""
+    from core.review.writer_lock import Holder, writer
+
+    def waiting(holder: Holder) -> None:
+        say(f"waiting for the apply lock, held by {holder.describe()}", err=True)
+
+    return writer(layout, wait=wait, waiting=waiting)
+
+
+def apply_plane(
+    layout: Layout,
+    key: str | None,
+    commit: bool,
+    *,
+    protected: bool,
+    sign: bool | None,
+    no_wait: bool,
+    ready: bool,
+    watch: bool,
+    merge: bool,
+) -> bool:
+    """Run `apply`'s queue or merge mode when one is asked for; False for a plain apply."""
+    if watch and not ready:
+        raise GenjobError("apply --watch: give --ready too (the queue it watches)")
+    if ready and key is not None:
+        raise GenjobError(f"apply --ready: applies every ready job; name no KEY ({visible(key)})")
+    if ready and watch:
+        _watch(layout, merge, commit, wait=not no_wait)
+        return True
+    if ready:
+        with held_writer(layout, wait=not no_wait):
+            _pull(layout, merge, commit)
+        return True
+    if key is None:
+        raise GenjobError("apply: name a job KEY, or give --ready")
+    if merge:
+        with held_writer(layout, wait=not no_wait):
+            _merge(layout, key, commit, protected, sign)
+        return True
+    return False
+
+
+def _say_pulled(pulled: Pulled) -> None:
+    say(visible(pulled.line()))
+
+
+def _pull(layout: Layout, merge: bool, commit: bool) -> None:
+    from core.review.ready import pull
+
+    done = pull(layout, merge=merge, commit=commit)
+    for pulled in done:
+        _say_pulled(pulled)
+    if not done:
+        say("no job has a receipt; nothing to apply")
+
+
+def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
+    """Until SIGTERM or SIGINT: the ready queue, pulled as receipts and checks arrive. The
+    writer lock is taken for each pass, so that an apply by hand gets in between them."""
+    from core.review.ready import watch
+    from core.store.config import load_config
+
+    with held_writer(layout, wait):
+        pass  # another apply plane (or an apply) now: waited for, or named with --no-wait
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if load_config(layout.config).policy.auto_apply == "never":
+        say('policy.auto_apply = "never": listing what is ready, applying nothing', err=True)
+    watch(layout, _say_pulled, merge=merge, commit=commit, stop=stop)
+
+
+def _merge(layout: Layout, key: str, commit: bool, protected: bool, sign: bool | None) -> None:
+    from core.review.merge import MergeConflict, apply_merged
+    from tui.cli.commands import resolve_key
+
+    full = resolve_key(layout, key)
+    try:
+        res = apply_merged(layout, full, commit, protected=protected, sign=sign)
+    except MergeConflict as exc:
+        for path, lines in sorted(exc.hunks.items()):
+            say(f"--- {visible(path)}: conflicts", err=True)
+            for line in lines:
+                say(f"  {visible(line)}", err=True)
+        raise
+    if res.already:
+        say(f"{res.key}: applied already; nothing to do")
+        return
+    say(f"merged and applied {res.key}: {len(res.changed)} file(s) changed")
+    for p in res.changed:
+        say(f"  {visible(p)}")
+    if res.commit:
+        say(f"committed {res.commit}")
