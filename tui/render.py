@@ -15,8 +15,7 @@ from rich.text import Text
 
 from core.model.protected import PROTECTED_HINT, PROTECTED_MARK
 from core.model.standing import FAILED, PASSED, CheckState, CheckStatus
-from core.model.terminal import visible
-from core.read.board_view import age
+from core.model.terminal import age, visible
 from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 if TYPE_CHECKING:

@@ -232,7 +232,7 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """The job, its state, lease, receipt verification, diffs and timeline."""
-    from core.read.board_view import age
+    from core.model.terminal import age
     from core.read.inspect_job import job_detail
 
     layout = layout_of(ctx)

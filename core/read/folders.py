@@ -1,0 +1,107 @@
+"""The state folders by name: which keys have which files, and what the names alone say.
+
+A key's state depends on `<key>.json` in the job folders and receipts/, `<key>.lease` in
+running/ and `<key>/` in candidates/. Job documents, receipts and records are never
+rewritten in place (each is a whole file renamed or linked there), so each is known by
+the inode its folder's listing gives. The names give a key a provisional state (the one
+its files give if they parse and its lease is fresh: queue/ alone is QUEUED, two folders
+INCONSISTENT) and the states it may turn out in once read.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from core.model.contract import KEY_RE, RECEIPT_STATUSES
+from core.model.freshness import LeaseState
+from core.model.lifecycle import Facts, State, derive_state
+from core.store.layout import JOB_FOLDERS, Layout
+
+
+def folder_keys(path: str, suffix: str = ".json") -> list[str]:
+    """The keys of a folder's `<key><suffix>` entries (none when it is missing)."""
+    try:
+        names = os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [n.removesuffix(suffix) for n in names if n.endswith(suffix) and n[0] != "."]
+
+
+def _inodes(path: str) -> dict[str, int]:
+    try:
+        with os.scandir(path) as it:
+            return {e.name[:-5]: e.inode() for e in it if e.name.endswith(".json") and e.name[0] != "."}
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+
+
+class Names(NamedTuple):
+    files: dict[str, dict[str, int]]  # job folder or receipts -> key -> inode of `<key>.json`
+    where: dict[str, tuple[str, ...]]  # key -> the job folders holding `<key>.json`, in order
+    leases: set[str]  # the keys with a `<key>.lease` in running/
+    candidates: set[str]  # the keys with a folder in candidates/
+
+    def inodes_of(self, key: str) -> tuple[int, int]:
+        """The inodes of its job file (if it is in one folder alone) and of its receipt (0: none)."""
+        folders = self.where.get(key, ())
+        return self.files[folders[0]][key] if len(folders) == 1 else 0, self.files["receipts"].get(key, 0)
+
+
+def list_names(gen: str) -> Names:
+    files = {folder: _inodes(f"{gen}/{folder}") for folder in (*JOB_FOLDERS, "receipts")}
+    where: dict[str, tuple[str, ...]] = {}
+    for folder in JOB_FOLDERS:  # one tuple for each folder, a new one only for a key in several
+        again = {key: where[key] + (folder,) for key in where.keys() & files[folder].keys()}
+        where.update(dict.fromkeys(files[folder], (folder,)))
+        where.update(again)
+    leases, candidates = (
+        set(folder_keys(f"{gen}/running", ".lease")),
+        set(folder_keys(f"{gen}/candidates", "")),
+    )
+    return Names(files, where, leases, candidates)
+
+
+def provisional_state(key: str, folders: Iterable[str], *, receipt: bool) -> State:
+    """The state a key's names give it: its files' if they parse, its lease fresh."""
+    where = frozenset(folders)
+    lease = LeaseState.FRESH if "running" in where else None
+    return derive_state(
+        Facts(where, lease, "ok" if receipt else None, None, None if KEY_RE.fullmatch(key) else key)
+    )
+
+
+@functools.cache
+def _possible(folders: frozenset[str], receipt: bool, candidates: bool) -> frozenset[State]:
+    return frozenset(
+        derive_state(Facts(folders, lease, status, fresh, invalid, batch))
+        for lease in (None, *LeaseState)
+        for status in ((*RECEIPT_STATUSES, "invalid") if receipt else (None,))
+        for fresh in (None, True, False)
+        for invalid in (None, "a file that does not parse")
+        for batch in ((None, "ok", "failed") if candidates else (None,))
+    )
+
+
+def possible_states(key: str, folders: Iterable[str], *, receipt: bool, candidates: bool) -> frozenset[State]:
+    """Every state a key with these names may turn out in once its files are read:
+    `derive_state` over every value of what is not read yet."""
+    if not KEY_RE.fullmatch(key):
+        return frozenset({State.INVALID})
+    return _possible(frozenset(folders), receipt, candidates)
+
+
+def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:
+    """The job keys that changed files under `.gen/` belong to."""
+    keys = set()
+    gen = str(layout.gen) + os.sep
+    candidates = gen + "candidates" + os.sep
+    for p in map(str, paths):
+        if p.startswith(candidates):  # .gen/candidates/<key>/<n>/...: the key is the first part
+            keys.add(p[len(candidates) :].split(os.sep, 1)[0])
+        elif p.startswith(gen):
+            keys.add(os.path.basename(p).split(".", 1)[0])
+    return {key for key in keys if KEY_RE.fullmatch(key)}
