@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from core.model.lifecycle import STATE_ORDER, State
 from core.model.terminal import one_line
-from core.read.folders import folder_keys, provisional_state
+from core.read.folders import list_names, provisional_state
 from core.read.rows import JobRow
 from core.store.layout import JOB_FOLDERS
 
@@ -36,7 +36,6 @@ _NAMED = {
     "running": State.RUNNING,
     "queue": State.QUEUED,
 }
-_FOLDER = {state: folder for folder, state in _NAMED.items()}
 
 
 def summary_line(row: JobRow) -> str:
@@ -58,27 +57,23 @@ class BoardListing(NamedTuple):
     where: dict[str, State]  # each key's provisional state
     groups: dict[State, list[str]]  # the keys of each state, not sorted yet
     stamps: dict[str, int]  # the mtime (ns) of each queued job's file
+    operators: list[str]  # the jobs in running/, with a receipt or with candidates: read at once
 
 
 def board_listing(gen: str) -> BoardListing:
     """Each state folder listed once, the queue's files stat'ed; a key in two folders, or
     with a receipt, takes the state its names give it."""
-    keys = {folder: folder_keys(f"{gen}/{folder}") for folder in (*JOB_FOLDERS, "receipts")}
+    names = list_names(gen, inodes=False)
+    receipts = names.files["receipts"]
+    odd = names.several.union(receipts)
     where: dict[str, State] = {}
-    twice: set[str] = set()
-    for folder in JOB_FOLDERS:
-        twice |= where.keys() & keys[folder]  # in a folder listed before
-        where.update(dict.fromkeys(keys[folder], _NAMED[folder]))
-    for key in keys["receipts"]:
-        state = where.get(key)
-        where[key] = provisional_state(key, [_FOLDER[state]] if state else [], receipt=True)
-    where.update(dict.fromkeys(twice, State.INCONSISTENT))
-    odd = twice.union(keys["receipts"])
     groups: dict[State, list[str]] = {state: [] for state in STATE_ORDER}
     for folder in JOB_FOLDERS:
-        listed = keys[folder]
-        groups[_NAMED[folder]] = listed if odd.isdisjoint(listed) else [k for k in listed if k not in odd]
+        keys, state = names.files[folder], _NAMED[folder]
+        where.update(dict.fromkeys(keys, state))
+        groups[state] = list(keys) if odd.isdisjoint(keys) else [k for k in keys if k not in odd]
     for key in odd:
+        where[key] = provisional_state(key, names.where.get(key, ()), receipt=key in receipts)
         groups[where[key]].append(key)
     stamps = {}
     if groups[State.QUEUED]:
@@ -89,7 +84,8 @@ def board_listing(gen: str) -> BoardListing:
             except FileNotFoundError:  # claimed since: its events follow
                 continue
         os.close(fd)
-    return BoardListing(where, groups, stamps)
+    operators = list(dict.fromkeys([*names.files["running"], *receipts, *names.candidates]))
+    return BoardListing(where, groups, stamps, operators)
 
 
 class BoardView:

@@ -40,8 +40,9 @@ def _inodes(path: str) -> dict[str, int]:
 
 
 class Names(NamedTuple):
-    files: dict[str, dict[str, int]]  # job folder or receipts -> key -> inode of `<key>.json`
+    files: dict[str, dict[str, int]]  # job folder or receipts -> key -> inode of `<key>.json` (or 0)
     where: dict[str, tuple[str, ...]]  # key -> the job folders holding `<key>.json`, in order
+    several: set[str]  # the keys in more than one job folder
     leases: set[str]  # the keys with a `<key>.lease` in running/
     candidates: set[str]  # the keys with a folder in candidates/
 
@@ -51,18 +52,21 @@ class Names(NamedTuple):
         return self.files[folders[0]][key] if len(folders) == 1 else 0, self.files["receipts"].get(key, 0)
 
 
-def list_names(gen: str) -> Names:
-    files = {folder: _inodes(f"{gen}/{folder}") for folder in (*JOB_FOLDERS, "receipts")}
+def list_names(gen: str, *, inodes: bool = True) -> Names:
+    """Each state folder listed once; without `inodes`, names alone (no file is stat'ed)."""
+    files = {
+        folder: _inodes(f"{gen}/{folder}") if inodes else dict.fromkeys(folder_keys(f"{gen}/{folder}"), 0)
+        for folder in (*JOB_FOLDERS, "receipts")
+    }
     where: dict[str, tuple[str, ...]] = {}
+    several: set[str] = set()
     for folder in JOB_FOLDERS:  # one tuple for each folder, a new one only for a key in several
         again = {key: where[key] + (folder,) for key in where.keys() & files[folder].keys()}
         where.update(dict.fromkeys(files[folder], (folder,)))
         where.update(again)
-    leases, candidates = (
-        set(folder_keys(f"{gen}/running", ".lease")),
-        set(folder_keys(f"{gen}/candidates", "")),
-    )
-    return Names(files, where, leases, candidates)
+        several.update(again)
+    leases = set(folder_keys(f"{gen}/running", ".lease"))
+    return Names(files, where, several, leases, set(folder_keys(f"{gen}/candidates", "")))
 
 
 def provisional_state(key: str, folders: Iterable[str], *, receipt: bool) -> State:

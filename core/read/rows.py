@@ -291,12 +291,7 @@ class RowMaker:
             problems.append(f"lease: {verdict.why}")
         if facts.rejection:
             problems.append(f"rejected: {facts.rejection}")
-        tries = None
-        if attempts:
-            data = read_file(f"{self.gen}/attempts/{key}.jsonl", limit=ATTEMPTS_BYTES).data
-            tries, last = count_claims(data) if isinstance(data, bytes) else (0, "")
-            worker = worker or last
-        return JobRow(
+        row = JobRow(
             key=key,
             state=state,
             schema=job.schema,
@@ -304,7 +299,6 @@ class RowMaker:
             instruction=job.instruction,
             allowed_paths=job.allowed_paths,
             created_at=job.created_at,
-            attempts=tries,
             worker=worker,
             receipt_status=receipt,
             folders=folders,
@@ -312,3 +306,12 @@ class RowMaker:
             candidates=count,
             modified=facts.modified,
         )
+        return with_attempts(self.gen, row) if attempts else row
+
+
+def with_attempts(gen: str, row: JobRow) -> JobRow:
+    """`row` with the claims in its attempts file counted, and the last claim's worker
+    when it names none."""
+    data = read_file(f"{gen}/attempts/{row.key}.jsonl", limit=ATTEMPTS_BYTES).data
+    claims, last = count_claims(data) if isinstance(data, bytes) else (0, "")
+    return row._replace(attempts=claims, worker=row.worker or last)

@@ -1,8 +1,9 @@
 """The job list: a Line API `ScrollView` that renders only the rows in view.
 
-The rows live in a `core.read.board_view.BoardView`; this widget keeps a cursor and a set of
-marks keyed by job key, so neither moves to another job when rows arrive, leave or
-change state around them.
+The jobs live in a `core.read.board_view.BoardView`; this widget keeps a cursor and a set
+of marks keyed by job key, so neither moves to another job when rows arrive, leave or
+change state around them. A job known by name alone draws as its key and provisional
+state; the list asks for the rows of its window (`WindowShown`) and they fill in as read.
 
 | Key | Action |
 | :- | :- |
@@ -30,8 +31,8 @@ from textual.strip import Strip
 
 from core.model.lifecycle import State
 from core.model.protected import PROTECTED_MARK, flagged
-from core.model.terminal import visible
-from core.read.board_view import BoardView, age, summary_line
+from core.model.terminal import age, visible
+from core.read.board_view import BoardView, summary_line
 from core.read.snapshot import JobRow
 from tui.text import STATE_STYLES
 
@@ -103,6 +104,13 @@ class JobTable(ScrollView, can_focus=True):
             super().__init__()
             self.count = count
 
+    class WindowShown(Message):
+        """The jobs in view whose rows are not read in full yet (attempts included)."""
+
+        def __init__(self, keys: list[str]) -> None:
+            super().__init__()
+            self.keys = keys
+
     def __init__(self, view: BoardView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.view = view
@@ -122,6 +130,7 @@ class JobTable(ScrollView, can_focus=True):
         # What an empty list says instead (set by the screen): lines, and whether each warns.
         self.empty: list[tuple[str, bool]] = []
         self._rows_drawn = False
+        self._asked: list[str] = []  # the keys last asked for in `WindowShown`
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -319,7 +328,18 @@ class JobTable(ScrollView, can_focus=True):
             self.post_message(self.FirstRowsDrawn())
         if len(self._strips) > STRIP_CACHE:
             self._strips.clear()
+        self._ask_for_window()
         return super().render_lines(crop)
+
+    def _ask_for_window(self) -> None:
+        """Ask for the rows in view that are not read in full, when they are not those asked last."""
+        top = int(self.scroll_y)
+        keys = [self.view.key_at(i) for i in range(top, min(len(self.view), top + self.page))]
+        rows = self.view.rows
+        unread = [k for k in keys if (row := rows.get(k)) is None or row.attempts is None]
+        if unread and unread != self._asked:
+            self.post_message(self.WindowShown(unread))
+        self._asked = unread
 
     def notify_style_update(self) -> None:
         self._strips.clear()
@@ -351,7 +371,8 @@ class JobTable(ScrollView, can_focus=True):
             return Strip([Segment(_fit(text, width), style)]).crop_extend(0, width, base)
         if index >= len(self.view):
             return Strip.blank(width, base)
-        row = self.view.row_at(index)
+        key = self.view.key_at(index)
+        row = self.view.rows.get(key) or JobRow(key=key, state=self.view.where[key])
         cursor = row.key == self.cursor_key
         created = row.created_at
         when = age(time.time() - created) if created else "-"
@@ -380,7 +401,7 @@ class JobTable(ScrollView, can_focus=True):
                 else []
             ),
             (when, dim),
-            (str(row.attempts) if row.attempts else "-", dim),
+            ("" if row.attempts is None else str(row.attempts or "-"), dim),
             (visible(row.worker, tab=" ") or "-", dim),
             (self._flag(row) + summary_line(row), summary_style),
         ]
