@@ -69,6 +69,8 @@ def test_check_and_ship_refuse_until_allowed(hostile: Hostile) -> None:
     assert ship.exit_code == 2 and "waits for your approval" in ship.stderr
     box = cli("ship", hostile.queued, "--host", "box", root=hostile.clone.root)
     assert box.exit_code == 2 and "waits for your approval" in box.stderr
+    hosts = cli("hosts", root=hostile.clone.root)
+    assert hosts.exit_code == 0 and "waits for your approval" in hosts.stdout
     assert hostile.marked() == []
     assert (hostile.clone.queue / f"{hostile.queued}.json").exists()
 

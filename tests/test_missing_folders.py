@@ -168,6 +168,7 @@ COMMANDS: dict[str, Callable[[Template], list[str]]] = {
     "keygen": lambda t: ["keygen", "--force"],
     "trust": lambda t: ["trust", pubkey(t)],
     "allow": lambda t: ["allow", "--yes"],
+    "attest": lambda t: ["attest", t.jobs.received],
     "schema": lambda t: ["schema", "receipt"],
     "candidates": lambda t: ["candidates", t.jobs.candidates],
     "candidates --diff": lambda t: ["candidates", t.jobs.candidates, "--diff", "1", "--against", "2"],
@@ -206,8 +207,9 @@ def test_every_command_is_covered() -> None:
     from tui.cli.commands import main
 
     named = {name.split()[0] for name in COMMANDS}
-    # `tui` is the board's (tests/tui/test_tui_missing_folders.py); `demo` makes a repository of its own.
-    assert set(main.list_commands(None)) - named == {"demo", "tui"}  # type: ignore[arg-type]
+    # `tui` is the board's (tests/tui/test_tui_missing_folders.py); `demo` makes a repository of its own;
+    # `help` reads only the reference shipped in the package, never a repository.
+    assert set(main.list_commands(None)) - named == {"demo", "help", "tui"}  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -1,4 +1,4 @@
-"""The README's tree under "## How the code is laid out" lists every module of `core/` and
+"""The architecture topic's tree under "## The layout" lists every module of `core/` and
 `tui/`, each once, and nothing that is not there.
 
 In the tree a folder is a line whose name ends in `/`; what is indented two spaces more
@@ -12,14 +12,15 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TOPIC = ROOT / "tui/reference/architecture.md"
 PACKAGES = ("core", "tui")
 ENTRY = re.compile(r"^(?P<indent>(?:  )*)(?P<name>[\w.]+/?) +(?P<job>\S.*)$")
 
 
 def layout_tree() -> list[str]:
-    """The lines of the text block in the README's "How the code is laid out" section."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## How the code is laid out\n", 1)[1].split("\n## ", 1)[0]
+    """The lines of the text block in the architecture topic's "The layout" section."""
+    topic = TOPIC.read_text()
+    section = topic.split("\n## The layout\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```text\n(.*?)```", section, re.DOTALL)
     assert block is not None, "the section has a text block"
     return block.group(1).splitlines()
@@ -66,9 +67,9 @@ def test_the_tree_parses_and_lists_each_path_once() -> None:
 
 def test_every_module_is_in_the_tree() -> None:
     missing = sorted(on_disk() - set(listed()))
-    assert not missing, f"modules the README's tree does not list: {missing}"
+    assert not missing, f"modules the architecture topic's tree does not list: {missing}"
 
 
 def test_everything_in_the_tree_exists() -> None:
     gone = sorted(p for p in listed() if not (ROOT / p).exists() or p.endswith("/__init__.py"))
-    assert not gone, f"the README's tree lists what is not there (or an __init__.py): {gone}"
+    assert not gone, f"the architecture topic's tree lists what is not there (or an __init__.py): {gone}"

@@ -190,6 +190,7 @@ def _receive(
     layout: Layout,
     job: Job,
     key: Ed25519PrivateKey | None,
+    *,
     status: ReceiptStatus = ReceiptStatus.OK,
     reason: str | None = None,
     outputs: dict[str, bytes] | None = None,

@@ -184,6 +184,7 @@ def lease_text(detail: JobDetail, now: float | None = None) -> Text:
 def verification_text(
     v: Verification | None,
     signature_required: bool,
+    *,
     applied: bool = False,
     root: Path | None = None,
     checks: Text | None = None,

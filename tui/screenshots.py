@@ -1,4 +1,5 @@
-"""Make the README's screenshots: the app saves each SVG itself from a scripted Pilot session.
+"""Make the screenshots the README and the dashboard topic show: the app saves each SVG
+itself from a scripted Pilot session.
 
     uv run python -m tui.screenshots [OUTDIR]    # default: screenshots/
 

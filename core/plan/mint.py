@@ -85,6 +85,7 @@ def build_job(
     paths: Sequence[str],
     new_paths: Sequence[str] = (),
     schema: str = V2,
+    *,
     replay_of: str | None = None,
     allow_secrets: bool = False,
 ) -> Job:

@@ -24,7 +24,7 @@ SLASH_COMMENTS = {".c", ".h", ".cc", ".cpp", ".go", ".java", ".js", ".ts", ".rs"
 def stand_in_note(names: Sequence[str]) -> str:
     """What the board says of the hosts `names` (shown as given) that run this generator."""
     runs = "runs" if len(names) == 1 else "run"
-    return f"{' and '.join(names)} {runs} {STAND_IN}; genjob's README (Generator hosts) shows real ones"
+    return f"{' and '.join(names)} {runs} {STAND_IN}; `genjob help hosts` shows real ones"
 
 
 def comment_block(path: str, line: str) -> str:

@@ -1,7 +1,7 @@
 """The rules genjob holds every input to, in one place: on the client and on the generator host.
 
 Stdlib only, and written for any python3 from 3.8 on: the client ships this module's
-source to the generator host together with the runner (`core.work.transport.base.shipped_source`),
+source to the generator host together with the runner (`core.work.transport.base.runner_source`),
 so the runner checks a bundle by the very rules the client checks a result by.
 
  - paths: `check_relpath`, `check_allowed_paths`

@@ -36,7 +36,7 @@ import tempfile
 import time
 import typing
 
-# Shipped together with this file (core.work.transport.base.shipped_source), these imports are
+# Shipped together with this file (core.work.transport.base.runner_source), these imports are
 # dropped there: the modules' source comes first in the same blob.
 from core.errors import GenjobError
 from core.remote.rules import (

@@ -47,6 +47,7 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -61,9 +62,10 @@ from core.errors import (
     VerificationFailed,
     WrongState,
 )
-from core.model.canonical import canonical, loads_strict, read_bytes
+from core.model.canonical import canonical, loads_strict, read_bytes, sha256_bytes
 from core.model.models import Job, Receipt
 from core.model.protected import ProtectedPaths, require_approval
+from core.review.attest import attest
 from core.review.check_status import require_checks
 from core.review.verify import Verification, verify
 from core.store.config import Config, load_config
@@ -84,6 +86,7 @@ from core.store.layout import FOLDER_STATE, Layout
 from core.store.ownership import repository_owners, require_trusted
 from core.store.queue import Located, locate, read_job_file
 from core.store.repo import is_git_work_tree
+from core.store.signing import load_operator_key, operator_key_path
 from core.store.tree import (
     closing,
     copy_hashing,
@@ -141,11 +144,15 @@ def plan(job: Job, receipt: Receipt) -> list[Target]:
     ]
 
 
-def apply_job(layout: Layout, key: str, commit: bool = False, *, protected: bool = False) -> Applied:
+def apply_job(
+    layout: Layout, key: str, commit: bool = False, *, protected: bool = False, sign: bool | None = None
+) -> Applied:
     """Verify and apply one job's outputs to the tree; idempotent and crash-safe.
 
     `protected`: the operator approved this job explicitly, so its outputs may include
-    paths `policy.protected_paths` covers (`core.model.protected`)."""
+    paths `policy.protected_paths` covers (`core.model.protected`). `sign`: the commit is
+    signed with the operator's key, with the job's attestation (default:
+    `policy.sign_commits`)."""
     config = load_config(layout.config)
     with flocked(layout.lock):
         loc = locate(layout, key)
@@ -164,8 +171,9 @@ def apply_job(layout: Layout, key: str, commit: bool = False, *, protected: bool
             raise WrongState(
                 f"{key}: is {FOLDER_STATE[loc.folder]}; only a job with a receipt can be applied{hint}"
             )
+        signed = config.policy.sign_commits if sign is None else sign
         if commit:
-            check_commit_ready(layout)
+            check_commit_ready(layout, sign=signed)
         v = verify(layout, loc.job, config)
         if os.path.lexists(journal_path):
             targets = _journal_targets(layout, loc, v.receipt)
@@ -188,7 +196,9 @@ def apply_job(layout: Layout, key: str, commit: bool = False, *, protected: bool
         _record(layout, loc.job, targets, changed, v)
     result = Applied(key, changed, False, layout.job_file("applied", key), v)
     if commit and changed:
-        return Applied(key, changed, False, result.record, v, git_commit(layout, loc.job, changed))
+        return Applied(
+            key, changed, False, result.record, v, git_commit(layout, loc.job, changed, sign=signed)
+        )
     return result
 
 
@@ -902,10 +912,15 @@ NO_GIT_IDENTITY = (
 )
 
 
-def check_commit_ready(layout: Layout) -> None:
+def check_commit_ready(layout: Layout, *, sign: bool = False) -> None:
     """Refuse an apply that is to be committed and could not be, before it writes anything:
     the tree must be in a git work tree, and git must know who commits (`user.name` and
-    `user.email`, or what git can tell by itself, as `git commit` would judge it)."""
+    `user.email`, or what git can tell by itself, as `git commit` would judge it); a signed
+    commit needs the operator's key and OpenSSH's `ssh-keygen`, which git signs with."""
+    if sign:
+        load_operator_key()
+        if shutil.which("ssh-keygen") is None:
+            raise GenjobError("ssh-keygen: not found, and git signs commits with it; nothing was applied")
     if not is_git_work_tree(layout.root):
         where = layout.root
         raise GenjobError(f"{where}: not in a git work tree, so nothing was applied (git init makes one)")
@@ -917,10 +932,14 @@ def check_commit_ready(layout: Layout) -> None:
         raise GenjobError(f"git: cannot run ({exc.strerror}), so nothing was applied") from None
 
 
-def _git(layout: Layout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """`git ARGS` in the repository, its paths taken literally (OSError: git cannot run)."""
+def _git(
+    layout: Layout, *args: str, check: bool = True, settings: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in the repository, its paths taken literally, with `-c` `settings` for
+    this one command (OSError: git cannot run)."""
+    given = [arg for setting in settings for arg in ("-c", setting)]
     proc = subprocess.run(
-        ["git", "--literal-pathspecs", "-C", str(layout.root), *args], capture_output=True, text=True
+        ["git", "--literal-pathspecs", *given, "-C", str(layout.root), *args], capture_output=True, text=True
     )
     if check and proc.returncode != 0:
         why = proc.stderr.strip() or proc.stdout.strip()
@@ -928,29 +947,39 @@ def _git(layout: Layout, *args: str, check: bool = True) -> subprocess.Completed
     return proc
 
 
-def git_commit(layout: Layout, job: Job, paths: list[str]) -> str:
-    """Commit exactly the applied paths, with a `Genjob-Key:` trailer; returns the commit id.
+def git_commit(layout: Layout, job: Job, paths: list[str], *, sign: bool = False) -> str:
+    """Commit exactly the applied paths, with `Genjob-` trailers naming the job and its
+    receipt by digest; returns the commit id. Signed (`sign`), the commit carries an SSH
+    signature by the operator's key, as `git -c gpg.format=ssh commit -S` makes it, and a
+    trailer naming the job's attestation (`core.review.attest`), written first.
 
     Paths go to git as literal pathspecs: an allowed path such as ``:(glob)**`` or
     ``src/*.py`` names that one file, never a pattern over the user's other work.
     `check_commit_ready` has made sure, before the apply, that git can commit here.
     """
     first = job.instruction.strip().splitlines()[0][:72]
-    message = (
-        f"{first}\n\nApplied by genjob from a verified receipt.\n\n"
-        f"Genjob-Key: {job.key}\nGenjob-Digest: {job.digest}\n"
-    )
+    trailers = [
+        f"Genjob-Key: {job.key}",
+        f"Genjob-Digest: {job.digest}",
+        f"Genjob-Receipt: sha256:{sha256_bytes(read_bytes(layout.receipt(job.key)))}",
+    ]
+    settings: list[str] = []
+    if sign:
+        attestation = attest(layout, job.key, load_operator_key())
+        trailers.append(f"Genjob-Attestation: sha256:{sha256_bytes(read_bytes(attestation))}")
+        settings = ["gpg.format=ssh", f"user.signingkey={operator_key_path()}"]
+    message = f"{first}\n\nApplied by genjob from a verified receipt.\n\n" + "\n".join(trailers) + "\n"
 
     def git(*args: str) -> str:
         try:
-            return _git(layout, *args).stdout.strip()
+            return _git(layout, *args, settings=settings).stdout.strip()
         except OSError as exc:
             raise GenjobError(f"git: cannot run ({exc.strerror}); the apply itself stands") from None
         except GenjobError as exc:
             raise GenjobError(f"{exc} (the apply itself stands)") from None
 
     git("add", "--", *paths)
-    git("commit", "-q", "-m", message, "--", *paths)
+    git("commit", "-q", *(["-S"] if sign else []), "-m", message, "--", *paths)
     sha = git("rev-parse", "HEAD")
-    record_event(layout, "committed", job.key, commit=sha)
+    record_event(layout, "committed", job.key, commit=sha, signed=sign)
     return sha

@@ -40,7 +40,7 @@ from core.model.models import Job
 from core.review.apply import Applied, apply_job, check_commit_ready
 from core.review.check_status import ChecksRequired, stale_because
 from core.review.verify import Verification, verify
-from core.store.candidate_store import CHOSEN, Candidate, chosen, count, load, staging
+from core.store.candidate_store import CHOSEN, SSH_SIGNATURE, Candidate, chosen, count, load, staging
 from core.store.check_records import read_record, write_record
 from core.store.config import Config, load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, move
@@ -164,24 +164,34 @@ def _promote(layout: Layout, job: Job, candidate: Candidate) -> None:
     make_folder(layout.receipts, layout.gen)
     if candidate.signed:
         atomic_write(layout.signature(key), read_bytes(candidate.files.signature, 16 * 1024))
+        ssh_sig = candidate.path / SSH_SIGNATURE
+        if os.path.lexists(ssh_sig):
+            atomic_write(layout.ssh_signature(key), read_bytes(ssh_sig, 16 * 1024))
     else:
         layout.signature(key).unlink(missing_ok=True)
+        layout.ssh_signature(key).unlink(missing_ok=True)
     record_attempt(layout, key, CHOSEN, candidate=candidate.number)
     if not create_exclusive(layout.receipt(key), read_bytes(candidate.files.receipt)):
         raise WrongState(f"{key}: a receipt appeared while the candidate was chosen")
 
 
 def apply_choice(
-    layout: Layout, key: str, number: int | None, commit: bool = False, *, protected: bool = False
+    layout: Layout,
+    key: str,
+    number: int | None,
+    commit: bool = False,
+    *,
+    protected: bool = False,
+    sign: bool | None = None,
 ) -> Applied:
     """`genjob apply KEY [--candidate N]`: choose `number` first when given; refuse, with
     the way on, a job whose candidates wait for a choice. `protected` as `apply_job`'s."""
     if number is not None:
         if commit:
-            check_commit_ready(layout)  # or the choice would be made and the commit refused
+            check_commit_ready(layout, sign=bool(sign))  # or the choice would be made and the commit refused
         choose(layout, key, number)
         try:
-            return apply_job(layout, key, commit=commit, protected=protected)
+            return apply_job(layout, key, commit=commit, protected=protected, sign=sign)
         except ChecksRequired as exc:
             # The choice stands: checks run on the job's chosen receipt, not on a candidate.
             raise ChecksRequired(f"chose candidate {number} as the job's receipt; {exc}") from exc
@@ -190,4 +200,4 @@ def apply_choice(
             f"{key}: has {have} candidate(s) and none is chosen; `genjob candidates {key}` compares "
             f"them and `genjob apply {key} --candidate N` applies one"
         )
-    return apply_job(layout, key, commit=commit, protected=protected)
+    return apply_job(layout, key, commit=commit, protected=protected, sign=sign)

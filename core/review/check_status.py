@@ -57,7 +57,8 @@ def check_statuses(
     With `candidate`, that candidate's records are judged (`v` verified its receipt).
     A required check the config may not run yet (`Config.held`) is listed as not run."""
     statuses = [
-        _status(layout, job, name, check, config, v, candidate) for name, check in config.checks.items()
+        _status(layout, job, name, check, config, v=v, candidate=candidate)
+        for name, check in config.checks.items()
     ]
     waiting = config.held.hint if config.held is not None else f"{layout.config}: not configured"
     for name in config.policy.require_checks:
@@ -72,6 +73,7 @@ def _status(
     name: str,
     check: Check,
     config: Config,
+    *,
     v: Verification | None,
     candidate: int | None,
 ) -> CheckStatus:

@@ -183,7 +183,7 @@ def _named(layout: Layout, config: Config, name: str) -> Check:
 
 
 def _confinement(
-    layout: Layout, job: Job, name: str, check: Check, made: Scratch, mode: Mode
+    layout: Layout, job: Job, name: str, check: Check, made: Scratch, *, mode: Mode
 ) -> sandbox.Confinement:
     """Where check `name` runs: in its scratch tree (under an overlay, or a copy), with
     its extra read-only paths, and the job's key and its own name in its environment."""
@@ -205,6 +205,7 @@ async def run_check(
     receipt: Receipt,
     name: str,
     config: Config,
+    *,
     on_output: Callable[[bytes], None] | None = None,
     cancel: asyncio.Event | None = None,
     candidate: int | None = None,
@@ -221,10 +222,12 @@ async def run_check(
     mode = await asyncio.to_thread(scratch_mode, layout, check, name)
     ran = check.run.replace("{paths}", " ".join(shlex.quote(p) for p in sorted(receipt.outputs)))
     with _running(layout, job.key, name, check.timeout, candidate):
-        tree = scratch_tree(layout, job, receipt, mode, config.limits.max_file_bytes, out)
+        tree = scratch_tree(layout, job, receipt, mode, config.limits.max_file_bytes, out=out)
         made = await asyncio.to_thread(tree.__enter__)
         try:
-            how = sandbox.launch(_confinement(layout, job, name, check, made, mode), ["/bin/sh", "-c", ran])
+            how = sandbox.launch(
+                _confinement(layout, job, name, check, made, mode=mode), ["/bin/sh", "-c", ran]
+            )
             started = time.time()
             finished = await sandbox.run(how, check.timeout, on_output, cancel, config.limits.max_tail_bytes)
         finally:
@@ -293,6 +296,7 @@ async def run_checks(
     layout: Layout,
     key: str,
     names: Sequence[str] = (),
+    *,
     on_start: Callable[[str], None] | None = None,
     on_output: Callable[[str, bytes], None] | None = None,
     cancel: asyncio.Event | None = None,
@@ -316,7 +320,9 @@ async def run_checks(
         if on_start is not None:
             on_start(name)
         heard = (lambda chunk, n=name: on_output(n, chunk)) if on_output is not None else None
-        run = await run_check(layout, job, receipt, name, config, heard, cancel, candidate, out)
+        run = await run_check(
+            layout, job, receipt, name, config, on_output=heard, cancel=cancel, candidate=candidate, out=out
+        )
         runs.append(run)
         if on_done is not None:
             on_done(run)

@@ -308,7 +308,7 @@ def _copy_fd(src: int, dst: int, size: int) -> None:
 
 @contextlib.contextmanager
 def scratch_tree(
-    layout: Layout, job: Job, receipt: Receipt, mode: Mode, limit: int, out: Path | None = None
+    layout: Layout, job: Job, receipt: Receipt, mode: Mode, limit: int, *, out: Path | None = None
 ) -> Iterator[Scratch]:
     """Make the scratch tree for `job`'s verified `receipt`; remove it when the block ends.
     The outputs are read from `out`, a folder below `.gen/` (default: the job's
@@ -321,11 +321,11 @@ def scratch_tree(
         scratch = Scratch(run_dir, run_dir / "tree", mode)
         for sub in (scratch.tree, scratch.mount_point, scratch.home):
             os.mkdir(sub, 0o700 if sub != scratch.tree else 0o755)
-        _populate(layout, job, receipt, scratch, limit, out or layout.out_dir(job.digest))
+        _populate(layout, job, receipt, scratch, limit=limit, out=out or layout.out_dir(job.digest))
         yield scratch
 
 
-def _populate(layout: Layout, job: Job, receipt: Receipt, scratch: Scratch, limit: int, out: Path) -> None:
+def _populate(layout: Layout, job: Job, receipt: Receipt, scratch: Scratch, *, limit: int, out: Path) -> None:
     listed = tracked_files(layout.root)
     with folder(layout.root) as root_fd, folder(scratch.tree) as tree_fd:
         entries = listed if listed is not None else all_files(root_fd)
@@ -336,7 +336,7 @@ def _populate(layout: Layout, job: Job, receipt: Receipt, scratch: Scratch, limi
                 if rel not in allowed:
                     build.place(rel)
             _inputs(build, job, receipt, scratch, limit)
-            _outputs(layout, build, receipt, scratch, limit, out)
+            _outputs(layout, build, receipt, scratch, limit=limit, out_dir=out)
         finally:
             build.close()
 
@@ -363,7 +363,7 @@ def _inputs(build: _Builder, job: Job, receipt: Receipt, scratch: Scratch, limit
 
 
 def _outputs(
-    layout: Layout, build: _Builder, receipt: Receipt, scratch: Scratch, limit: int, out_dir: Path
+    layout: Layout, build: _Builder, receipt: Receipt, scratch: Scratch, *, limit: int, out_dir: Path
 ) -> None:
     with folder(layout.gen) as gen:
         out_fd = open_folder(gen, list(out_dir.relative_to(layout.gen).parts), str(out_dir))
@@ -412,14 +412,18 @@ def sweep(layout: Layout) -> list[Path]:
     for name in sorted(names):
         path = layout.scratch / name
         if name.endswith(".lock"):
-            if not _lock_is_free(path):
+            lock_fd = _lock_if_free(path)
+            if lock_fd is None:
                 continue
-            run = layout.scratch / name[: -len(".lock")]
-            if os.path.lexists(run):
-                remove(run)
-                removed.append(run)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            # Held while its run's folder and the lock go: a run that opened this lock but
+            # had not locked it yet waits, then sees it unlinked and takes another name.
+            with closing(lock_fd):
+                run = layout.scratch / name[: -len(".lock")]
+                if os.path.lexists(run):
+                    remove(run)
+                    removed.append(run)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         elif f"{name}.lock" not in names:
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - os.lstat(path).st_mtime > ORPHAN_AGE:
@@ -428,17 +432,18 @@ def sweep(layout: Layout) -> list[Path]:
     return removed
 
 
-def _lock_is_free(path: Path) -> bool:
+def _lock_if_free(path: Path) -> int | None:
+    """The lock at `path`, taken, when no run holds it (its run is over); else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
-    with closing(fd):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def remove(path: Path) -> None:

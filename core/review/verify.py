@@ -148,13 +148,13 @@ def verify(layout: Layout, job: Job, config: Config, files: ReceiptFiles | None 
     # hashlib lets go of the GIL, and for big files the two take as long as one.
     with ThreadPoolExecutor(1) as pool:
         base = pool.submit(base_problems, layout.root, job)
-        _check_receipt(v, layout, files, job, rec, config)
+        _check_receipt(v, layout, files, job, rec, config=config)
         _check_base(v, base.result())
     return v
 
 
 def _check_receipt(
-    v: Verification, layout: Layout, files: ReceiptFiles, job: Job, rec: Receipt, config: Config
+    v: Verification, layout: Layout, files: ReceiptFiles, job: Job, rec: Receipt, *, config: Config
 ) -> None:
     path = files.receipt
     v.receipt = rec
@@ -176,12 +176,12 @@ def _check_receipt(
         else f"receipt names digest {rec.job_digest[:16]}…, the job is {digest[:16]}…",
     )
     v.add("status", rec.status is ReceiptStatus.OK, f"status is {rec.status.value!r}")
-    _check_outputs(v, layout, files, job, rec, config)
+    _check_outputs(v, layout, files, job, rec, config=config)
     _check_signature(v, layout, files.signature, rec, config)
 
 
 def _check_outputs(
-    v: Verification, layout: Layout, files: ReceiptFiles, job: Job, rec: Receipt, config: Config
+    v: Verification, layout: Layout, files: ReceiptFiles, job: Job, rec: Receipt, *, config: Config
 ) -> bool:
     """Steps 6 to 10, in order; the first that fails skips the rest, with its reason."""
     stats: dict[str, os.stat_result] = {}

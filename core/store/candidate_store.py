@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 # The attempt record of a candidate that finished (`core.work.fleet` counts runs by it).
 CANDIDATE_DONE = "candidate_finished"
 RECEIPT, SIGNATURE, RUN, OUT = "receipt.json", "receipt.sig", "run.json", "out"
+SSH_SIGNATURE = "receipt.json.sshsig"  # the receipt's OpenSSH signature (`core.model.sshsig`)
 CHOSEN = "chosen"
 
 
@@ -159,7 +160,7 @@ def commit_candidate(
     state lock. When that completes `batch`, the lease goes too. A lost lease, or a
     receipt chosen meanwhile, keeps the folder aside under `.gen/logs/<key>/` instead.
     """
-    from core.store.signing import sign  # cryptography: only where a receipt is signed
+    from core.store.signing import sign_receipt  # cryptography: only where a receipt is signed
 
     signer, staged = holder.signer, staging(layout, job.key, holder.token, number)
     body = canonical(receipt.document())
@@ -167,7 +168,9 @@ def commit_candidate(
     if receipt.status is not ReceiptStatus.OK:
         shutil.rmtree(staged / OUT, ignore_errors=True)
     if signer is not None:
-        atomic_write(staged / SIGNATURE, sign(signer, body))
+        sig, ssh_sig = sign_receipt(signer, body)
+        atomic_write(staged / SIGNATURE, sig)
+        atomic_write(staged / SSH_SIGNATURE, ssh_sig)
     atomic_write(staged / RUN, canonical(run))
     atomic_write(staged / RECEIPT, body)
     key = job.key

@@ -62,6 +62,9 @@ lease_ttl = 120
 # Whether the board's approve also commits the applied paths (with a Genjob-Key:
 # trailer, like `genjob apply --commit`) in a git repository; the preflight can change it.
 commit_on_approve = false
+# Sign those commits with your SSH key (`genjob keygen --operator`), as git does with
+# gpg.format = ssh, each naming the job's in-toto attestation in a trailer.
+# sign_commits = false
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
@@ -91,7 +94,7 @@ max_tail_bytes = 65536
 [hosts.local]
 # A STAND-IN, not a model: it only appends a comment quoting the instruction to each
 # file, so that a round trip works at once. Point `generator` at a real tool (aider,
-# codex, claude, llm: see "Generator hosts" in genjob's README) or use `tidy` below.
+# codex, claude, llm: `genjob help hosts` shows them) or use `tidy` below.
 # It runs here, in a fresh temp workspace, with a clean environment, under bubblewrap
 # when this machine has it: no network, nothing of your home, SSH keys or genjob's key,
 # its workspace the only place it can write. A generator that calls a model's API opts
@@ -130,7 +133,7 @@ concurrency = 2
 
 # [hosts.pods]
 # Any command that yields a pipe to a Python on the far side: kubectl exec -i, docker
-# exec -i, srun, or OpenSSH's own ssh with your ~/.ssh/config (see genjob's README,
+# exec -i, srun, or OpenSSH's own ssh with your ~/.ssh/config (`genjob help hosts`,
 # "Running on a cluster"). genjob adds the runner's start to the end of it.
 # transport = "command"
 # command = ["kubectl", "exec", "-i", "-n", "gen", "deploy/generator", "--"]
@@ -167,6 +170,9 @@ class Policy(BaseModel):
     require_signature: bool = True
     lease_ttl: Annotated[float, Field(gt=0, le=MAX_TTL)] = 120.0
     commit_on_approve: bool = False
+    # Sign every commit apply makes with the operator's SSH key (`genjob keygen --operator`),
+    # with the job's attestation named in a trailer (`genjob apply --commit --sign`).
+    sign_commits: bool = False
     # Checks that must have passed on a receipt's exact outputs before it is applied.
     require_checks: list[CheckName] = []
     # Best-of-N: how many candidates every shipped job runs, spread over the hosts it is
@@ -359,9 +365,21 @@ class OperatorPolicy(BaseModel):
     safe_directories: list[Annotated[str, Field(min_length=1)]] = []
 
 
+class AgentLimits(BaseModel):
+    """What `genjob mcp` lets a planning agent do: the operator's to set, never a repository's."""
+
+    model_config = _STRICT
+    # How many jobs an agent may mint in a minute, and in one session of the server.
+    mints_per_minute: Annotated[int, Field(ge=0, le=10_000)] = 10
+    mints_per_session: Annotated[int, Field(ge=0, le=1_000_000)] = 100
+    # Whether the agent may ship a queued job to a host (which spends a model call).
+    allow_ship: bool = False
+
+
 class OperatorConfig(BaseModel):
     model_config = _STRICT
     policy: OperatorPolicy = OperatorPolicy()
+    mcp: AgentLimits = AgentLimits()
 
 
 _M = TypeVar("_M", bound=BaseModel)

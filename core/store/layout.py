@@ -154,6 +154,14 @@ class Layout:
     def signature(self, key: str) -> Path:
         return self.receipts / f"{key}.sig"
 
+    def attestation(self, key: str) -> Path:
+        """An applied job's in-toto attestation bundle (`core.review.attest`)."""
+        return self.gen / "attestations" / f"{key}.intoto.jsonl"
+
+    def ssh_signature(self, key: str) -> Path:
+        """The receipt's OpenSSH signature (SSHSIG), for `ssh-keygen -Y verify`."""
+        return self.receipts / f"{key}.json.sshsig"
+
     def out_dir(self, digest: str) -> Path:
         return self.out / digest
 

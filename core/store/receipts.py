@@ -20,7 +20,7 @@ from core.store.events import record_attempt, record_event
 from core.store.evidence import keep, set_aside
 from core.store.layout import Layout
 from core.store.queue import holds_lease
-from core.store.signing import sign
+from core.store.signing import sign_receipt
 from core.store.tree import make_folder
 
 
@@ -68,7 +68,7 @@ def commit_receipt(
     when the lease was lost or another receipt came first.
     """
     body = canonical(receipt.document())
-    sig = sign(key, body) if key is not None else None
+    sig, ssh_sig = sign_receipt(key, body) if key is not None else (None, None)
     with flocked(layout.lock):
         if not holds_lease(layout, job.key, token, worker) or layout.receipt(job.key).exists():
             return Committed(False, _keep_late(layout, job.key, token, body, sig, staged_out))
@@ -78,10 +78,12 @@ def commit_receipt(
                 set_aside(layout, job.key, final, f"out-before-{token}")
             move(staged_out, final)
         make_folder(layout.receipts, layout.gen)
-        if sig is not None:
+        if sig is not None and ssh_sig is not None:
             atomic_write(layout.signature(job.key), sig)
+            atomic_write(layout.ssh_signature(job.key), ssh_sig)
         else:
             layout.signature(job.key).unlink(missing_ok=True)
+            layout.ssh_signature(job.key).unlink(missing_ok=True)
         create_exclusive(layout.receipt(job.key), body)
         layout.lease(job.key).unlink(missing_ok=True)
         layout.cancel_request(job.key).unlink(missing_ok=True)

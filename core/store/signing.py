@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from core.errors import BadInput, GenjobError
 from core.model.canonical import loads_strict, read_bytes
+from core.model.sshsig import RECEIPT_NAMESPACE, allowed_signers_keys, allowed_signers_line, sign_ssh
 from core.store.config import load_operator_config
 from core.store.durable import atomic_write, create_exclusive
 from core.store.layout import Layout, config_folder, user_config_dir
@@ -35,6 +36,9 @@ from core.store.ownership import operator_owners, repository_owners, untrusted_b
 from core.store.pins import pin_key, read_pins
 
 KEY_NAME = "worker_ed25519"
+# The operator's own key: it signs what the operator vouches for (attestations, commits),
+# apart from the worker key, which signs what a generator sent back.
+OPERATOR_KEY_NAME = "operator_ed25519"
 
 
 def config_dir() -> Path:
@@ -60,11 +64,18 @@ def fingerprint(pub: Ed25519PublicKey) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
-def keygen(force: bool = False) -> Path:
-    """Make the worker key pair; returns the public key file. Refuses to overwrite."""
-    priv_path = private_key_path()
+def operator_key_path() -> Path:
+    return config_dir() / OPERATOR_KEY_NAME
+
+
+def keygen(force: bool = False, *, operator: bool = False) -> Path:
+    """Make the worker key pair (or, with `operator`, the operator's); returns the public
+    key file. Refuses to overwrite. Both are OpenSSH keys `ssh-keygen` reads."""
+    priv_path = operator_key_path() if operator else private_key_path()
+    pub_path = priv_path.with_name(priv_path.name + ".pub")
+    what = "an operator key" if operator else "a worker key"
     if priv_path.exists() and not force:
-        raise GenjobError(f"{priv_path}: a worker key exists already (use --force to replace)")
+        raise GenjobError(f"{priv_path}: {what} exists already (use --force to replace)")
     config_folder()
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
@@ -72,8 +83,8 @@ def keygen(force: bool = False) -> Path:
     )
     pub = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     atomic_write(priv_path, pem, mode=0o600)
-    atomic_write(public_key_path(), pub + b" genjob-worker\n")
-    return public_key_path()
+    atomic_write(pub_path, pub + (b" genjob-operator\n" if operator else b" genjob-worker\n"))
+    return pub_path
 
 
 def load_private_key(path: Path | None = None) -> Ed25519PrivateKey:
@@ -81,7 +92,10 @@ def load_private_key(path: Path | None = None) -> Ed25519PrivateKey:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise GenjobError(f"{path}: no worker key (run `genjob keygen`)") from None
+        hint = "genjob keygen --operator" if path.name == OPERATOR_KEY_NAME else "genjob keygen"
+        raise GenjobError(
+            f"{path}: no {'operator' if 'operator' in hint else 'worker'} key (run `{hint}`)"
+        ) from None
     try:
         key = serialization.load_ssh_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
@@ -89,6 +103,11 @@ def load_private_key(path: Path | None = None) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise BadInput(f"{path}: not an Ed25519 key")
     return key
+
+
+def load_operator_key() -> Ed25519PrivateKey:
+    """The operator's key, which signs attestations and commits."""
+    return load_private_key(operator_key_path())
 
 
 def parse_public_key(data: bytes, source: str) -> Ed25519PublicKey:
@@ -106,8 +125,11 @@ def parse_public_key(data: bytes, source: str) -> Ed25519PublicKey:
 def store_key(trusted_dir: Path, pub_file: Path) -> tuple[Path, str]:
     """Copy a worker public key into `trusted_dir` (a copy already there is kept); returns
     where it is and its fingerprint."""
-    data = read_bytes(pub_file, 16 * 1024)
-    key = parse_public_key(data, str(pub_file))
+    return _store(trusted_dir, read_bytes(pub_file, 16 * 1024), str(pub_file))
+
+
+def _store(trusted_dir: Path, data: bytes, source: str) -> tuple[Path, str]:
+    key = parse_public_key(data, source)
     fp = fingerprint(key)
     name = fp.removeprefix("SHA256:").replace("/", "_").replace("+", "-")[:16] + ".pub"
     dest = trusted_dir / name
@@ -118,7 +140,7 @@ def store_key(trusted_dir: Path, pub_file: Path) -> tuple[Path, str]:
     if not create_exclusive(dest, data.strip() + b"\n"):
         there = parse_public_key(read_bytes(dest, 16 * 1024), str(dest))
         if fingerprint(there) != fp:
-            raise BadInput(f"{dest}: holds another key than {pub_file}; move it away and pin again")
+            raise BadInput(f"{dest}: holds another key than {source}; move it away and pin again")
     return dest, fp
 
 
@@ -134,6 +156,33 @@ def trust_repository(layout: Layout, pub_file: Path) -> tuple[Path, str]:
     dest, fp = store_key(layout.trusted_keys, pub_file)
     pin_key(layout.root, fp)
     return dest, fp
+
+
+def trust_allowed_signers(signers_file: Path, layout: Layout | None = None) -> list[tuple[Path, str]]:
+    """Pin every key an OpenSSH `allowed_signers` file trusts for receipts: for this
+    repository (`layout`), or for every one (None)."""
+    text = read_bytes(signers_file, 1 << 20).decode("utf-8", "replace")
+    pinned = []
+    for number, line in allowed_signers_keys(text, RECEIPT_NAMESPACE, str(signers_file)):
+        source = f"{signers_file}: line {number}"
+        if layout is None:
+            pinned.append(_store(operator_keys_dir(), line, source))
+        else:
+            dest, fp = _store(layout.trusted_keys, line, source)
+            pin_key(layout.root, fp)
+            pinned.append((dest, fp))
+    if not pinned:
+        raise BadInput(f"{signers_file}: no Ed25519 key trusted for {RECEIPT_NAMESPACE} signatures in it")
+    return pinned
+
+
+def allowed_signers(anchors: Anchors) -> str:
+    """The keys that count as an OpenSSH `allowed_signers` file, for `ssh-keygen -Y verify
+    -n genjob-receipt` (any principal: genjob trusts a key, not a worker's name)."""
+    lines = [
+        f"# {k.fingerprint} {k.path}\n{allowed_signers_line(k.key, RECEIPT_NAMESPACE)}" for k in anchors.keys
+    ]
+    return "".join(line + "\n" for line in lines)
 
 
 @dataclass(frozen=True)
@@ -218,6 +267,12 @@ def trusted_keys(trusted_dir: Path) -> list[TrustedKey]:
     if refused:
         raise BadInput(next(iter(refused.values())))
     return keys
+
+
+def sign_receipt(key: Ed25519PrivateKey, body: bytes) -> tuple[bytes, bytes]:
+    """A receipt's two signatures over its bytes: genjob's detached `.sig`, and an OpenSSH
+    SSHSIG under the `genjob-receipt` namespace that `ssh-keygen -Y verify` checks."""
+    return sign(key, body), sign_ssh(key, body, RECEIPT_NAMESPACE)
 
 
 def sign(key: Ed25519PrivateKey, message: bytes) -> bytes:

@@ -15,7 +15,7 @@ from boardkit import Driver, plain, run_board
 from corekit import set_config
 from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
-from textual.widgets import Input, Static, TextArea
+from textual.widgets import Input, MarkdownViewer, Static, TextArea
 
 from core.store.layout import Layout
 from tui.demo import Demo
@@ -81,6 +81,18 @@ async def help_screen(d: Driver, demo: Demo) -> None:
     await on_job(d, demo.keys["verified"])
     await d.press("question_mark")
     await d.showing(HelpScreen)
+
+
+async def help_topic(d: Driver, demo: Demo) -> None:
+    """The help on a topic of the reference, its table of contents beside it."""
+    await help_screen(d, demo)
+    screen = d.screen
+    assert isinstance(screen, HelpScreen)
+    await d.press("down", "down")
+    viewer = screen.query_one(MarkdownViewer)
+    await d.until(
+        lambda: screen.page == "dashboard" and bool(viewer.table_of_contents.table_of_contents), "the topic"
+    )
 
 
 async def diff_view(d: Driver, demo: Demo) -> None:
@@ -181,6 +193,7 @@ async def bulk_confirm(d: Driver, demo: Demo) -> None:
 STILL: list[tuple[str, Steps]] = [
     ("board", board),
     ("help", help_screen),
+    ("help-topic", help_topic),
     ("diff", diff_view),
     ("preflight", preflight),
     ("preflight-refused", preflight_refused),

@@ -452,7 +452,7 @@ async def test_ship_picks_a_host_tails_output_and_commits_a_receipt(demo: Demo) 
         assert ["stand-in" in label for label in labels] == [True, False, True], labels
         note = plain(d.screen.query_one("#stand-in-note", Static))
         assert note.startswith("local and slow-local run genjob's stand-in generator"), note
-        assert "README (Generator hosts)" in note
+        assert "`genjob help hosts` shows real ones" in note
         hosts.focus()
         hosts.highlighted = 0
         await d.press("enter")

@@ -38,7 +38,15 @@ def check_cmd(
     key = resolve_key(layout, key)
     stream = _Stream(quiet=as_json)
     runs = asyncio.run(
-        run_checks(layout, key, names, stream.start, stream.output, on_done=stream.done, candidate=candidate)
+        run_checks(
+            layout,
+            key,
+            names,
+            on_start=stream.start,
+            on_output=stream.output,
+            on_done=stream.done,
+            candidate=candidate,
+        )
     )
     if as_json:
         print_json([_run_dict(r) for r in runs])

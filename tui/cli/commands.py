@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import importlib
 import json
 import os
@@ -40,7 +39,10 @@ _ELSEWHERE = {
     "check": ("tui.cli.check", "check_cmd"),
     "demo": ("tui.cli.dashboard", "demo"),
     "discard": ("tui.cli.discard", "discard_cmd"),
+    "help": ("tui.cli.help", "help_cmd"),
     "hosts": ("tui.cli.fleet", "hosts_cmd"),
+    "mcp": ("tui.cli.clients", "mcp_cmd"),
+    "serve": ("tui.cli.clients", "serve_cmd"),
     "ship": ("tui.cli.worker", "ship_cmd"),
     "tui": ("tui.cli.dashboard", "tui"),
     "worker": ("tui.cli.worker", "worker_cmd"),
@@ -74,11 +76,12 @@ class _Group(click.Group):
 )
 @click.pass_context
 def main(ctx: click.Context, root: Path | None) -> None:
-    """genjob: keyed, replayable code-generation jobs with verified receipts."""
+    """genjob: keyed, replayable code-generation jobs with verified receipts.
+
+    The reference (formats, commands, the board, hosts, checks, trust, the threat model,
+    architecture, benchmarks): `genjob help` lists its topics, `genjob help TOPIC` prints one.
+    """
     ctx.obj = root
-    # What is imported by now lives as long as the process: keep the cyclic collector
-    # from walking it at each collection and once more at exit (a tenth of a second).
-    gc.freeze()
 
 
 def layout_of(ctx: click.Context) -> Layout:
@@ -142,8 +145,8 @@ def init(ctx: click.Context, directory: Path | None) -> None:
     if made:
         say(
             "hosts: `local` is a stand-in that only appends a comment to each file; `tidy` runs "
-            'ruff for real (no model, no key). For a model, see "Generator hosts" in genjob\'s '
-            f"README and edit {visible(str(layout.config))}."
+            "ruff for real (no model, no key). For a model, see `genjob help hosts` and edit "
+            f"{visible(str(layout.config))}."
         )
 
 
@@ -167,6 +170,7 @@ def init(ctx: click.Context, directory: Path | None) -> None:
 @click.pass_context
 def mint(
     ctx: click.Context,
+    *,
     message: str | None,
     message_file: Any,
     new_paths: tuple[str, ...],
@@ -401,13 +405,22 @@ def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: boo
     is_flag=True,
     help="You read its diff: write it even where it writes protected paths (tests, CI, hooks, ...).",
 )
+@click.option(
+    "--sign/--no-sign",
+    default=None,
+    help="Sign the commit with your SSH key and attest the apply (default: policy.sign_commits).",
+)
 @click.pass_context
-def apply_cmd(ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool) -> None:
+def apply_cmd(
+    ctx: click.Context, key: str, candidate: int | None, commit: bool, protected: bool, sign: bool | None
+) -> None:
     """Verify, then write the job's outputs into the tree atomically."""
     from core.review.candidates import apply_choice
 
     layout = layout_of(ctx)
-    res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected)
+    if sign and not commit:
+        raise GenjobError("apply --sign signs the commit: give --commit too")
+    res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected, sign=sign)
     if res.already:
         say(f"{res.key}: applied already; nothing to do")
         return
@@ -477,36 +490,102 @@ def recover_cmd(ctx: click.Context) -> None:
 
 
 @main.command("keygen")
-@click.option("--force", is_flag=True, help="Replace an existing worker key.")
-def keygen_cmd(force: bool) -> None:
-    """Make this machine's Ed25519 worker key (in the user's config folder); print the public key file."""
+@click.option("--force", is_flag=True, help="Replace an existing key.")
+@click.option(
+    "--operator",
+    is_flag=True,
+    help="Make your own key instead, which signs attestations and commits (apply --commit --sign).",
+)
+def keygen_cmd(force: bool, operator: bool) -> None:
+    """Make this machine's Ed25519 worker key (in the user's config folder); print the public key file.
+
+    Both keys are OpenSSH keys: `ssh-keygen -y -f` reads them, and git signs with them."""
     from core.store.signing import keygen
 
-    say(str(keygen(force)))
+    say(str(keygen(force, operator=operator)))
+
+
+@main.command("attest")
+@click.argument("key")
+@click.pass_context
+def attest_cmd(ctx: click.Context, key: str) -> None:
+    """Write an applied job's in-toto attestation (a DSSE envelope, signed with your key).
+
+    It lands in .gen/attestations/KEY.intoto.jsonl: the applied paths with their sha256,
+    the job, the receipt and its signer, the check records and the apply record, each by
+    digest, for anyone to check without genjob (genjob help audit)."""
+    from core.model.canonical import read_bytes, sha256_bytes
+    from core.review.attest import attest
+    from core.store.signing import load_operator_key
+
+    layout = layout_of(ctx)
+    path = attest(layout, resolve_key(layout, key), load_operator_key())
+    say(str(path.relative_to(layout.root)))
+    say(f"sha256:{sha256_bytes(read_bytes(path))}", err=True)
 
 
 @main.command("trust")
-@click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option(
     "--operator",
     is_flag=True,
     help="Pin it for every repository, in your own config folder (no repository can widen that list).",
 )
+@click.option(
+    "--allowed-signers",
+    "print_signers",
+    is_flag=True,
+    help="Print the keys that count here as an OpenSSH allowed_signers file (ssh-keygen -Y verify, git).",
+)
 @click.pass_context
-def trust_cmd(ctx: click.Context, pubkey_file: Path, operator: bool) -> None:
+def trust_cmd(ctx: click.Context, pubkey_file: Path | None, operator: bool, print_signers: bool) -> None:
     """Pin a worker public key for this repository (or, with --operator, for every one).
 
-    The key file goes to .gen/trusted_keys/ and its fingerprint to your own pins: a key file
-    that came with the repository counts only once you pin it here."""
-    from core.store.events import record_event
-    from core.store.signing import trust_operator, trust_repository
+    PUBKEY_FILE is a key's .pub file or an OpenSSH allowed_signers file (every Ed25519 key in
+    it that may sign genjob receipts is pinned). The key file goes to .gen/trusted_keys/ and
+    its fingerprint to your own pins: a key file that came with the repository counts only
+    once you pin it here. With --allowed-signers, print the keys that count instead."""
+    from core.store.signing import (
+        allowed_signers,
+        trust_allowed_signers,
+        trust_anchors,
+        trust_operator,
+        trust_repository,
+    )
 
-    if operator:
-        dest, fp = trust_operator(pubkey_file)
+    if print_signers:
+        if pubkey_file is not None:
+            raise GenjobError("trust --allowed-signers prints the pinned keys; it takes no file")
+        layout = layout_of(ctx)
+        say(allowed_signers(trust_anchors(layout.trusted_keys, layout.root)), nl=False)
+        return
+    if pubkey_file is None:
+        raise GenjobError("trust: name the key's .pub file (or an allowed_signers file)")
+    layout = None if operator else layout_of(ctx)
+    if _is_allowed_signers(pubkey_file):
+        for dest, fp in trust_allowed_signers(pubkey_file, layout):
+            _said_trusted(layout, dest, fp)
+        return
+    dest, fp = trust_operator(pubkey_file) if layout is None else trust_repository(layout, pubkey_file)
+    _said_trusted(layout, dest, fp)
+
+
+def _is_allowed_signers(path: Path) -> bool:
+    """A file whose first key line starts with its principals, not with the key's type."""
+    from core.model.canonical import read_bytes
+
+    for line in read_bytes(path, 1 << 20).decode("utf-8", "replace").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return not line.lstrip().startswith("ssh-")
+    return False
+
+
+def _said_trusted(layout: Layout | None, dest: Path, fp: str) -> None:
+    from core.store.events import record_event
+
+    if layout is None:
         say(f"trusted {fp} for every repository ({visible(str(dest))})")
         return
-    layout = layout_of(ctx)
-    dest, fp = trust_repository(layout, pubkey_file)
     record_event(layout, "trusted", None, fingerprint=fp, file=dest.name)
     say(f"trusted {fp} ({visible(str(dest.relative_to(layout.root)))})")
 

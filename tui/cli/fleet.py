@@ -41,7 +41,11 @@ def hosts_cmd(ctx: click.Context, probe: bool, names: tuple[str, ...], as_json: 
         print_json([dataclasses.asdict(v) for v in views])
         return
     if not views:
-        say("no hosts configured (genjob init writes `local`)")
+        held = config.held
+        if held is not None and held.hosts:
+            say(visible(held.hint))
+        else:
+            say("no hosts configured (genjob init writes `local`)")
         return
     now = time.time()
     say(f"{'HOST':12} {'TRANSPORT':9} {'CONC':>4} {'NOW':>3} {'RTT':>14}  {'TARGET':36} LAST ERROR")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import gc
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -101,8 +100,6 @@ def ship_cmd(
     from core.store.config import candidate_hosts
     from core.work.ship import Hosts, ship
 
-    gc.freeze()  # as the click group does, for what shipping loaded (asyncssh and the rest)
-
     layout: Layout = layout_of(ctx)
     full = resolve_key(layout, key)
     config = load_config(layout.config)
@@ -124,7 +121,7 @@ def ship_cmd(
     if host.stand_in:
         say(
             f"note: {visible(res.host)} runs {STAND_IN}; "
-            "`--host tidy` runs ruff, and genjob's README shows real model hosts"
+            "`--host tidy` runs ruff, and `genjob help hosts` shows real model hosts"
         )
     job = locate(layout, full).job
     v = verify(layout, job, config)

@@ -167,7 +167,9 @@ class CheckRunner(Widget):
             live.tail.add(chunk)
             self._output_moved(live.key)
 
-        return await run_check(self.repo, job, receipt, live.name, config, on_output, live.stop)
+        return await run_check(
+            self.repo, job, receipt, live.name, config, on_output=on_output, cancel=live.stop
+        )
 
     def _output_moved(self, key: str) -> None:
         """Tell the board, at most every `OUTPUT_EVERY` seconds per job."""

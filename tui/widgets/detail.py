@@ -126,7 +126,12 @@ class DetailPane(Vertical):
         missing = [c.name for c in detail.checks if c.required and not c.satisfied]
         self._body("verify").update(
             render.verification_text(
-                detail.verification, self.signature_required, applied, self.root, checks, missing
+                detail.verification,
+                self.signature_required,
+                applied=applied,
+                root=self.root,
+                checks=checks,
+                missing=missing,
             )
         )
         if detail.verification is not None:

@@ -458,7 +458,7 @@ def test_runner_refuses_bad_headers(tmp_path: Path, header: dict, fault: str) ->
     assert fault in result["error"]
 
 
-def test_shipped_source_is_self_contained() -> None:
+def test_the_runner_source_is_self_contained() -> None:
     """The blob the host runs imports nothing outside the standard library."""
     source = runner_source().decode()
     imports = {

@@ -299,7 +299,7 @@ def test_a_check_that_is_running_shows_as_running_and_cannot_start_twice(
         assert receipt is not None
         stop, seen = asyncio.Event(), asyncio.Event()
         task = asyncio.ensure_future(
-            run_check(repo, job, receipt, "slow", config, lambda c: seen.set(), stop)
+            run_check(repo, job, receipt, "slow", config, on_output=lambda c: seen.set(), cancel=stop)
         )
         await seen.wait()
         assert running_since(repo, job.key, "slow") is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import subprocess
@@ -14,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import GenjobError, Stale, VerificationFailed
 from core.model.models import Job, Receipt, receipt_from_bytes
+from core.review import scratch
 from core.review.scratch import Scratch, scratch_tree, sweep
 from core.store.layout import Layout
 
@@ -178,6 +180,35 @@ def test_a_sweep_removes_dead_runs_and_keeps_live_ones(repo: Layout, signer: Ed2
         assert sweep(repo) == []
         assert made.run_dir.exists()
     assert os.listdir(repo.scratch) == []
+
+
+def test_a_sweep_holds_a_dead_runs_lock_while_it_removes_the_run(
+    repo: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that opened its lock but has not locked it yet must not see its folder go:
+    the sweep keeps the lock until the folder and the lock are gone, so the run waits and
+    then takes another name."""
+    repo.scratch.mkdir(exist_ok=True)
+    (repo.scratch / "1-dead").mkdir()
+    lock = repo.scratch / "1-dead.lock"
+    lock.touch()
+    held_during_removal = []
+
+    def remove(path: Path) -> None:
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held_during_removal.append(False)
+        except BlockingIOError:
+            held_during_removal.append(True)
+        finally:
+            os.close(fd)
+        real_remove(path)
+
+    real_remove = scratch.remove
+    monkeypatch.setattr(scratch, "remove", remove)
+    assert sweep(repo) == [repo.scratch / "1-dead"]
+    assert held_during_removal == [True] and not lock.exists()
 
 
 def test_the_scratch_is_cheap_hard_links_in_overlay_mode(repo: Layout, signer: Ed25519PrivateKey) -> None:

@@ -148,10 +148,9 @@ def test_bad_check_settings_name_the_file_and_the_fault(tmp_path: Path, toml: st
     assert str(caught.value).startswith(f"{path}: ") and fault in str(caught.value)
 
 
-def test_the_readme_example_of_checks_is_a_valid_config() -> None:
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = readme.split("## Checks", 1)[1]
-    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+def test_the_checks_topics_example_is_a_valid_config() -> None:
+    topic = (Path(__file__).resolve().parents[3] / "tui/reference/checks.md").read_text()
+    block = topic.split("```toml\n", 1)[1].split("```", 1)[0]
     config = Config.model_validate(tomllib.loads(block))
     assert list(config.checks) == ["tests", "lint"] and config.policy.require_checks == ["tests"]
 
