@@ -11,20 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from core.model.contract import (
-    HEX64_RE,
-    KEY_RE,
-    MAX_INSTRUCTION_CHARS,
-    MAX_NAME_CHARS,
-    MAX_PATHS,
-    RECEIPT_STATUSES,
-    SCHEMAS,
-    V1,
-    V1_FIELDS,
-    V2,
-    V2_FIELDS,
-    V2_REQUIRED,
-)
+from core.model import contract as c
 from core.model.paths import check_relpath
 
 
@@ -69,15 +56,15 @@ def _sha(obj: object) -> str:
 
 
 def _key(v: object) -> bool:
-    return type(v) is str and KEY_RE.fullmatch(v) is not None
+    return type(v) is str and c.KEY_RE.fullmatch(v) is not None
 
 
 def _hex64(v: object) -> bool:
-    return type(v) is str and HEX64_RE.fullmatch(v) is not None
+    return type(v) is str and c.HEX64_RE.fullmatch(v) is not None
 
 
 def _name(v: object) -> bool:
-    return type(v) is str and 1 <= len(v) <= MAX_NAME_CHARS
+    return type(v) is str and 1 <= len(v) <= c.MAX_NAME_CHARS
 
 
 def _number(v: object) -> bool:
@@ -90,10 +77,10 @@ def _fits(obj: Any, fields: dict[str, Callable[[Any], bool]]) -> bool:
 
 
 RECEIPT: dict[str, Callable[[Any], bool]] = {
-    "schema": lambda v: type(v) is str and v in SCHEMAS,
+    "schema": lambda v: type(v) is str and v in c.SCHEMAS,
     "job_digest": _hex64,
     "idempotency_key": _key,
-    "status": lambda v: type(v) is str and v in RECEIPT_STATUSES,
+    "status": lambda v: type(v) is str and v in c.RECEIPT_STATUSES,
     "outputs": lambda v: type(v) is dict and all(map(_hex64, v.values())),
     "worker_id": _name,
 }
@@ -109,7 +96,11 @@ LEASE: dict[str, Callable[[Any], bool]] = {
 
 
 def _paths_ok(paths: object) -> bool:
-    if type(paths) is not list or not 1 <= len(paths) <= MAX_PATHS or len(set(map(str, paths))) < len(paths):
+    if (
+        type(paths) is not list
+        or not 1 <= len(paths) <= c.MAX_PATHS
+        or len(set(map(str, paths))) < len(paths)
+    ):
         return False
     if not all(type(p) is str for p in paths):
         return False
@@ -124,20 +115,20 @@ def _paths_ok(paths: object) -> bool:
 
 def _schema_ok(obj: dict[str, Any]) -> bool:
     """The schema's own fields: v2's optional `replay_of`, v1's `job_id` and `attempt`."""
-    if obj.get("schema") == V2:
+    if obj.get("schema") == c.V2:
         replay_of = obj.get("replay_of")
-        return V2_REQUIRED <= obj.keys() <= V2_FIELDS and (replay_of is None or _key(replay_of))
-    v1 = obj.get("schema") == V1 and obj.keys() == V1_FIELDS
+        return c.V2_REQUIRED <= obj.keys() <= c.V2_FIELDS and (replay_of is None or _key(replay_of))
+    v1 = obj.get("schema") == c.V1 and obj.keys() == c.V1_FIELDS
     return v1 and _name(obj["job_id"]) and type(obj["attempt"]) is int
 
 
 def _sealed(obj: dict[str, Any]) -> bool:
     """Whether digest and key are the ones the document's content makes."""
     digest, key, meaning = obj["digest"], obj["idempotency_key"], {"inputs": obj["inputs"]}
-    if obj["schema"] == V1:
+    if obj["schema"] == c.V1:
         body = {k: v for k, v in obj.items() if k != "digest"}
         return bool(_sha(body) == digest and _sha({**meaning, "instruction": obj["instruction"]})[:32] == key)
-    meaning.update(schema=V2, instruction=obj["instruction"], allowed_paths=sorted(obj["allowed_paths"]))
+    meaning.update(schema=c.V2, instruction=obj["instruction"], allowed_paths=sorted(obj["allowed_paths"]))
     if obj.get("replay_of") is not None:
         meaning["replay_of"] = obj["replay_of"]
     return bool(_sha(meaning) == digest and key == digest[:32])
@@ -147,12 +138,12 @@ def quick_job(obj: Any) -> JobSummary | None:
     """The listing summary of a valid job document, or None when the strict model must decide."""
     if type(obj) is not dict or not _schema_ok(obj):
         return None
-    paths, inputs, text, v2 = obj["allowed_paths"], obj["inputs"], obj["instruction"], obj["schema"] == V2
+    paths, inputs, text, v2 = obj["allowed_paths"], obj["inputs"], obj["instruction"], obj["schema"] == c.V2
     if not (
         _key(obj["idempotency_key"])
         and _hex64(obj["digest"])
         and type(text) is str
-        and 1 <= len(text) <= MAX_INSTRUCTION_CHARS
+        and 1 <= len(text) <= c.MAX_INSTRUCTION_CHARS
         and type(obj["created_at"]) is int
         and _paths_ok(paths)
         and type(inputs) is dict

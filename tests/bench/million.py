@@ -42,7 +42,12 @@ def _job(i: int) -> tuple[str, dict[str, object]]:
         "inputs": {"src/ops.py": hashlib.sha256(SOURCE).hexdigest()},
     }
     digest = hashlib.sha256(canonical(meaning)).hexdigest()
-    return digest[:32], {**meaning, "idempotency_key": digest[:32], "created_at": 1_767_225_600 + i, "digest": digest}
+    return digest[:32], {
+        **meaning,
+        "idempotency_key": digest[:32],
+        "created_at": 1_767_225_600 + i,
+        "digest": digest,
+    }
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -80,7 +85,14 @@ def million(count: int = sum(COUNTS.values())) -> Path:
                 _write(layout.queue / f"{key}.json", json.dumps(doc, indent=2).encode())
             elif kind == "running":
                 _claimed(layout, key, doc, worker)
-                lease = {"worker": worker, "host": host, "pid": 1, "token": 1, "claimed_at": 1.0, "heartbeat": 1.0}
+                lease = {
+                    "worker": worker,
+                    "host": host,
+                    "pid": 1,
+                    "token": 1,
+                    "claimed_at": 1.0,
+                    "heartbeat": 1.0,
+                }
                 _write(layout.lease(key), canonical({**lease, "ttl": LIVE_TTL}))
             elif kind == "received":
                 _claimed(layout, key, doc, worker)
