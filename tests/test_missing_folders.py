@@ -208,8 +208,9 @@ def test_every_command_is_covered() -> None:
 
     named = {name.split()[0] for name in COMMANDS}
     # `tui` is the board's (tests/tui/test_tui_missing_folders.py); `demo` makes a repository of its own;
-    # `help` reads only the reference shipped in the package, never a repository.
-    assert set(main.list_commands(None)) - named == {"demo", "help", "tui"}  # type: ignore[arg-type]
+    # `help` reads only the reference shipped in the package, never a repository; `mcp` and `serve`
+    # are the board's and the CLI's calls served to other clients (tests/tui/clients/).
+    assert set(main.list_commands(None)) - named == {"demo", "help", "mcp", "serve", "tui"}  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

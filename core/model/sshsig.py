@@ -106,6 +106,25 @@ def allowed_signers_line(key: Ed25519PublicKey, namespace: str, principals: str 
     return f'{principals} namespaces="{namespace}" {openssh}'
 
 
+_KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-")
+
+
+def is_allowed_signers(text: str) -> bool:
+    """Whether `text` reads as an `allowed_signers` file: its first line that is not a
+    comment starts with principals and names a key type after them. A key file, a private
+    key or anything else is not (and gets the key reader's message)."""
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            try:
+                fields = shlex.split(line)
+            except ValueError:
+                return False
+            return not fields[0].startswith(_KEY_PREFIXES) and any(
+                f.startswith(_KEY_PREFIXES) for f in fields[1:]
+            )
+    return False
+
+
 def allowed_signers_keys(text: str, namespace: str, source: str) -> list[tuple[int, bytes]]:
     """The Ed25519 keys of an `allowed_signers` file that may sign for `namespace`, each
     with its line number, as OpenSSH key lines; a line of another key type is refused."""
@@ -117,7 +136,7 @@ def allowed_signers_keys(text: str, namespace: str, source: str) -> list[tuple[i
             fields = shlex.split(line)
         except ValueError:
             raise BadInput(f"{source}: line {number}: not an allowed_signers line") from None
-        at = next((i for i, f in enumerate(fields) if f.startswith(("ssh-", "ecdsa-", "sk-"))), None)
+        at = next((i for i, f in enumerate(fields) if f.startswith(_KEY_PREFIXES)), None)
         if at is None or at + 1 >= len(fields):
             raise BadInput(f"{source}: line {number}: no key in it")
         if fields[at] != _KEY_TYPE.decode():

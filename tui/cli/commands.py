@@ -545,6 +545,8 @@ def trust_cmd(ctx: click.Context, pubkey_file: Path | None, operator: bool, prin
     it that may sign genjob receipts is pinned). The key file goes to .gen/trusted_keys/ and
     its fingerprint to your own pins: a key file that came with the repository counts only
     once you pin it here. With --allowed-signers, print the keys that count instead."""
+    from core.model.canonical import read_bytes
+    from core.model.sshsig import is_allowed_signers
     from core.store.signing import (
         allowed_signers,
         trust_allowed_signers,
@@ -562,22 +564,12 @@ def trust_cmd(ctx: click.Context, pubkey_file: Path | None, operator: bool, prin
     if pubkey_file is None:
         raise GenjobError("trust: name the key's .pub file (or an allowed_signers file)")
     layout = None if operator else layout_of(ctx)
-    if _is_allowed_signers(pubkey_file):
+    if is_allowed_signers(read_bytes(pubkey_file, 1 << 20).decode("utf-8", "replace")):
         for dest, fp in trust_allowed_signers(pubkey_file, layout):
             _said_trusted(layout, dest, fp)
         return
     dest, fp = trust_operator(pubkey_file) if layout is None else trust_repository(layout, pubkey_file)
     _said_trusted(layout, dest, fp)
-
-
-def _is_allowed_signers(path: Path) -> bool:
-    """A file whose first key line starts with its principals, not with the key's type."""
-    from core.model.canonical import read_bytes
-
-    for line in read_bytes(path, 1 << 20).decode("utf-8", "replace").splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            return not line.lstrip().startswith("ssh-")
-    return False
 
 
 def _said_trusted(layout: Layout | None, dest: Path, fp: str) -> None:

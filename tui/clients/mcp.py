@@ -135,7 +135,7 @@ def make_server(layout: Layout, limits: AgentLimits) -> MCPServer:
             "protected": protected,
         }
 
-    @server.tool(description="List jobs, most urgent first; `state` (QUEUED, RECEIVED, ...) keeps one state.")
+    @server.tool(description="List jobs, newest first; `state` (QUEUED, RECEIVED, ...) keeps one state.")
     def list_jobs(state: str | None = None, limit: int = 100) -> dict[str, Any]:
         wanted = state.upper() if state else None
         if wanted is not None and wanted not in {s.value for s in State}:

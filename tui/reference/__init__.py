@@ -22,6 +22,7 @@ TOPICS = (
     "trust",
     "threat-model",
     "audit",
+    "agents",
     "formats",
     "architecture",
     "benchmarks",
