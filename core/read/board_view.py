@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from core.model.lifecycle import STATE_ORDER, State
 from core.model.terminal import one_line
-from core.read.folders import list_names, provisional_state
+from core.read.folders import folder_keys, provisional_state
 from core.read.rows import JobRow
 from core.store.layout import JOB_FOLDERS
 
@@ -63,17 +63,27 @@ class BoardListing(NamedTuple):
 def board_listing(gen: str) -> BoardListing:
     """Each state folder listed once, the queue's files stat'ed; a key in two folders, or
     with a receipt, takes the state its names give it."""
-    names = list_names(gen, inodes=False)
-    receipts = names.files["receipts"]
-    odd = names.several.union(receipts)
-    where: dict[str, State] = {}
+    keys = {folder: folder_keys(f"{gen}/{folder}") for folder in (*JOB_FOLDERS, "receipts")}
+    biggest = max(JOB_FOLDERS, key=lambda folder: len(keys[folder]))
+    where = dict.fromkeys(keys[biggest], _NAMED[biggest])  # one dict of a million slots, made once
+    for folder in JOB_FOLDERS:
+        if folder != biggest:
+            where.update(dict.fromkeys(keys[folder], _NAMED[folder]))
+    several: set[str] = set()
+    if len(where) < sum(len(keys[folder]) for folder in JOB_FOLDERS):  # a key in two folders (a crash)
+        seen = Counter(key for folder in JOB_FOLDERS for key in keys[folder])
+        several = {key for key, n in seen.items() if n > 1}
+    receipts = set(keys["receipts"])
+    odd = several | receipts
     groups: dict[State, list[str]] = {state: [] for state in STATE_ORDER}
     for folder in JOB_FOLDERS:
-        keys, state = names.files[folder], _NAMED[folder]
-        where.update(dict.fromkeys(keys, state))
-        groups[state] = list(keys) if odd.isdisjoint(keys) else [k for k in keys if k not in odd]
+        listed = keys[folder]
+        groups[_NAMED[folder]] = listed if odd.isdisjoint(listed) else [k for k in listed if k not in odd]
     for key in odd:
-        where[key] = provisional_state(key, names.where.get(key, ()), receipt=key in receipts)
+        folders = [
+            f for f in JOB_FOLDERS if (key in several and key in keys[f]) or where.get(key) is _NAMED[f]
+        ]
+        where[key] = provisional_state(key, folders, receipt=key in receipts)
         groups[where[key]].append(key)
     stamps = {}
     if groups[State.QUEUED]:
@@ -84,8 +94,12 @@ def board_listing(gen: str) -> BoardListing:
             except FileNotFoundError:  # claimed since: its events follow
                 continue
         os.close(fd)
-    operators = list(dict.fromkeys([*names.files["running"], *receipts, *names.candidates]))
-    return BoardListing(where, groups, stamps, operators)
+    operators = [
+        *keys["running"],
+        *receipts.difference(keys["running"]),
+        *folder_keys(f"{gen}/candidates", ""),
+    ]
+    return BoardListing(where, groups, stamps, list(dict.fromkeys(operators)))
 
 
 class BoardView:

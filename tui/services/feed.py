@@ -21,6 +21,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -55,6 +56,19 @@ if TYPE_CHECKING:
     from core.read.inspect_job import JobDetail
     from core.store.config import Config
 
+# The folders of `.gen/` watched alone, and those whose entries are folders (watched recursively).
+FLAT_FOLDERS = (
+    "queue",
+    "running",
+    "receipts",
+    "applied",
+    "rejected",
+    "attempts",
+    "trusted_keys",
+    "logs",
+    "fleet",
+)
+NESTED_FOLDERS = ("candidates", "checks")
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120
 STEP_MS = 15
@@ -137,6 +151,7 @@ class BoardFeed(Widget):
     def on_mount(self) -> None:
         self._process()
         self._watch()
+        self._watch(nested=True)
 
     def rows_shown(self) -> None:
         """The board has painted rows: the verdicts and the config may be read now."""
@@ -160,37 +175,54 @@ class BoardFeed(Widget):
             self._wake.set()
 
     # -- following the disk ------------------------------------------------------------------
-    @work(exclusive=True, group="watch", exit_on_error=False)
-    async def _watch(self) -> None:
-        """Feed the keys that file events name to `_process`, forever."""
+    @work(group="watch", exit_on_error=False)
+    async def _watch(self, *, nested: bool = False) -> None:
+        """Feed the keys that file events name to `_process`, forever: `.gen/` and its flat
+        folders each watched alone (a recursive watch walks every file, seconds at a million
+        jobs, holding the GIL), or with `nested` the folders of folders, recursively."""
         from watchfiles import awatch  # here, not before the first frame
 
+        gen = self.repo.gen
         while True:
+            names = NESTED_FOLDERS if nested else FLAT_FOLDERS
+            watched = [gen / name for name in names if (gen / name).is_dir()]
+            if nested and not watched:
+                await asyncio.sleep(5.0)  # none made yet
+                continue
             try:
                 self._status(watching="watching")
                 async for changes in awatch(
-                    self.repo.gen,
+                    *([] if nested else [gen]),
+                    *watched,
                     watch_filter=_watch_filter,
                     debounce=DEBOUNCE_MS,
                     step=STEP_MS,
+                    recursive=nested,
                     ignore_permission_denied=True,
                 ):
                     paths = [p for _, p in changes]
-                    if str(self.repo.config) in paths or any(
-                        os.path.dirname(p) == str(self.repo.trusted_keys) for p in paths
-                    ):
-                        self._pending.add("*")
-                    self._pending.update(keys_from_paths(self.repo, paths))
-                    self._wake.set()
-                    judged = [k for k in check_keys(self.repo, paths) if k in self.view.rows]
-                    if judged:
-                        self.judge(judged)
+                    self._heard(paths)
+                    made = {gen / name for name in names} & set(map(Path, paths))
+                    if not nested and not made.issubset(watched):
+                        break  # a folder made since: watch it too
             except Exception as exc:
                 self._status(watching="polling")
                 self.post_message(Trouble(f"watching .gen/ failed ({exc}); rescanning, retrying in 5s"))
                 self._pending.add("*")
                 self._wake.set()
                 await asyncio.sleep(5.0)
+
+    def _heard(self, paths: list[str]) -> None:
+        """What changed paths mean: keys to read again, receipts to judge, or a full scan."""
+        if str(self.repo.config) in paths or any(
+            os.path.dirname(p) == str(self.repo.trusted_keys) for p in paths
+        ):
+            self._pending.add("*")
+        self._pending.update(keys_from_paths(self.repo, paths))
+        self._wake.set()
+        judged = [k for k in check_keys(self.repo, paths) if k in self.view.rows]
+        if judged:
+            self.judge(judged)
 
     @work(exclusive=True, group="process", exit_on_error=False)
     async def _process(self) -> None:
