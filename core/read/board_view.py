@@ -1,14 +1,11 @@
 """The board's job list as a read-model: every job by name, the rows read, and the order.
 
-The board starts from names: `board_listing` lists the state folders and puts each key in
-the group of its provisional state (`core.read.folders`). `BoardView.update` then takes
-rows as they are read (the operator's jobs at once, others as they come into view, are
-searched or change) and moves each key to the group of its state. The view holds a string
-and a dict slot per job, the rows of the operator's jobs and at most `KEPT_ROWS` others.
-
-Order: what needs an operator first (`STATE_ORDER`); within a state, the newest job file
-first where each is stat'ed anyway (the jobs in running/, all read before they show, and
-the queue, as `Claimer` lists it), else by key. A group is sorted when first looked into.
+`board_listing` puts each key in the group of its provisional state (`core.read.folders`);
+`BoardView.update` moves a key to its state's group once its row is read. The view holds
+a string and a dict slot per job, the operator's rows and at most `KEPT_ROWS` others.
+Order: `STATE_ORDER`; within a state the newest job file first where each is stat'ed
+anyway (running/ and the queue, as `Claimer` lists it), else by key; a group is sorted
+when first looked into.
 """
 
 from __future__ import annotations
@@ -23,19 +20,14 @@ from core.model.lifecycle import STATE_ORDER, State
 from core.model.terminal import one_line
 from core.read.folders import folder_keys, provisional_state
 from core.read.rows import JobRow
-from core.store.layout import JOB_FOLDERS
+from core.store.layout import FOLDER_STATE, JOB_FOLDERS
 
 KEPT_ROWS = 10_000
 # Ordered by their job files' mtimes; all but the queue are the operator's, whose rows stay.
 STAMPED = frozenset({State.ORPHANED, State.RECEIVED, State.STALE, State.FAILED, State.RUNNING, State.QUEUED})
 OPERATORS = STAMPED - {State.QUEUED}
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
-_NAMED = {
-    "applied": State.APPLIED,
-    "rejected": State.REJECTED,
-    "running": State.RUNNING,
-    "queue": State.QUEUED,
-}
+_NAMED = {folder: State(state) for folder, state in FOLDER_STATE.items()}
 
 
 def summary_line(row: JobRow) -> str:
@@ -219,14 +211,6 @@ class BoardView:
         self.matched = {k for k in self.matched if k in where}
         self.update(kept)
 
-    def _place(self, key: str, state: State) -> None:
-        self.where[key] = state
-        within = self._within(state)
-        if within:
-            bisect.insort(self._group(state), key, key=within)
-        else:
-            bisect.insort(self._group(state), key)
-
     def update(self, changed: Mapping[str, JobRow | None]) -> None:
         """Apply rows read, and keys gone (None)."""
         for key, row in changed.items():
@@ -247,7 +231,8 @@ class BoardView:
                 self._others[key] = None
             if self.text:
                 (self.matched.add if row_matches(row, self.text) else self.matched.discard)(key)
-            self._place(key, row.state)
+            self.where[key] = row.state
+            bisect.insort(self._group(row.state), key, key=self._within(row.state))
         while len(self._others) > KEPT_ROWS:  # the oldest read first; their keys stay in place
             oldest = next(iter(self._others))
             del self._others[oldest], self.rows[oldest]

@@ -5,8 +5,7 @@ Line 1 is the head: this machine's seal (`core.store.seal`) of the rest of the l
 space, and a JSON object: the format, the `.gen/` and device it is of, the sha256 of line
 2, and the policy read from the config with the stamps of the files it came from (so a
 plain `genjob ls` need not load the config's models). Line 2 is a JSON array with one
-flat array per key: the inodes its files had, then its row when that depends on its files
-alone (a job neither in running/ nor with candidates), else its `KeyFacts`.
+array per key: the inodes its job file and receipt had, then its `KeyFacts`.
 
 It saves work and decides nothing: nothing that verifies or applies a job reads it. It is
 read only when it is the operator's own (it and its folders up to `.gen/` owned by this
@@ -23,16 +22,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.errors import GenjobError
-from core.model.lifecycle import State
 from core.read.docscan import JobSummary
-from core.read.rows import NO_JOB, JobRow, KeyFacts
+from core.read.rows import KeyFacts
 from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because
 from core.store.seal import seal, sealed_here
 
-FORMAT = "genjob listing index 1"
+FORMAT = "genjob listing index 2"
 NAME = "listing.jsonl"
-_STATES = {state.value: state for state in State}
 
 
 class Policy(NamedTuple):
@@ -48,61 +45,39 @@ class Policy(NamedTuple):
 class Index(NamedTuple):
     policy: Policy | None
     policy_stamps: list[int]  # of the files the policy was read from, as they were then
-    known: dict[str, JobRow | KeyFacts]
+    known: dict[str, KeyFacts]
     inodes: dict[str, tuple[int, int]]  # of each key's job file and receipt, as they were read
 
 
-# Lists are stored joined by newlines (no folder, path or hash holds one): loading then
-# makes one container per key, and the collector has little to walk.
-def _entry(key: str, inodes: tuple[int, int], got: JobRow | KeyFacts) -> list[object]:
-    """[key, inodes, folders, paths, problems, then the row's other fields or the facts']."""
-    if isinstance(got, JobRow):
-        lists = (got.folders, got.allowed_paths, got.problems)
-        rest = [got.state.value, *got[2:5], got.created_at, *got[8:10], got.modified]
-    else:
-        job = got.job or NO_JOB
-        lists = (got.folders, job.allowed_paths, got.receipt_problems)
-        inputs = "\n".join(text for path, digest in job.inputs for text in (path, digest or ""))
-        rest = [inputs, got.modified, got.job is not None, *job[:3], job.created_at, *got[3:7]]
-    return [key, *inodes, "\n".join(lists[0]), "\n".join(lists[1]), json.dumps(lists[2]), *rest]
+def _entry(key: str, inodes: tuple[int, int], facts: KeyFacts) -> list[object]:
+    """[key, inodes, then the facts, the job summary (or null) nested as arrays]."""
+    return [key, *inodes, *facts]
 
 
-def _load(entries: list[list[Any]], inodes: dict[str, tuple[int, int]]) -> dict[str, JobRow | KeyFacts]:
+def _load(entries: list[list[Any]], inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
     """What the entries give back; equal sets of folders or paths come back as one tuple."""
-    shared: dict[str, tuple[str, ...]] = {"": ()}
-    known: dict[str, JobRow | KeyFacts] = {}
-    entries.reverse()
-    while entries:  # each entry freed once read: the collector finds fewer objects to walk
-        entry = entries.pop()
-        key, ino, receipt_ino, folders, paths, problems = entry[:6]
-        folders = shared.get(folders) or shared.setdefault(folders, tuple(folders.split("\n")))
-        paths = shared.get(paths) or shared.setdefault(paths, tuple(paths.split("\n")))
-        problems = tuple(json.loads(problems)) if problems != "[]" else ()
-        if len(entry) == 14:
-            state, schema, digest, text, created, worker, receipt, modified = entry[6:]
-            got: JobRow | KeyFacts = JobRow(
-                key=key,
-                state=_STATES[state],
-                schema=schema,
-                digest=digest,
-                instruction=text,
-                allowed_paths=paths,
-                created_at=created,
-                worker=worker,
-                receipt_status=receipt,
-                folders=folders,
-                problems=problems,
-                modified=modified,
-            )
-        else:
-            inputs, modified, has_job, schema, digest, text, created, rejection, invalid, receipt, worker = (
-                entry[6:]
-            )
-            values = inputs.split("\n") if inputs else []
-            pairs = tuple((path, want or None) for path, want in zip(values[::2], values[1::2], strict=True))
-            job = JobSummary(schema, digest, text, paths, pairs, created) if has_job else None
-            got = KeyFacts(folders, modified, job, rejection, invalid, receipt, worker, problems)
-        known[key], inodes[key] = got, (ino, receipt_ino)
+    shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+    known: dict[str, KeyFacts] = {}
+    for (
+        key,
+        ino,
+        receipt_ino,
+        folders,
+        modified,
+        job,
+        rejection,
+        invalid,
+        receipt,
+        worker,
+        problems,
+    ) in entries:
+        folders = shared.setdefault(tuple(folders), tuple(folders))
+        if job is not None:
+            schema, digest, text, paths, pairs, created = job
+            paths = shared.setdefault(tuple(paths), tuple(paths))
+            job = JobSummary(schema, digest, text, paths, tuple(map(tuple, pairs)), created)
+        facts = KeyFacts(folders, modified, job, rejection, invalid, receipt, worker, tuple(problems))
+        known[key], inodes[key] = facts, (ino, receipt_ino)
     return known
 
 

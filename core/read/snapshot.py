@@ -92,7 +92,7 @@ def take_snapshot(
     policy, stamps = read_policy(layout, index)
     known, was = (index.known, index.inodes) if index is not None else ({}, {})
     maker, racy = RowMaker(layout, now), racy_after()
-    kept: dict[str, JobRow | KeyFacts] = {}
+    kept: dict[str, KeyFacts] = {}
     kept_inodes: dict[str, tuple[int, int]] = {}
     rows: dict[str, JobRow] = {}
     receipts = names.files["receipts"]
@@ -102,22 +102,15 @@ def take_snapshot(
             possible_states(key, folders, receipt=receipt, candidates=candidates)
         ):
             continue
-        inodes, got = names.inodes_of(key), known.get(key)
-        fixed = "running" not in folders and not candidates  # its row depends on its files alone
-        settled = (
-            got is not None
-            and was[key] == inodes
-            and got.folders == folders
-            and fixed == isinstance(got, JobRow)
-        )
-        if got is None or not settled:
-            got, settled = read_facts(gen, key, folders, receipt=receipt, racy_ns=racy)
-            if not got.folders and got.receipt is None:
+        inodes, facts = names.inodes_of(key), known.get(key)
+        settled = facts is not None and was[key] == inodes and facts.folders == folders
+        if facts is None or not settled:
+            facts, settled = read_facts(gen, key, folders, receipt=receipt, racy_ns=racy)
+            if not facts.folders and facts.receipt is None:
                 continue  # its files went since the listing
-        leased = key in names.leases
-        row = got if isinstance(got, JobRow) else maker.row(key, got, leased=leased, candidates=candidates)
         if settled and len(folders) < 2:  # a key in several folders (after a crash) is read again
-            kept[key], kept_inodes[key] = row if fixed else got, inodes
+            kept[key], kept_inodes[key] = facts, inodes
+        row = maker.row(key, facts, leased=key in names.leases, candidates=candidates)
         if not wanted or row.state in wanted:
             rows[key] = row
     same = index is not None and (kept, kept_inodes, stamps) == (

@@ -11,10 +11,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.model.lifecycle import State
 from core.read.docscan import JobSummary
 from core.read.listing_index import FORMAT, Index, Policy, read_index, write_index
-from core.read.rows import JobRow, KeyFacts
+from core.read.rows import KeyFacts
 from core.store.seal import seal
 
 KEY = "a" * 32
@@ -24,20 +23,8 @@ DIGEST = "d" * 64
 def sample_index(rows: int = 3) -> Index:
     """An index holding every kind of record, with shared and unshared values."""
     paths = ("src/app.py", "src/util.py")
-    known: dict[str, JobRow | KeyFacts] = {
-        f"{i:032x}": JobRow(
-            key=f"{i:032x}",
-            state=State.APPLIED,
-            schema="genjob.v2",
-            digest=DIGEST,
-            instruction=f"job {i}\nsecond line",
-            allowed_paths=paths,
-            created_at=1.5 + i,
-            worker="w1",
-            folders=("applied",),
-            problems=('a "quoted" problem',) if i else (),
-            modified=10**18 + i,
-        )
+    known = {
+        f"{i:032x}": KeyFacts(("applied",), 10**18 + i, None, "", None, None, "", ('a "quoted" problem',) * i)
         for i in range(rows)
     }
     job = JobSummary(
@@ -62,8 +49,6 @@ def test_every_record_comes_back_as_it_was_written(tmp_path: Path) -> None:
     got = read_index(stored(tmp_path, index), str(tmp_path))
     assert got == index
     assert got is not None
-    row = got.known["0" * 32]
-    assert type(row) is JobRow and row.state is State.APPLIED
     facts = got.known[KEY]
     assert type(facts) is KeyFacts and type(facts.job) is JobSummary
 
@@ -71,8 +56,8 @@ def test_every_record_comes_back_as_it_was_written(tmp_path: Path) -> None:
 def test_one_tuple_for_equal_folders_and_paths(tmp_path: Path) -> None:
     got = read_index(stored(tmp_path, sample_index()), str(tmp_path))
     assert got is not None
-    rows = [r for r in got.known.values() if isinstance(r, JobRow)]
-    assert all(r.allowed_paths is rows[0].allowed_paths and r.folders is rows[0].folders for r in rows)
+    facts = [f for f in got.known.values() if f.folders == ("applied",)]
+    assert len(facts) == 3 and all(f.folders is facts[0].folders for f in facts)
 
 
 def test_the_head_alone_gives_the_policy(tmp_path: Path) -> None:
@@ -156,23 +141,6 @@ TEXT = st.text(max_size=8)
 STRS = st.lists(st.text(st.characters(blacklist_characters="\n"), min_size=1, max_size=8), max_size=3).map(
     tuple
 )
-rows = st.builds(
-    JobRow,
-    key=TEXT,
-    state=st.sampled_from(State),
-    schema=TEXT,
-    digest=TEXT,
-    instruction=TEXT,
-    allowed_paths=STRS,
-    created_at=st.floats(allow_nan=False, allow_infinity=False),
-    worker=TEXT,
-    receipt_status=st.none() | TEXT,
-    folders=STRS,
-    problems=st.lists(TEXT, max_size=3).map(tuple),
-    modified=st.integers(0, 2**63),
-    candidates=st.just(0),  # a row kept whole is of a job with no candidates
-    attempts=st.none(),  # and a listing counts no claims
-)
 summaries = st.builds(
     JobSummary,
     TEXT,
@@ -198,12 +166,9 @@ facts = st.builds(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=8), rows | facts, max_size=5))
-def test_entries_give_back_the_records_they_were_made_of(known: dict[str, JobRow | KeyFacts]) -> None:
+@given(st.dictionaries(st.text(min_size=1, max_size=8), facts, max_size=5))
+def test_entries_give_back_the_records_they_were_made_of(known: dict[str, KeyFacts]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         gen = Path(folder)
-        known = {
-            key: got if isinstance(got, KeyFacts) else got._replace(key=key) for key, got in known.items()
-        }
         index = Index(None, [], known, {key: (1, 0) for key in known})
         assert read_index(stored(gen, index), str(gen)) == index
