@@ -1,11 +1,9 @@
 """The state folders by name: which keys have which files, and what the names alone say.
 
-A key's state depends on `<key>.json` in the job folders and receipts/, `<key>.lease` in
-running/ and `<key>/` in candidates/. Job documents, receipts and records are never
-rewritten in place (each is a whole file renamed or linked there), so each is known by
-the inode its folder's listing gives. The names give a key a provisional state (the one
-its files give if they parse and its lease is fresh: queue/ alone is QUEUED, two folders
-INCONSISTENT) and the states it may turn out in once read.
+Job documents, receipts and records are never rewritten in place (each is a whole file
+renamed or linked there), so each is known by the inode its folder's listing gives. A
+key's names give it a provisional state (its files' if they parse and its lease is fresh:
+queue/ alone is QUEUED, two folders INCONSISTENT) and the states it may turn out in.
 """
 
 from __future__ import annotations
@@ -40,9 +38,8 @@ def _inodes(path: str) -> dict[str, int]:
 
 
 class Names(NamedTuple):
-    files: dict[str, dict[str, int]]  # job folder or receipts -> key -> inode of `<key>.json` (or 0)
+    files: dict[str, dict[str, int]]  # job folder or receipts -> key -> inode of `<key>.json`
     where: dict[str, tuple[str, ...]]  # key -> the job folders holding `<key>.json`, in order
-    several: set[str]  # the keys in more than one job folder
     leases: set[str]  # the keys with a `<key>.lease` in running/
     candidates: set[str]  # the keys with a folder in candidates/
 
@@ -52,30 +49,24 @@ class Names(NamedTuple):
         return self.files[folders[0]][key] if len(folders) == 1 else 0, self.files["receipts"].get(key, 0)
 
 
-def list_names(gen: str, *, inodes: bool = True) -> Names:
-    """Each state folder listed once; without `inodes`, names alone (no file is stat'ed)."""
-    files = {
-        folder: _inodes(f"{gen}/{folder}") if inodes else dict.fromkeys(folder_keys(f"{gen}/{folder}"), 0)
-        for folder in (*JOB_FOLDERS, "receipts")
-    }
+def list_names(gen: str) -> Names:
+    """Each state folder listed once, each file known by its inode."""
+    files = {folder: _inodes(f"{gen}/{folder}") for folder in (*JOB_FOLDERS, "receipts")}
     where: dict[str, tuple[str, ...]] = {}
-    several: set[str] = set()
     for folder in JOB_FOLDERS:  # one tuple for each folder, a new one only for a key in several
         again = {key: where[key] + (folder,) for key in where.keys() & files[folder].keys()}
         where.update(dict.fromkeys(files[folder], (folder,)))
         where.update(again)
-        several.update(again)
-    leases = set(folder_keys(f"{gen}/running", ".lease"))
-    return Names(files, where, several, leases, set(folder_keys(f"{gen}/candidates", "")))
+    leases, candidates = folder_keys(f"{gen}/running", ".lease"), folder_keys(f"{gen}/candidates", "")
+    return Names(files, where, set(leases), set(candidates))
 
 
 def provisional_state(key: str, folders: Iterable[str], *, receipt: bool) -> State:
     """The state a key's names give it: its files' if they parse, its lease fresh."""
     where = frozenset(folders)
     lease = LeaseState.FRESH if "running" in where else None
-    return derive_state(
-        Facts(where, lease, "ok" if receipt else None, None, None if KEY_RE.fullmatch(key) else key)
-    )
+    invalid = None if KEY_RE.fullmatch(key) else key
+    return derive_state(Facts(where, lease, "ok" if receipt else None, None, invalid))
 
 
 @functools.cache
@@ -101,8 +92,7 @@ def possible_states(key: str, folders: Iterable[str], *, receipt: bool, candidat
 def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:
     """The job keys that changed files under `.gen/` belong to."""
     keys = set()
-    gen = str(layout.gen) + os.sep
-    candidates = gen + "candidates" + os.sep
+    gen, candidates = str(layout.gen) + os.sep, str(layout.candidates) + os.sep
     for p in map(str, paths):
         if p.startswith(candidates):  # .gen/candidates/<key>/<n>/...: the key is the first part
             keys.add(p[len(candidates) :].split(os.sep, 1)[0])

@@ -1,12 +1,9 @@
 """One consistent read of `.gen/` for `genjob ls`, and single jobs read again.
 
-Names first: one listing of each state folder (`core.read.folders`) gives every key and
-its files. Then facts only where needed: `take_snapshot(states=...)` reads just the keys
-that may be in those states, so `genjob ls --state RECEIVED` reads the jobs in running/
-with a receipt or candidates and no other. A full snapshot keeps what it read in the
-index (`core.read.listing_index`), and the next reads again only the files replaced
-since; what was read from a file changed in the last two seconds is used but not kept.
-The config is parsed only when one of its files changed; else the index's head has it.
+Names first (`core.read.folders`), then facts only where needed: `take_snapshot(states=...)`
+reads just the keys that may be in those states (`--state RECEIVED` reads running/ alone).
+A full snapshot keeps what it read in the index (`core.read.listing_index`); the next
+reads only the files replaced since, and the config only when one of its files changed.
 `refresh` reads given keys again (after file events; for `show`, replay, the board).
 """
 
@@ -35,6 +32,8 @@ __all__ = ["JobRow", "Snapshot", "job_row", "read_policy", "refresh", "take_snap
 
 @dataclass
 class Snapshot:
+    """Every job listed (or those in the states asked for) with the policy they are shown under."""
+
     rows: dict[str, JobRow]
     taken_at: float
     signature_required: bool
@@ -113,17 +112,11 @@ def take_snapshot(
         row = maker.row(key, facts, leased=key in names.leases, candidates=candidates)
         if not wanted or row.state in wanted:
             rows[key] = row
-    same = index is not None and (kept, kept_inodes, stamps) == (
-        index.known,
-        index.inodes,
-        index.policy_stamps,
-    )
-    if disk_cache and not wanted and not same:
+    new = Index(policy if stamps else None, stamps, kept, kept_inodes)
+    if disk_cache and not wanted and (index is None or index[1:] != new[1:]):
         with contextlib.suppress(OSError, ValueError, GenjobError):  # not kept costs a read next time
             make_folder(layout.cache, layout.gen)
-            write_index(
-                layout.cache / NAME, gen, Index(policy if stamps else None, stamps, kept, kept_inodes)
-            )
+            write_index(layout.cache / NAME, gen, new)
     return Snapshot(rows, maker.now, **policy._asdict())
 
 
@@ -134,12 +127,11 @@ def refresh(layout: Layout, keys: Iterable[str], *, attempts: bool = False) -> d
     out: dict[str, JobRow | None] = {}
     for key in keys:
         folders = tuple(f for f in JOB_FOLDERS if os.path.lexists(f"{gen}/{f}/{key}.json"))
-        facts, _ = read_facts(
-            gen, key, folders, receipt=os.path.lexists(f"{gen}/receipts/{key}.json"), racy_ns=racy
+        receipt, leased, candidates = (
+            os.path.lexists(f"{gen}/{f}")
+            for f in (f"receipts/{key}.json", f"running/{key}.lease", f"candidates/{key}")
         )
-        leased, candidates = (
-            os.path.lexists(f"{gen}/{where}") for where in (f"running/{key}.lease", f"candidates/{key}")
-        )
+        facts, _ = read_facts(gen, key, folders, receipt=receipt, racy_ns=racy)
         gone = not facts.folders and facts.receipt is None
         out[key] = (
             None if gone else maker.row(key, facts, leased=leased, candidates=candidates, attempts=attempts)
