@@ -179,10 +179,6 @@ class BoardView:
             index -= len(self._groups[state])
         raise IndexError(index)
 
-    def row_at(self, index: int) -> JobRow | None:
-        """The row shown at `index`, or None while it is known by name alone."""
-        return self.rows.get(self.key_at(index))
-
     def index_of(self, key: str) -> int | None:
         state = self.where.get(key)
         if state is None or state not in self._selected():

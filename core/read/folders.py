@@ -11,13 +11,12 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import NamedTuple
 
 from core.model.contract import KEY_RE, RECEIPT_STATUSES
 from core.model.freshness import LeaseState
 from core.model.lifecycle import Facts, State, derive_state
-from core.store.layout import JOB_FOLDERS, Layout
+from core.store.layout import JOB_FOLDERS
 
 
 def folder_keys(path: str, suffix: str = ".json") -> list[str]:
@@ -87,15 +86,3 @@ def possible_states(key: str, folders: Iterable[str], *, receipt: bool, candidat
     if not KEY_RE.fullmatch(key):
         return frozenset({State.INVALID})
     return _possible(frozenset(folders), receipt, candidates)
-
-
-def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:
-    """The job keys that changed files under `.gen/` belong to."""
-    keys = set()
-    gen, candidates = str(layout.gen) + os.sep, str(layout.candidates) + os.sep
-    for p in map(str, paths):
-        if p.startswith(candidates):  # .gen/candidates/<key>/<n>/...: the key is the first part
-            keys.add(p[len(candidates) :].split(os.sep, 1)[0])
-        elif p.startswith(gen):
-            keys.add(os.path.basename(p).split(".", 1)[0])
-    return {key for key in keys if KEY_RE.fullmatch(key)}

@@ -1,10 +1,9 @@
 """One job's row: what its files say, then what its lease, the tree and the clock add.
 
-`read_facts` reads a key's job documents and receipt (strict JSON, `docscan`'s quick
-checks, the strict model for what those refuse); its `KeyFacts` hold while those files
-are not replaced. `RowMaker.row` adds what changes without them (lease, tree, clock,
-candidates; the attempts file only for a row shown in full) and asks `derive_state`. A
-file that does not parse makes its job INVALID with that error; nothing here raises.
+`read_facts` reads a key's documents (`docscan`'s quick checks, the strict models for
+what those refuse) into `KeyFacts`, which hold while those files are not replaced;
+`RowMaker.row` adds the lease, tree, clock and candidates (the attempts file only for a
+row shown in full). A file that does not parse makes its job INVALID; nothing raises.
 """
 
 from __future__ import annotations
@@ -25,15 +24,8 @@ from core.model.contract import KEY_RE, MAX_LEASE_BYTES, ReceiptStatus
 from core.model.freshness import LeaseState, Verdict
 from core.model.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.model.paths import lstat_inside
-from core.read.docscan import (
-    JobSummary,
-    LeaseFacts,
-    ReceiptFacts,
-    quick_job,
-    quick_lease,
-    quick_receipt,
-    summary_of,
-)
+from core.read import docscan
+from core.read.docscan import JobSummary, LeaseFacts, ReceiptFacts
 from core.store.layout import Layout
 
 ATTEMPTS_BYTES = 64 * 1024 * 1024
@@ -123,13 +115,13 @@ def parse_job(data: bytes, path: str, folder: str, key: str) -> tuple[JobSummary
         from core.store.queue import read_job_file
 
         job, record = read_job_file(Path(path), folder)
-        return summary_of(job), _rejection(record)
+        return docscan.summary_of(job), _rejection(record)
 
     def quick(obj: Any) -> tuple[JobSummary, str] | None:
         doc: Any = (
             (obj.get("job") if type(obj) is dict else None) if folder in ("applied", "rejected") else obj
         )
-        summary = quick_job(doc)
+        summary = docscan.quick_job(doc)
         return (summary, _rejection(obj)) if summary is not None and doc["idempotency_key"] == key else None
 
     got = _checked(data, path, quick, strict)
@@ -145,7 +137,7 @@ def parse_receipt(data: bytes, path: str) -> ReceiptFacts | str:
         rec = receipt_from_obj(loads_strict(data, path), path)
         return ReceiptFacts(rec.status.value, rec.worker_id, rec.idempotency_key, rec.job_digest)
 
-    return _checked(data, path, quick_receipt, strict)  # type: ignore[no-any-return]
+    return _checked(data, path, docscan.quick_receipt, strict)  # type: ignore[no-any-return]
 
 
 def parse_lease(data: bytes, path: str) -> LeaseFacts | str:
@@ -155,7 +147,7 @@ def parse_lease(data: bytes, path: str) -> LeaseFacts | str:
         lease = lease_from_bytes(data, path)
         return LeaseFacts(lease.worker, lease.host, lease.pid, float(lease.heartbeat), float(lease.ttl))
 
-    return _checked(data, path, quick_lease, strict)  # type: ignore[no-any-return]
+    return _checked(data, path, docscan.quick_lease, strict)  # type: ignore[no-any-return]
 
 
 def count_claims(data: bytes) -> tuple[int, str]:
@@ -264,8 +256,8 @@ class RowMaker:
     def row(
         self, key: str, facts: KeyFacts, *, leased: bool, candidates: bool = False, attempts: bool = False
     ) -> JobRow:
-        """The row of `key`: `leased` and `candidates` say whether it has a lease file and a
-        candidates folder; with `attempts`, its attempts file is read too."""
+        """The row of `key`, which has a lease file or a candidates folder if so said; with
+        `attempts`, its attempts file is read too."""
         folders, job, receipt = facts.folders, facts.job or NO_JOB, facts.receipt
         problems = [*([facts.invalid] if facts.invalid else []), *facts.receipt_problems]
         fresh = None

@@ -32,7 +32,6 @@ from core.errors import GenjobError
 from core.model.contract import KEY_RE
 from core.model.lifecycle import State
 from core.read.board_view import BoardView, board_listing, row_matches
-from core.read.folders import keys_from_paths
 from core.read.snapshot import JobRow, read_policy, refresh
 from core.remote.rules import cut_lines
 from core.store.layout import Layout
@@ -107,6 +106,18 @@ def _watch_filter(change: Change, path: str) -> bool:
         and f"{os.sep}scratch{os.sep}" not in path
         and not path.endswith(f"{os.sep}scratch")
     )
+
+
+def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:
+    """The job keys that changed files under `.gen/` belong to."""
+    keys = set()
+    gen, candidates = str(layout.gen) + os.sep, str(layout.candidates) + os.sep
+    for p in map(str, paths):
+        if p.startswith(candidates):  # .gen/candidates/<key>/<n>/...: the key is the first part
+            keys.add(p[len(candidates) :].split(os.sep, 1)[0])
+        elif p.startswith(gen):
+            keys.add(os.path.basename(p).split(".", 1)[0])
+    return {key for key in keys if KEY_RE.fullmatch(key)}
 
 
 def check_keys(layout: Layout, paths: Iterable[str]) -> set[str]:

@@ -111,7 +111,7 @@ def test_view_matches_a_fresh_sort(
         assert [view.key_at(i) for i in range(len(view))] == want
         for i, key in enumerate(want):
             assert view.index_of(key) == i
-            assert view.row_at(i) == read.get(key)
+            assert view.rows.get(view.key_at(i)) == read.get(key)
         assert sum(view.counts.values()) == len(where)
         assert view.counts == {s: n for s in State if (n := sum(1 for v in where.values() if v is s))}
         assert view.unread == len(where.keys() - read.keys())

@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 from core.model.lifecycle import State
 from core.read import listing_index, rows, snapshot
-from core.read.folders import keys_from_paths
 from core.read.rows import count_claims
 from core.read.snapshot import job_row, refresh, take_snapshot
 from core.review.apply import apply_job
@@ -462,20 +461,6 @@ def test_a_state_filter_reads_only_the_jobs_that_may_be_in_it(
         running: State.RUNNING,
     }
     assert orphaned in take_snapshot(repo, states={State.ORPHANED}).rows
-
-
-def test_keys_from_paths(repo: Layout) -> None:
-    key = "e" * 32
-    paths = [
-        repo.queue / f"{key}.json",
-        repo.running / f"{key}.lease",
-        repo.root / "src" / f"{'f' * 32}.json",
-        repo.gen / "events.jsonl",
-        str(repo.attempts / f"{'a' * 32}.jsonl"),
-        repo.candidate("c" * 32, 2) / "receipt.json",
-        repo.candidates / ("d" * 32),
-    ]
-    assert keys_from_paths(repo, paths) == {key, "a" * 32, "c" * 32, "d" * 32}
 
 
 def test_candidates_are_counted_and_a_closed_batch_is_received(
