@@ -28,6 +28,7 @@ STAMPED = frozenset({State.ORPHANED, State.RECEIVED, State.STALE, State.FAILED, 
 OPERATORS = STAMPED - {State.QUEUED}
 _RANK = {state: i for i, state in enumerate(STATE_ORDER)}
 _NAMED = {folder: State(state) for folder, state in FOLDER_STATE.items()}
+_FOLDER: dict[State | None, str] = {state: folder for folder, state in _NAMED.items()}
 
 
 def summary_line(row: JobRow) -> str:
@@ -72,10 +73,10 @@ def board_listing(gen: str) -> BoardListing:
         listed = keys[folder]
         groups[_NAMED[folder]] = listed if odd.isdisjoint(listed) else [k for k in listed if k not in odd]
     for key in odd:
-        folders = [
-            f for f in JOB_FOLDERS if (key in several and key in keys[f]) or where.get(key) is _NAMED[f]
-        ]
-        where[key] = provisional_state(key, folders, receipt=key in receipts)
+        named = (
+            [f for f in JOB_FOLDERS if key in keys[f]] if key in several else [_FOLDER.get(where.get(key))]
+        )
+        where[key] = provisional_state(key, filter(None, named), receipt=key in receipts)
         groups[where[key]].append(key)
     stamps = {}
     if groups[State.QUEUED]:
@@ -86,12 +87,8 @@ def board_listing(gen: str) -> BoardListing:
             except FileNotFoundError:  # claimed since: its events follow
                 continue
         os.close(fd)
-    operators = [
-        *keys["running"],
-        *receipts.difference(keys["running"]),
-        *folder_keys(f"{gen}/candidates", ""),
-    ]
-    return BoardListing(where, groups, stamps, list(dict.fromkeys(operators)))
+    operators = dict.fromkeys([*keys["running"], *receipts, *folder_keys(f"{gen}/candidates", "")])
+    return BoardListing(where, groups, stamps, list(operators))
 
 
 class BoardView:

@@ -99,10 +99,10 @@ def _paths_ok(paths: object) -> bool:
     if (
         type(paths) is not list
         or not 1 <= len(paths) <= c.MAX_PATHS
-        or len(set(map(str, paths))) < len(paths)
+        or not all(type(p) is str for p in paths)
     ):
         return False
-    if not all(type(p) is str for p in paths):
+    if len(set(paths)) < len(paths):
         return False
     if len(_GOOD_PATHS) > 65536:
         _GOOD_PATHS.clear()

@@ -58,25 +58,14 @@ def _load(entries: list[list[Any]], inodes: dict[str, tuple[int, int]]) -> dict[
     """What the entries give back; equal sets of folders or paths come back as one tuple."""
     shared: dict[tuple[str, ...], tuple[str, ...]] = {}
     known: dict[str, KeyFacts] = {}
-    for (
-        key,
-        ino,
-        receipt_ino,
-        folders,
-        modified,
-        job,
-        rejection,
-        invalid,
-        receipt,
-        worker,
-        problems,
-    ) in entries:
+    for entry in entries:
+        key, ino, receipt_ino, folders, modified, job = entry[:6]
         folders = shared.setdefault(tuple(folders), tuple(folders))
         if job is not None:
             schema, digest, text, paths, pairs, created = job
             paths = shared.setdefault(tuple(paths), tuple(paths))
             job = JobSummary(schema, digest, text, paths, tuple(map(tuple, pairs)), created)
-        facts = KeyFacts(folders, modified, job, rejection, invalid, receipt, worker, tuple(problems))
+        facts = KeyFacts._make([folders, modified, job, *entry[6:10], tuple(entry[10])])
         known[key], inodes[key] = facts, (ino, receipt_ino)
     return known
 

@@ -158,6 +158,12 @@ def test_board_listing_gives_each_key_its_provisional_state(repo: Layout) -> Non
     assert got.groups[State.QUEUED] == [queued] and got.groups[State.INCONSISTENT] == [twice]
     assert got.stamps == {queued: os.stat(repo.queue / f"{queued}.json").st_mtime_ns}
     assert got.operators == [running]
+    (repo.receipts / f"{running}.json").write_bytes(b"{}")  # names alone: never parsed here
+    (repo.receipts / ("f" * 32 + ".json")).write_bytes(b"{}")
+    got = board_listing(str(repo.gen))
+    assert (got.where[running], got.where["f" * 32]) == (State.RECEIVED, State.INCONSISTENT)
+    assert got.groups[State.RECEIVED] == [running] and running not in got.groups[State.RUNNING]
+    assert set(got.operators) == {running, "f" * 32}
 
 
 def test_visible_never_passes_controls() -> None:
