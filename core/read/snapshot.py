@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -20,13 +21,14 @@ from pathlib import Path
 from core.errors import GenjobError
 from core.model.lifecycle import State
 from core.model.protected import DEFAULT_PROTECTED
-from core.read.folders import list_names, possible_states
+from core.read.folders import folder_keys, list_names, possible_states
 from core.read.listing_index import NAME, Index, Policy, read_index, write_index
 from core.read.rows import JobRow, KeyFacts, RowMaker, racy_after, read_facts
 from core.store.layout import JOB_FOLDERS, Layout, user_config_dir
 from core.store.pins import pins_file
 from core.store.tree import make_folder
 
+VALID = "0" * 32  # any key: what a folder's jobs may turn out in does not depend on which
 __all__ = ["JobRow", "Snapshot", "job_row", "read_policy", "refresh", "take_snapshot"]
 
 
@@ -81,14 +83,35 @@ def read_policy(layout: Layout, index: Index | None = None) -> tuple[Policy, lis
     return _config_policy(layout.config), stamps if all(mtime < racy for mtime in stamps[2::4]) else []
 
 
+# A key in two folders is INCONSISTENT, a file named by no key INVALID: only a listing of
+# every folder by name finds them. Any other state is found from fewer names (`_may_be`).
+MIXED = frozenset({State.INCONSISTENT, State.INVALID})
+
+
+def _may_be(gen: str, wanted: frozenset[State]) -> list[str]:
+    """The keys that may be in `wanted` (none MIXED): those in a folder whose jobs alone may
+    be, and those with a receipt or candidates; the others' names are never listed."""
+    some = [
+        f
+        for f in JOB_FOLDERS
+        if not wanted.isdisjoint(possible_states(VALID, [f], receipt=False, candidates=False))
+    ]
+    keys = [key for folder in (*some, "receipts") for key in folder_keys(f"{gen}/{folder}")]
+    return list(dict.fromkeys([*keys, *folder_keys(f"{gen}/candidates", "")]))
+
+
 def take_snapshot(
     layout: Layout, disk_cache: bool = True, *, states: Collection[State] = (), now: float | None = None
 ) -> Snapshot:
     """Every job (or those in `states`) with its state; `disk_cache`: use and keep the index."""
     gen, wanted = str(layout.gen), frozenset(states)
-    names = list_names(gen)
     index = read_index(layout.cache / NAME, gen, facts=not wanted) if disk_cache else None
     policy, stamps = read_policy(layout, index)
+    if wanted and wanted.isdisjoint(MIXED):
+        some = refresh(layout, _may_be(gen, wanted), now=now)
+        found = {key: row for key, row in some.items() if row is not None and row.state in wanted}
+        return Snapshot(found, time.time() if now is None else now, **policy._asdict())
+    names = list_names(gen)
     known, was = (index.known, index.inodes) if index is not None else ({}, {})
     maker, racy = RowMaker(layout, now), racy_after()
     kept: dict[str, KeyFacts] = {}
@@ -120,10 +143,12 @@ def take_snapshot(
     return Snapshot(rows, maker.now, **policy._asdict())
 
 
-def refresh(layout: Layout, keys: Iterable[str], *, attempts: bool = False) -> dict[str, JobRow | None]:
+def refresh(
+    layout: Layout, keys: Iterable[str], *, attempts: bool = False, now: float | None = None
+) -> dict[str, JobRow | None]:
     """`keys` as their files are now (None: a key has none left); with `attempts`, each
     row counts its claims."""
-    gen, maker, racy = str(layout.gen), RowMaker(layout), racy_after()
+    gen, maker, racy = str(layout.gen), RowMaker(layout, now), racy_after()
     out: dict[str, JobRow | None] = {}
     for key in keys:
         folders = tuple(f for f in JOB_FOLDERS if os.path.lexists(f"{gen}/{f}/{key}.json"))

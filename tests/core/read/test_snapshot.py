@@ -461,6 +461,14 @@ def test_a_state_filter_reads_only_the_jobs_that_may_be_in_it(
         running: State.RUNNING,
     }
     assert orphaned in take_snapshot(repo, states={State.ORPHANED}).rows
+    os.link(repo.queue / f"{queued[0]}.json", repo.running / f"{queued[0]}.json")  # as a crash leaves it
+    assert set(take_snapshot(repo, states={State.INCONSISTENT}).rows) == {queued[0]}
+    assert queued[0] not in take_snapshot(repo, states={State.QUEUED, State.RUNNING}).rows
+    (repo.applied / "not-a-key.json").write_bytes(b"{}")
+    assert set(take_snapshot(repo, states={State.INVALID}).rows) == {"not-a-key"}
+    reads.clear()
+    assert take_snapshot(repo, states={State.APPLIED}).rows == {}
+    assert not any(name.startswith("queue/") for name in reads), reads
 
 
 def test_candidates_are_counted_and_a_closed_batch_is_received(
