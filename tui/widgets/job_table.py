@@ -184,7 +184,10 @@ class JobTable(ScrollView, can_focus=True):
         elif not count:
             self._set_cursor(None)
         if new_index is not None and offset is not None:
-            top = max(0, min(new_index - offset, count + 1 - self.scrollable_content_region.height))
+            height = self.scrollable_content_region.height
+            top = max(0, min(new_index - offset, count + 1 - height))
+            if not int(self.scroll_y) and new_index < height - 1:
+                top = 0  # a list at its top stays there: a row read into a state above shows
             self.scroll_to(y=top, animate=False, immediate=True, force=True)
             self._show_cursor()
         self._show_position()
@@ -331,12 +334,15 @@ class JobTable(ScrollView, can_focus=True):
         self._ask_for_window()
         return super().render_lines(crop)
 
+    def unread_in_view(self) -> list[str]:
+        """The jobs in view whose rows are not read in full yet (attempts included)."""
+        top, rows = int(self.scroll_y), self.view.rows
+        keys = [self.view.key_at(i) for i in range(top, min(len(self.view), top + self.page))]
+        return [k for k in keys if (row := rows.get(k)) is None or row.attempts is None]
+
     def _ask_for_window(self) -> None:
         """Ask for the rows in view that are not read in full, when they are not those asked last."""
-        top = int(self.scroll_y)
-        keys = [self.view.key_at(i) for i in range(top, min(len(self.view), top + self.page))]
-        rows = self.view.rows
-        unread = [k for k in keys if (row := rows.get(k)) is None or row.attempts is None]
+        unread = self.unread_in_view()
         if unread and unread != self._asked:
             self.post_message(self.WindowShown(unread))
         self._asked = unread
