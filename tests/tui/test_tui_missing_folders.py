@@ -24,4 +24,6 @@ async def test_the_board_opens_on_a_gen_folder_without_a_subfolder(
         rows = d.board.view.rows
         assert copy.jobs.rejected in rows or missing == "rejected"
         assert copy.jobs.received in rows or missing in ("running", "receipts")
+        # A check the received job started may still be probing its sandbox in scratch/.
+        await d.until(lambda: not d.board.checks.live, "the checks under way to end")
     assert group_or_other_writable(layout.gen) == []
