@@ -13,14 +13,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner, Result
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.errors import GenjobError
 from core.model.models import V2, Job, job_bytes, job_from_obj
 from core.plan.mint import build_job
-from core.read import snapshot_pool
 from core.review.consent import allow_as_written
 from core.store.layout import Layout
 from core.store.pins import read_pins, update_pins
@@ -199,19 +197,3 @@ def dead_pid() -> int:
     A pid of a process that has exited could be reused by the time it is checked.
     """
     return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
-
-
-def count_forks(monkeypatch: pytest.MonkeyPatch, cores: int) -> list[int]:
-    """From now on this process looks like one thread on `cores` cores, as the listing
-    engine asks before it forks; the list grows by one at each fork."""
-    made: list[int] = []
-    real_fork = os.fork
-
-    def counted_fork() -> int:
-        made.append(1)
-        return real_fork()
-
-    monkeypatch.setattr(os, "fork", counted_fork)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(cores)), raising=False)
-    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
-    return made

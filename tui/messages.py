@@ -16,6 +16,7 @@ from textual.notifications import SeverityLevel
 
 if TYPE_CHECKING:
     from core.model.standing import Standing
+    from core.read.board_view import BoardListing
     from core.read.inspect_job import JobDetail
     from core.read.snapshot import JobRow
     from core.store.queue import Claim
@@ -23,10 +24,27 @@ if TYPE_CHECKING:
 
 # -- what the feed read ------------------------------------------------------------------------
 @dataclass
+class NamesListed(Message):
+    """Every job by name, from a listing of the state folders: the board starts again from it."""
+
+    listing: BoardListing
+
+
+@dataclass
 class RowsChanged(Message):
     """Jobs that appeared or changed (a row), or left (None)."""
 
     changed: Mapping[str, JobRow | None]
+
+
+@dataclass
+class SearchFound(Message):
+    """A search for `needle` read `done` of `total` jobs; `rows` matched in the last stretch."""
+
+    needle: str
+    rows: list[JobRow]
+    done: int
+    total: int
 
 
 @dataclass

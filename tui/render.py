@@ -17,8 +17,7 @@ from rich.text import Text
 from core.model.presets import spend_of
 from core.model.protected import PROTECTED_HINT, PROTECTED_MARK
 from core.model.standing import FAILED, PASSED, CheckState, CheckStatus
-from core.model.terminal import visible
-from core.read.board_view import age
+from core.model.terminal import age, visible
 from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 if TYPE_CHECKING:
@@ -130,7 +129,8 @@ def _record_text(record: dict[str, Any]) -> Text:
         _field(text, "signer", str(applied.get("signer") or "unsigned"))
         required = applied.get("signature_required")
         _field(text, "policy", "signatures required" if required else "signatures NOT required")
-        commit = applied.get("commit") if isinstance(applied.get("commit"), dict) else {}
+        given = applied.get("commit")
+        commit: dict[str, Any] = given if isinstance(given, dict) else {}
         if commit.get("state") == "pending":
             _field(text, "commit", Text("applied, NOT committed: apply --commit or recover commits it", WARN))
         elif commit.get("state") == "committed":

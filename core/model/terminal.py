@@ -47,3 +47,12 @@ def one_line(text: str) -> str:
     stripped = text.strip("\n")
     first, _, rest = stripped.partition("\n")
     return visible(first, tab=" ") + (" …" if rest.strip() else "")
+
+
+def age(seconds: float) -> str:
+    """A short age: 42s, 5m, 3h, 2d."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -15,7 +15,7 @@ from core.model.lifecycle import State, allowed
 from core.model.models import V1, V2, Job, JobV1
 from core.model.paths import regular_file_inside
 from core.plan.mint import build_job
-from core.read.snapshot import Scanner
+from core.read.snapshot import job_row
 from core.store.events import record_event
 from core.store.layout import Layout
 from core.store.queue import Enqueued, enqueue, locate
@@ -28,7 +28,7 @@ def replay(layout: Layout, key: str, allow_secrets: bool = False) -> Enqueued:
     Paths that exist now become inputs at their current hash; paths that are gone become
     new files. Replaying the same job over the same tree twice gives the same key.
     """
-    row = Scanner(layout, disk_cache=False).refresh([key]).get(key)
+    row = job_row(layout, key)
     state = row.state if row else None
     if state is None or not allowed("replay", state):
         allowed_states = ", ".join(s.value for s in sorted({State.STALE, State.FAILED, State.REJECTED}))

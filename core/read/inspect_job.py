@@ -9,7 +9,7 @@ from core.errors import BadInput, GenjobError
 from core.model.presets import spend_of
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
-from core.read.snapshot import JobRow, Scanner
+from core.read.snapshot import JobRow, job_row
 from core.review.check_status import check_statuses
 from core.review.commit import CommitState, commit_state
 from core.review.diff import FileDiff, file_diff
@@ -77,11 +77,9 @@ class JobDetail:
         }
 
 
-def job_detail(layout: Layout, key: str, scanner: Scanner | None = None) -> JobDetail:
+def job_detail(layout: Layout, key: str) -> JobDetail:
     """Read, verify and diff one job. Never raises for a bad file: faults go to `errors`."""
-
-    scanner = scanner or Scanner(layout, disk_cache=False)
-    row = scanner.refresh([key]).get(key)
+    row = job_row(layout, key, attempts=True)
     if row is None:
         raise GenjobError(f"{key}: no such job in {layout.gen}")
     errors: list[str] = []

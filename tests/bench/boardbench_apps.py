@@ -1,6 +1,7 @@
-"""The processes `bench_board.py` measures: the board, a naive DataTable board, a raw watcher.
+"""The processes the board's benchmarks measure: the board, a naive DataTable board, a
+minimal Textual app that lists every state folder, a raw watcher.
 
-    python tests/bench/boardbench_apps.py board|datatable start|rss ROOT
+    python tests/bench/boardbench_apps.py board|datatable|minimal start|rss ROOT
     python tests/bench/boardbench_apps.py board update ROOT KEYS_FILE OUT_FILE
     python tests/bench/boardbench_apps.py rawwatch ROOT KEYS_FILE OUT_FILE
 
@@ -124,6 +125,37 @@ def datatable(mode: str, root: Path) -> None:
     app.run(headless=True, size=(200, 60), auto_pilot=drive)
 
 
+def minimal(mode: str, root: Path) -> None:
+    """The least a board can do: start Textual, list every state folder, show the count."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static
+
+    gen = root / ".gen"
+    names: list[str] = []
+
+    class Minimal(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Static(id="count")
+
+        def on_mount(self) -> None:
+            for folder in ("queue", "running", "receipts", "applied", "rejected", "candidates"):
+                names.extend(os.listdir(gen / folder))
+            self.query_one(Static).update(f"{len(names):,} jobs")
+
+    app = Minimal()
+
+    async def drive(pilot: Any) -> None:
+        while not names:
+            await asyncio.sleep(0.002)
+        emit({"first_frame": await after_refresh(app)})
+        if mode == "rss":
+            gc.collect()
+            emit({"rss": rss_bytes(), "jobs": len(names)})
+        app.exit()
+
+    app.run(headless=True, size=(200, 60), auto_pilot=drive)
+
+
 def rawwatch(root: Path, keys_file: Path, out: Path, debounce: int, step: int) -> None:
     """watchfiles alone, with the board's settings: when each watched rename was reported."""
     from watchfiles import awatch
@@ -158,6 +190,8 @@ if __name__ == "__main__":
         board(args[0], Path(args[1]), extra[0], extra[1])
     elif what == "datatable":
         datatable(args[0], Path(args[1]))
+    elif what == "minimal":
+        minimal(args[0], Path(args[1]))
     elif what == "rawwatch":
         from tui.services.feed import DEBOUNCE_MS, STEP_MS
 

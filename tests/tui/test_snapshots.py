@@ -47,9 +47,10 @@ def svg(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 
 
 async def screenshot(d: Driver, running: bool = False) -> str:
-    """The screen once it is still: animations over, no cursor blinking, verdicts and check
-    marks in, and (unless `running`) no check under way."""
+    """The screen once it is still: the rows in view read, animations over, no cursor
+    blinking, verdicts and check marks in, and (unless `running`) no check under way."""
     board = d.board
+    await d.until(lambda: not board.table.unread_in_view(), "the rows in view to be read")
     received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED"]
     await d.until(lambda: all(k in board.table.verdicts for k in received), "the list's verdicts")
     await d.until(lambda: board.table.check_column, "the checks' column")

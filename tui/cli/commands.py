@@ -261,7 +261,7 @@ def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """The job, its state, lease, receipt verification, diffs and timeline."""
     from core.model.presets import USAGE, spend_of
-    from core.read.board_view import age
+    from core.model.terminal import age
     from core.read.inspect_job import job_detail
     from core.store.overlaps import overlaps_of
 
@@ -524,17 +524,21 @@ def apply_cmd(
     commit: bool,
     protected: bool,
     sign: bool | None,
-    **plane: bool,
+    no_wait: bool,
+    ready: bool,
+    watch: bool,
+    merge: bool,
 ) -> None:
     """Verify, then write KEY's outputs into the tree atomically (--ready: every ready job)."""
     from core.review.candidates import apply_choice
     from tui.cli.apply_plane import apply_plane, held_writer
 
     layout = layout_of(ctx)
-    if apply_plane(layout, key, commit, protected=protected, sign=sign, **plane):
+    modes = {"no_wait": no_wait, "ready": ready, "watch": watch, "merge": merge}
+    if apply_plane(layout, key, commit, protected=protected, sign=sign, **modes):
         return
     assert key is not None  # apply_plane refuses a plain apply without one
-    ctx.with_resource(held_writer(layout, wait=not plane["no_wait"]))
+    ctx.with_resource(held_writer(layout, wait=not no_wait))
     if sign and not commit:
         raise GenjobError("apply --sign signs the commit: give --commit too")
     res = apply_choice(layout, resolve_key(layout, key), candidate, commit, protected=protected, sign=sign)

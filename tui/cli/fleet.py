@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.model.presets import Spend
-from core.model.terminal import visible
-from core.read.board_view import age
+from core.model.terminal import age, visible
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.fleet import HostView, Note, fleet

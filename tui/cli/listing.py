@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from core.model.lifecycle import STATE_ORDER
+from core.model.lifecycle import STATE_ORDER, State
 from core.model.protected import PROTECTED_MARK, protected_among
 from core.model.terminal import visible
 from core.store.layout import Layout
@@ -18,15 +18,20 @@ if TYPE_CHECKING:
 
 
 def list_jobs(layout: Layout, states: Sequence[str], as_json: bool) -> None:
-    """One row per job (only those in `states`, when given), most urgent state first."""
-    from core.read.board_view import age, summary_line
+    """One row per job (only those in `states`, when given), most urgent state first, and
+    within a state the newest first. Only the jobs that may be in `states` are read; the
+    attempts files of the rows printed are read for their count and last worker, so the
+    cost of a listing follows what it prints, not the queue."""
+    from core.model.terminal import age
+    from core.read.board_view import summary_line
+    from core.read.rows import with_attempts
     from core.read.snapshot import take_snapshot
 
-    snap = take_snapshot(layout)
     wanted = {s.upper() for s in states}
-    rows = [r for r in snap.rows.values() if not wanted or r.state.value in wanted]
+    snap = take_snapshot(layout, states={State(s) for s in wanted})
     order = {s: i for i, s in enumerate(STATE_ORDER)}
-    rows.sort(key=lambda r: (order[r.state], -r.created_at, r.key))
+    ordered = sorted(snap.rows.values(), key=lambda r: (order[r.state], -r.created_at, r.key))
+    rows = [with_attempts(str(layout.gen), r) for r in ordered]
     if as_json:
         print_json(
             [

@@ -10,7 +10,6 @@ the usual messages.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,7 +80,6 @@ def run_plain(argv: Sequence[str]) -> bool:
     board = plain_board(argv) if listing is None else None
     if listing is None and board is None:
         return False
-    gc.freeze()  # as the click group does: no collection walks what is loaded for good
     if listing is not None:
         from tui.cli.listing import list_jobs
 

@@ -30,7 +30,7 @@ from core.model.protected import protected_among
 from core.plan.mint import build_job
 from core.plan.replay import replay
 from core.read.inspect_job import JobDetail, job_detail
-from core.read.snapshot import Scanner, take_snapshot
+from core.read.snapshot import job_row, take_snapshot
 from core.store.config import AgentLimits, load_config
 from core.store.layout import Layout
 from core.store.queue import enqueue
@@ -73,7 +73,7 @@ class MintBudget:
 
 
 def _state_of(layout: Layout, key: str) -> State | None:
-    row = Scanner(layout, disk_cache=False).refresh([key]).get(key)
+    row = job_row(layout, key)
     return row.state if row is not None else None
 
 

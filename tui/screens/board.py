@@ -46,9 +46,11 @@ from tui.messages import (
     CheckStarted,
     DetailLoaded,
     FeedStatus,
+    NamesListed,
     PolicyRead,
     RowsChanged,
     Say,
+    SearchFound,
     Trouble,
     VerdictsFound,
 )
@@ -208,6 +210,7 @@ class BoardScreen(Screen[None]):
         self._detail_timer: Timer | None = None
         self._filter_timer: Timer | None = None
         self._select_when_seen: str | None = None
+        self.searching: tuple[int, int] | None = None  # a text filter's search: (read, of)
         self._loaded_at = 0.0
         self.worker_id = f"board:{actor()}"
         # Where each judged job's receipt and checks stand, and the checks that run unsandboxed.
@@ -276,6 +279,26 @@ class BoardScreen(Screen[None]):
         return self.query_one(CheckRunner)
 
     # -- what the feed reports -------------------------------------------------------------------
+    @on(NamesListed)
+    def _names_listed(self, message: NamesListed) -> None:
+        """Every job by name: the list starts again from them (the rows read stay)."""
+        self.view.set_listing(message.listing)
+        self._refilter()
+
+    @on(JobTable.WindowShown)
+    def _window_shown(self, message: JobTable.WindowShown) -> None:
+        self.feed.want(message.keys)
+
+    @on(SearchFound)
+    def _search_found(self, message: SearchFound) -> None:
+        if message.needle != self.view.text:
+            return
+        self.view.found(message.needle, message.rows)
+        self.searching = None if message.done == message.total else (message.done, message.total)
+        self.table.apply(None)
+        self._show_status()
+        self._show_empty()
+
     @on(RowsChanged)
     def _rows_changed(self, message: RowsChanged) -> None:
         changed = message.changed
@@ -285,7 +308,7 @@ class BoardScreen(Screen[None]):
             selected is not None and selected in changed and changed[selected] != self.view.rows.get(selected)
         )
         table.apply(changed)
-        self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
+        self._show_counts()
         wanted = self._select_when_seen
         if wanted and wanted in changed and table.select(wanted):
             self._select_when_seen = None
@@ -374,7 +397,7 @@ class BoardScreen(Screen[None]):
         self.table.set_protected(message.protected)
         pane = self.query_one(DetailPane)
         pane.signature_required = self.signature_required
-        if not self.view.rows:  # else the first rows drawn are the moment
+        if not self.view.where:  # else the first rows drawn are the moment
             self.call_later(pane.build)
         self._show_status()
         self._show_empty()
@@ -429,8 +452,10 @@ class BoardScreen(Screen[None]):
         marks = len(self.table.marks) if self.is_mounted else 0
         if marks:
             text.append(f"  {marks} marked", style="bold yellow")
+        if self.searching is not None:
+            text.append(f"  searching… {self.searching[0]:,} of {self.searching[1]:,}", style="yellow")
         if self.scanning:
-            text.append(f"  scanning… {counted(len(self.view.rows), 'job')}", style="yellow")
+            text.append(f"  scanning… {counted(len(self.view.where), 'job')}", style="yellow")
         else:
             text.append(f"  {self.watching}", style="green" if self.watching == "watching" else "yellow")
         self.query_one("#status", Static).update(text, layout=False)
@@ -440,7 +465,9 @@ class BoardScreen(Screen[None]):
         lines: list[tuple[str, bool]] = []
         if self.scanning:
             lines.append(("reading .gen/…", False))
-        elif self.view.rows:
+        elif self.view.where and self.searching is not None:
+            lines.append((f"searching… {self.searching[0]:,} of {self.searching[1]:,} jobs read", False))
+        elif self.view.where:
             lines.append(("No job matches the filter: escape clears it.", False))
         else:
             lines += [
@@ -465,7 +492,7 @@ class BoardScreen(Screen[None]):
         self.table.empty = lines
         self.table.refresh()
         # With no job at all there is no detail to show: the list takes the room.
-        self.query_one(DetailPane).display = bool(self.view.rows) or self.scanning
+        self.query_one(DetailPane).display = bool(self.view.where) or self.scanning
 
     # -- the key hints ----------------------------------------------------------------------------
     def _hints(self) -> list[Hint]:
@@ -489,12 +516,12 @@ class BoardScreen(Screen[None]):
         return hints
 
     def _applies(self, action: str) -> bool:
-        rows = self.view.rows
+        where = self.view.where
         d = self.dispatcher
         if self.table.marks:
-            return any(k in rows and may(d, action, k, rows[k].state) for k in self.table.marks)
+            return any(k in where and may(d, action, k, where[k]) for k in self.table.marks)
         key = self.table.cursor_key
-        return key is not None and key in rows and may(d, action, key, rows[key].state)
+        return key is not None and key in where and may(d, action, key, where[key])
 
     def _show_keys(self) -> None:
         kept = [Hint("?", "Help", "help"), Hint("q", "Quit", "app.quit")]
@@ -538,13 +565,16 @@ class BoardScreen(Screen[None]):
         self.action_toggle_state(event.state.value)
 
     def action_toggle_state(self, name: str) -> None:
-        state = State(name)
-        self.view.states = self.view.states ^ {state}
+        self.view.set_filter(states=self.view.states ^ {State(name)})
+        self._search()
         self._refilter()
+
+    def _show_counts(self) -> None:
+        self.query_one(CountsBar).set_counts(self.view.counts, self.view.states, self.view.unread)
 
     def _refilter(self) -> None:
         self.table.apply(None)
-        self.query_one(CountsBar).set_counts(self.view.counts, self.view.states)
+        self._show_counts()
         self._show_status()
         self._show_empty()
         self._show_keys()
@@ -562,8 +592,16 @@ class BoardScreen(Screen[None]):
         self._filter_timer = self.set_timer(0.15, lambda: self._set_text_filter(value))
 
     def _set_text_filter(self, value: str) -> None:
-        self.view.text = value.strip().casefold()
+        self.view.set_filter(text=value)
+        self._search()
         self._refilter()
+
+    def _search(self) -> None:
+        """Have the feed read what a text filter must read to know which jobs it matches."""
+        keys = self.view.to_search()
+        self.searching = (0, len(keys)) if keys else None
+        if self.view.text:
+            self.feed.search(self.view.text, keys)
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self, event: Input.Submitted) -> None:
@@ -591,8 +629,8 @@ class BoardScreen(Screen[None]):
         self.table.clear_marks()
         box.value = ""
         box.display = False
-        self.view.states = frozenset()
-        self.view.text = ""
+        self.view.set_filter(states=(), text="")
+        self._search()
         self._refilter()
         self._focus_list()
 
@@ -680,21 +718,22 @@ class BoardScreen(Screen[None]):
             self._say(f"read-only board: {verb} refused", severity="warning")
             return None
         table, d = self.table, self.dispatcher
+        where = self.view.where
         if table.marks:
-            rows = [self.view.rows[k] for k in sorted(table.marks) if k in self.view.rows]
-            ok = [r.key for r in rows if may(d, action, r.key, r.state)]
+            marked = [k for k in sorted(table.marks) if k in where]
+            ok = [k for k in marked if may(d, action, k, where[k])]
             if not ok:
                 self._say(
-                    f"none of the {len(rows)} marked jobs allows {verb}: it is for {_states_for(action)}",
+                    f"none of the {len(marked)} marked jobs allows {verb}: it is for {_states_for(action)}",
                     severity="warning",
                 )
                 return None
-            return ok, len(rows) - len(ok)
+            return ok, len(marked) - len(ok)
         key = table.cursor_key
-        if key is None or key not in self.view.rows:
+        if key is None or key not in where:
             self._say("no job selected", severity="warning")
             return None
-        state = self.view.rows[key].state
+        state = where[key]
         if may(d, action, key, state):
             return [key], 0
         if action == "apply" and state is State.STALE:

@@ -21,8 +21,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from core.errors import GenjobError
-from core.model.terminal import visible
-from core.read.board_view import age
+from core.model.terminal import age, visible
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.fleet import HostView, Note, fleet

@@ -1,34 +1,38 @@
 """What the board reads from `.gen/`, delivered as typed messages.
 
-`BoardFeed` is a widget that shows nothing: it owns the `Scanner` and keeps up with the
-disk. A watch worker turns `watchfiles` events into job keys; a process worker re-derives
-just those with `Scanner.refresh`, runs a full scan at start, after a watch failure and
-now and then as a fallback for filesystems that deliver no events (NFS), and re-derives
-the jobs whose state changes with time alone. Receipts are verified for the list's ✔/✘
-and a job's detail is read in thread workers. Every result is a message that bubbles to
-the screen; no worker touches a widget. What verifies and judges receipts (pydantic, the
-config model, cryptography) is imported by those workers when they first run, after the
-board's first frame.
+`BoardFeed` is a widget that shows nothing: it keeps up with the disk for the board's
+read-model (`core.read.board_view`). A full scan lists the state folders (names only:
+`NamesListed`) and then reads the operator's jobs (in running/, with a receipt or
+candidates); it runs at start, after a watch failure and now and then as a fallback for
+filesystems that deliver no events (NFS). Other jobs are read when their rows come into
+view (`want`, with their attempts files) or a text filter searches them (`search`). A
+watch worker turns `watchfiles` events into job keys, and only those are read again;
+the jobs whose state changes with time alone are re-derived on a tick. Receipts are
+verified for the list's ✔/✘ and a job's detail is read in thread workers. Every result
+is a message that bubbles to the screen; no worker touches a widget, and the event loop
+reads no file. What verifies and judges receipts (pydantic, the config model,
+cryptography) is imported once the board's first frame is drawn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
 from textual.widget import Widget
+from textual.worker import get_current_worker
 
 from core.errors import GenjobError
 from core.model.contract import KEY_RE
 from core.model.lifecycle import State
-from core.read.board_view import BoardView
-from core.read.snapshot import JobRow, Scanner, keys_from_paths
+from core.read.board_view import BoardView, board_listing, row_matches
+from core.read.snapshot import JobRow, read_policy, refresh
 from core.remote.rules import cut_lines
 from core.store.layout import Layout
 from tui.messages import (
@@ -36,8 +40,10 @@ from tui.messages import (
     ChecksFound,
     DetailLoaded,
     FeedStatus,
+    NamesListed,
     PolicyRead,
     RowsChanged,
+    SearchFound,
     Trouble,
     VerdictsFound,
 )
@@ -49,6 +55,19 @@ if TYPE_CHECKING:
     from core.read.inspect_job import JobDetail
     from core.store.config import Config
 
+# The folders of `.gen/` watched alone, and those whose entries are folders (watched recursively).
+FLAT_FOLDERS = (
+    "queue",
+    "running",
+    "receipts",
+    "applied",
+    "rejected",
+    "attempts",
+    "trusted_keys",
+    "logs",
+    "fleet",
+)
+NESTED_FOLDERS = ("candidates", "checks")
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120
 STEP_MS = 15
@@ -64,8 +83,10 @@ TIME_SENSITIVE = (State.RUNNING, State.RECEIVED, State.STALE, State.ORPHANED)
 # Up to this many keys are re-derived on the event loop itself (a few ms, no thread hop
 # for the GIL to bounce across); more go to a thread.
 INLINE_REFRESH = 48
-# Rows read per step of a full scan: small, so that the first ones show at once.
+# The operator's jobs read per step of a full scan, and documents per step of a search.
 SCAN_BATCH = 512
+# A search reports what it found at most this often (s), and when it ends.
+SEARCH_REPORT_SECONDS = 0.25
 # The longest the config waits for the board's first rows to be painted (`rows_shown`).
 FIRST_PAINT_WAIT = 2.0
 # Receipts verified per message while a scan finds many.
@@ -85,6 +106,18 @@ def _watch_filter(change: Change, path: str) -> bool:
         and f"{os.sep}scratch{os.sep}" not in path
         and not path.endswith(f"{os.sep}scratch")
     )
+
+
+def keys_from_paths(layout: Layout, paths: Iterable[str | Path]) -> set[str]:
+    """The job keys that changed files under `.gen/` belong to."""
+    keys = set()
+    gen, candidates = str(layout.gen) + os.sep, str(layout.candidates) + os.sep
+    for p in map(str, paths):
+        if p.startswith(candidates):  # .gen/candidates/<key>/<n>/...: the key is the first part
+            keys.add(p[len(candidates) :].split(os.sep, 1)[0])
+        elif p.startswith(gen):
+            keys.add(os.path.basename(p).split(".", 1)[0])
+    return {key for key in keys if KEY_RE.fullmatch(key)}
 
 
 def check_keys(layout: Layout, paths: Iterable[str]) -> set[str]:
@@ -107,9 +140,10 @@ class BoardFeed(Widget):
     def __init__(self, layout: Layout, view: BoardView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.repo = layout
-        # The board's read-model, read (on the event loop) for the keys to tick and to drop.
+        # The board's read-model, read (on the event loop) for the keys to tick and those shown.
         self.view = view
-        self._pending: set[str] = set()
+        self._pending: set[str] = set()  # named by events, or by the board's own changes
+        self._wanted: set[str] = set()  # in view and not read in full: read with their attempts
         self._wake = asyncio.Event()
         self._judged: dict[str, JobRow] = {}  # the received rows whose verdict was asked for
         self._scanning = True
@@ -128,6 +162,7 @@ class BoardFeed(Widget):
     def on_mount(self) -> None:
         self._process()
         self._watch()
+        self._watch(nested=True)
 
     def rows_shown(self) -> None:
         """The board has painted rows: the verdicts and the config may be read now."""
@@ -143,32 +178,44 @@ class BoardFeed(Widget):
         self._pending.update(keys)
         self._wake.set()
 
+    def want(self, keys: Iterable[str]) -> None:
+        """Read these jobs in full, attempts included: their rows are in view."""
+        new = set(keys) - self._wanted
+        if new:
+            self._wanted |= new
+            self._wake.set()
+
     # -- following the disk ------------------------------------------------------------------
-    @work(exclusive=True, group="watch", exit_on_error=False)
-    async def _watch(self) -> None:
-        """Feed the keys that file events name to `_process`, forever."""
+    @work(group="watch", exit_on_error=False)
+    async def _watch(self, *, nested: bool = False) -> None:
+        """Feed the keys that file events name to `_process`, forever: `.gen/` and its flat
+        folders each watched alone (a recursive watch walks every file, seconds at a million
+        jobs, holding the GIL), or with `nested` the folders of folders, recursively."""
         from watchfiles import awatch  # here, not before the first frame
 
+        gen = self.repo.gen
         while True:
+            names = NESTED_FOLDERS if nested else FLAT_FOLDERS
+            watched = [gen / name for name in names if (gen / name).is_dir()]
+            if nested and not watched:
+                await asyncio.sleep(5.0)  # none made yet
+                continue
             try:
                 self._status(watching="watching")
                 async for changes in awatch(
-                    self.repo.gen,
+                    *([] if nested else [gen]),
+                    *watched,
                     watch_filter=_watch_filter,
                     debounce=DEBOUNCE_MS,
                     step=STEP_MS,
+                    recursive=nested,
                     ignore_permission_denied=True,
                 ):
                     paths = [p for _, p in changes]
-                    if str(self.repo.config) in paths or any(
-                        os.path.dirname(p) == str(self.repo.trusted_keys) for p in paths
-                    ):
-                        self._pending.add("*")
-                    self._pending.update(keys_from_paths(self.repo, paths))
-                    self._wake.set()
-                    judged = [k for k in check_keys(self.repo, paths) if k in self.view.rows]
-                    if judged:
-                        self.judge(judged)
+                    self._heard(paths)
+                    made = {gen / name for name in names} & set(map(Path, paths))
+                    if not nested and not made.issubset(watched):
+                        break  # a folder made since: watch it too
             except Exception as exc:
                 self._status(watching="polling")
                 self.post_message(Trouble(f"watching .gen/ failed ({exc}); rescanning, retrying in 5s"))
@@ -176,12 +223,23 @@ class BoardFeed(Widget):
                 self._wake.set()
                 await asyncio.sleep(5.0)
 
+    def _heard(self, paths: list[str]) -> None:
+        """What changed paths mean: keys to read again, receipts to judge, or a full scan."""
+        if str(self.repo.config) in paths or any(
+            os.path.dirname(p) == str(self.repo.trusted_keys) for p in paths
+        ):
+            self._pending.add("*")
+        self._pending.update(keys_from_paths(self.repo, paths))
+        self._wake.set()
+        judged = [k for k in check_keys(self.repo, paths) if k in self.view.rows]
+        if judged:
+            self.judge(judged)
+
     @work(exclusive=True, group="process", exit_on_error=False)
     async def _process(self) -> None:
-        """The only user of the scanner: a full scan, then incremental refreshes."""
+        """The only reader of job files: a full scan, then the keys named since."""
         started = time.monotonic()
-        scanner = Scanner(self.repo)  # the index loads with the first batch, off the loop
-        await self._full_scan(scanner)
+        await self._full_scan()
         every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * (time.monotonic() - started))
         last_full = last_tick = time.monotonic()
         while True:
@@ -191,57 +249,51 @@ class BoardFeed(Widget):
             keys, self._pending = self._pending, set()
             now = time.monotonic()
             if "*" in keys or now - last_full > every:
-                await self._full_scan(scanner)
-                took = time.monotonic() - now
-                every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * took)
+                await self._full_scan()
+                every = max(FULL_SCAN_SECONDS, FULL_SCAN_SHARE * (time.monotonic() - now))
                 last_full = last_tick = time.monotonic()
                 continue
             if now - last_tick >= TICK_SECONDS:
                 keys |= self.view.tracked
                 last_tick = now
-            if keys:
-                try:
-                    if len(keys) <= INLINE_REFRESH:
-                        changed = scanner.refresh(keys)
-                    else:
-                        changed = await asyncio.to_thread(scanner.refresh, keys)
-                except Exception as exc:
-                    self.post_message(Trouble(f"reading .gen/ failed: {exc}", "error"))
-                    continue
-                self._emit(changed)
+            rows = self.view.rows
+            full = self._wanted | {
+                k for k in keys if (row := rows.get(k)) is not None and row.attempts is not None
+            }
+            self._wanted = set()
+            try:
+                if len(keys | full) <= INLINE_REFRESH:
+                    changed = self._read(keys - full, full)
+                else:
+                    changed = await asyncio.to_thread(self._read, keys - full, full)
+            except Exception as exc:
+                self.post_message(Trouble(f"reading .gen/ failed: {exc}", "error"))
+                continue
+            self._emit(changed)
 
-    async def _full_scan(self, scanner: Scanner) -> None:
+    def _read(self, keys: set[str], full: set[str]) -> dict[str, JobRow | None]:
+        """`keys` read again, and `full` with their attempts (the rows in view)."""
+        return {**refresh(self.repo, keys), **refresh(self.repo, full, attempts=True)}
+
+    async def _full_scan(self) -> None:
         self._status(scanning=True)
-        batches = scanner.scan_batches(SCAN_BATCH)
-        gathered: dict[str, JobRow] = {}
-        shown_at = 0.0
-        any_rows = False
         try:
-            while (batch := await asyncio.to_thread(next, batches, None)) is not None:
-                any_rows = any_rows or bool(batch)
-                gathered.update(batch)
-                if time.monotonic() - shown_at > 0.3:
-                    self._emit(gathered)
-                    gathered = {}
-                    shown_at = time.monotonic()
-            self._emit(gathered)
-            gone = [k for k in self.view.rows if not scanner.found(k)]
-            if gone:
-                self._emit(dict.fromkeys(gone))
-            trusted = await asyncio.to_thread(self._count_trusted)
-            policy = (scanner.signature_required, scanner.config_error, trusted, scanner.config_held)
-            self.post_message(PolicyRead(*policy, scanner.protected_paths))
-            if any_rows and not self._rows_shown.is_set():
+            listing = await asyncio.to_thread(board_listing, str(self.repo.gen))
+            self.post_message(NamesListed(listing))
+            operators = listing.operators
+            for start in range(0, len(operators), SCAN_BATCH):
+                self._emit(await asyncio.to_thread(refresh, self.repo, operators[start : start + SCAN_BATCH]))
+            if not self._rows_shown.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
                 self.rows_shown()  # as if they were, when the board never says so
+            policy, _ = await asyncio.to_thread(read_policy, self.repo)
+            trusted = await asyncio.to_thread(self._count_trusted)
+            signature, fault, _, held, protected = policy
+            self.post_message(PolicyRead(signature, fault, trusted, held, protected))
             await self._read_checks()
-            await asyncio.to_thread(scanner.save_cache)
+            # What the listing built and dropped, handed back to the system.
             await asyncio.to_thread(release_free_memory)
-            # The rows live as long as the board: keep the cyclic GC from walking them
-            # again and again (a pause that grows with the number of jobs).
-            gc.collect()
-            gc.freeze()
         except Exception as exc:
             self.post_message(Trouble(f"scanning .gen/ failed: {exc}", "error"))
         self._status(scanning=False)
@@ -288,6 +340,28 @@ class BoardFeed(Widget):
             self._judge_later.extend(judge)
         elif judge:
             self._verdicts(judge)
+
+    # -- a text filter ------------------------------------------------------------------------
+    def search(self, needle: str, keys: list[str]) -> None:
+        """Read the documents of `keys` for the jobs a text filter matches, reporting as it goes."""
+        self._search(needle, keys)
+
+    @work(thread=True, exclusive=True, group="search", exit_on_error=False)
+    def _search(self, needle: str, keys: list[str]) -> None:
+        worker = get_current_worker()
+        found: list[JobRow] = []
+        reported = time.monotonic()
+        for start in range(0, len(keys), SCAN_BATCH):
+            if worker.is_cancelled:
+                return
+            rows = refresh(self.repo, keys[start : start + SCAN_BATCH]).values()
+            found += [row for row in rows if row is not None and row_matches(row, needle)]
+            done = min(start + SCAN_BATCH, len(keys))
+            if done == len(keys) or time.monotonic() - reported > SEARCH_REPORT_SECONDS:
+                self.post_message(SearchFound(needle, found, done, len(keys)))
+                found, reported = [], time.monotonic()
+        if not keys:
+            self.post_message(SearchFound(needle, [], 0, 0))
 
     def judge(self, keys: Iterable[str]) -> None:
         """Verify these jobs' receipts and judge their checks again (a check ended, say)."""

@@ -1,4 +1,8 @@
-"""The state counts across the top of the board; click one (or press its digit) to filter."""
+"""The state counts across the top of the board; click one (or press its digit) to filter.
+
+A job not read yet counts in the state its file names give it (queue/ is QUEUED): the
+widest forms say how many are counted so, the others end in `≈` while any are.
+"""
 
 from __future__ import annotations
 
@@ -58,10 +62,11 @@ class CountsBar(Widget):
         self.counts: Counter[State] = Counter()
         self.selected: frozenset[State] = frozenset()
         self.total = 0
+        self.unread = 0  # jobs counted by their names alone
         self._spans: list[tuple[int, int, State]] = []
 
-    def set_counts(self, counts: Counter[State], selected: frozenset[State]) -> None:
-        self.counts, self.selected = Counter(counts), selected
+    def set_counts(self, counts: Counter[State], selected: frozenset[State], unread: int = 0) -> None:
+        self.counts, self.selected, self.unread = Counter(counts), selected, unread
         self.total = sum(self.counts.values())
         self.refresh()
 
@@ -80,7 +85,7 @@ class CountsBar(Widget):
         labels, zeros, sep, total, compact = FORMS[form]
         bars = sep == " │ "
         text = Text(" ", no_wrap=True, overflow="ellipsis")
-        spans = []
+        spans: list[tuple[int, int, State]] = []
         for state in STATE_ORDER:
             n = self.counts.get(state, 0)
             chosen = state in self.selected
@@ -99,7 +104,12 @@ class CountsBar(Widget):
             text.append(_number(n) if compact else f"{n:,}", Style(bold=bool(n)))
             spans.append((start, text.cell_len, state))
         if total:
-            text.append(f" │ {self.total:,} jobs{', filtered' if self.selected else ''}", Style(dim=True))
+            unread = f", {self.unread:,} by name only" if self.unread else ""
+            text.append(
+                f" │ {self.total:,} jobs{', filtered' if self.selected else ''}{unread}", Style(dim=True)
+            )
+        elif self.unread:
+            text.append(" ≈", Style(dim=True))
         return text, spans
 
     def on_click(self, event: events.Click) -> None:

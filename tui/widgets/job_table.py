@@ -1,8 +1,9 @@
 """The job list: a Line API `ScrollView` that renders only the rows in view.
 
-The rows live in a `core.read.board_view.BoardView`; this widget keeps a cursor and a set of
-marks keyed by job key, so neither moves to another job when rows arrive, leave or
-change state around them.
+The jobs live in a `core.read.board_view.BoardView`; this widget keeps a cursor and a set
+of marks keyed by job key, so neither moves to another job when rows arrive, leave or
+change state around them. A job known by name alone draws as its key and provisional
+state; the list asks for the rows of its window (`WindowShown`) and they fill in as read.
 
 | Key | Action |
 | :- | :- |
@@ -22,7 +23,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -30,8 +31,8 @@ from textual.strip import Strip
 
 from core.model.lifecycle import State
 from core.model.protected import PROTECTED_MARK, flagged
-from core.model.terminal import visible
-from core.read.board_view import BoardView, age, summary_line
+from core.model.terminal import age, visible
+from core.read.board_view import BoardView, summary_line
 from core.read.snapshot import JobRow
 from tui.text import STATE_STYLES
 
@@ -77,7 +78,7 @@ class JobTable(ScrollView, can_focus=True):
     JobTable > .jobtable--fail { color: $text-error; text-style: bold; }
     JobTable > .jobtable--busy { color: $text-warning; text-style: bold; }
     """
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "cursor(-1)", "Up", show=False),
         Binding("down", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
@@ -103,6 +104,13 @@ class JobTable(ScrollView, can_focus=True):
             super().__init__()
             self.count = count
 
+    class WindowShown(Message):
+        """The jobs in view whose rows are not read in full yet (attempts included)."""
+
+        def __init__(self, keys: list[str]) -> None:
+            super().__init__()
+            self.keys = keys
+
     def __init__(self, view: BoardView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.view = view
@@ -122,6 +130,7 @@ class JobTable(ScrollView, can_focus=True):
         # What an empty list says instead (set by the screen): lines, and whether each warns.
         self.empty: list[tuple[str, bool]] = []
         self._rows_drawn = False
+        self._asked: list[str] = []  # the keys last asked for in `WindowShown`
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -175,7 +184,10 @@ class JobTable(ScrollView, can_focus=True):
         elif not count:
             self._set_cursor(None)
         if new_index is not None and offset is not None:
-            top = max(0, min(new_index - offset, count + 1 - self.scrollable_content_region.height))
+            height = self.scrollable_content_region.height
+            top = max(0, min(new_index - offset, count + 1 - height))
+            if not int(self.scroll_y) and new_index < height - 1:
+                top = 0  # a list at its top stays there: a row read into a state above shows
             self.scroll_to(y=top, animate=False, immediate=True, force=True)
             self._show_cursor()
         self._show_position()
@@ -319,7 +331,21 @@ class JobTable(ScrollView, can_focus=True):
             self.post_message(self.FirstRowsDrawn())
         if len(self._strips) > STRIP_CACHE:
             self._strips.clear()
+        self._ask_for_window()
         return super().render_lines(crop)
+
+    def unread_in_view(self) -> list[str]:
+        """The jobs in view whose rows are not read in full yet (attempts included)."""
+        top, rows = int(self.scroll_y), self.view.rows
+        keys = [self.view.key_at(i) for i in range(top, min(len(self.view), top + self.page))]
+        return [k for k in keys if (row := rows.get(k)) is None or row.attempts is None]
+
+    def _ask_for_window(self) -> None:
+        """Ask for the rows in view that are not read in full, when they are not those asked last."""
+        unread = self.unread_in_view()
+        if unread and unread != self._asked:
+            self.post_message(self.WindowShown(unread))
+        self._asked = unread
 
     def notify_style_update(self) -> None:
         self._strips.clear()
@@ -351,7 +377,8 @@ class JobTable(ScrollView, can_focus=True):
             return Strip([Segment(_fit(text, width), style)]).crop_extend(0, width, base)
         if index >= len(self.view):
             return Strip.blank(width, base)
-        row = self.view.row_at(index)
+        key = self.view.key_at(index)
+        row = self.view.rows.get(key) or JobRow(key=key, state=self.view.where[key])
         cursor = row.key == self.cursor_key
         created = row.created_at
         when = age(time.time() - created) if created else "-"
@@ -380,7 +407,7 @@ class JobTable(ScrollView, can_focus=True):
                 else []
             ),
             (when, dim),
-            (str(row.attempts) if row.attempts else "-", dim),
+            ("" if row.attempts is None else str(row.attempts or "-"), dim),
             (visible(row.worker, tab=" ") or "-", dim),
             (self._flag(row) + summary_line(row), summary_style),
         ]

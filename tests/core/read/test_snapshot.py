@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import gc
-import io
 import json
-import marshal
 import os
 import shutil
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from corekit import (
-    count_forks,
     dead_pid,
     make_repo,
     mint,
@@ -30,8 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.model.lifecycle import State
-from core.read import snapshot, snapshot_files, snapshot_index, snapshot_pool
-from core.read.snapshot import Scanner, keys_from_paths, take_snapshot
+from core.read import listing_index, rows, snapshot
+from core.read.rows import count_claims
+from core.read.snapshot import job_row, refresh, take_snapshot
 from core.review.apply import apply_job
 from core.store.layout import Layout
 from core.store.pins import pins_file
@@ -88,7 +84,8 @@ def test_every_stored_and_derived_state(repo: Layout, signer: Ed25519PrivateKey)
     assert snap.rows[stale].problems == ("src/util.py: changed since the job was minted",)
     assert snap.rows[rejected].problems == ("rejected: no",)
     assert snap.rows[orphaned].problems[0].startswith("lease stale")
-    assert snap.rows[running].worker == "w1" and snap.rows[running].attempts == 1
+    assert snap.rows[running].worker == "w1" and snap.rows[running].attempts is None
+    assert counted(repo, running) == (State.RUNNING, 1, "w1")
     assert snap.rows[ok].receipt_status == "ok"
     row = snap.rows[ok].to_dict()
     assert {"key", "state", "schema", "digest", "instruction", "allowed_paths", "attempts", "worker"} <= set(
@@ -182,7 +179,6 @@ def test_the_policy_kept_in_the_index_follows_both_config_files(
 ) -> None:
     """The index keeps what config.toml says (so `ls` need not parse it), until it or the
     operator's config.toml, which sets a floor under it, changes."""
-    from core.read import snapshot
 
     set_config(repo, '[policy]\nrequire_signature = false\n\n[checks.lint]\nrun = "true"\nsandbox = "none"\n')
     age(repo.config)
@@ -220,13 +216,13 @@ def settle(layout: Layout) -> None:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files under `.gen/` a snapshot reads, as folder/name."""
     seen: list[str] = []
-    real = snapshot_files.read_with_stat
+    real = rows.read_with_stat
 
     def counting(path: str | Path, *args: Any, **kwargs: Any) -> tuple[bytes, os.stat_result]:
         seen.append("/".join(Path(path).parts[-2:]))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(snapshot_files, "read_with_stat", counting)
+    monkeypatch.setattr(rows, "read_with_stat", counting)
     return seen
 
 
@@ -237,18 +233,25 @@ def replace_with(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+INDEX = listing_index.NAME
+
+
 def test_the_index_is_reused_by_the_next_process_and_checked(repo: Layout, reads: list[str]) -> None:
     keys = write_jobs(repo, 5)
     settle(repo)
     first = take_snapshot(repo)
-    assert (repo.cache / "snapshot.marshal").exists() and len(reads) == 5
+    assert (repo.cache / INDEX).exists() and len(reads) == 5
     reads.clear()
-    assert Scanner(repo).scan().rows == first.rows
+    assert take_snapshot(repo).rows == first.rows
     assert reads == []
     path = repo.queue / f"{keys[0]}.json"
     replace_with(path, path.read_bytes())
     age(path)
-    assert take_snapshot(repo).rows == first.rows
+    again = take_snapshot(repo).rows
+    assert {k: r._replace(modified=0) for k, r in again.items()} == {
+        k: r._replace(modified=0) for k, r in first.rows.items()
+    }
+    assert again[keys[0]].modified == os.stat(path).st_mtime_ns
     assert reads == [f"queue/{keys[0]}.json"], "a new inode under the same name is read again"
     replace_with(path, b"{}")
     assert take_snapshot(repo).rows[keys[0]].state is State.INVALID
@@ -264,23 +267,31 @@ def test_a_file_still_being_written_is_read_again_until_it_settles(repo: Layout)
     assert states(repo)[key] is State.QUEUED
 
 
+def counted(repo: Layout, key: str) -> tuple[State, int | None, str]:
+    """A job's state, and the claims and worker its attempts file gives its row."""
+    row = job_row(repo, key, attempts=True)
+    assert row is not None
+    return row.state, row.attempts, row.worker
+
+
 def test_a_cached_row_follows_claims_requeues_and_attempts(repo: Layout) -> None:
     key = write_jobs(repo, 1)[0]
     settle(repo)
     row = take_snapshot(repo).rows[key]
-    assert (row.state, row.attempts) == (State.QUEUED, 0)
+    assert (row.state, row.attempts) == (State.QUEUED, None), "a listing reads no attempts file"
+    assert counted(repo, key) == (State.QUEUED, 0, "")
     claim(repo, "w1", key)
-    row = take_snapshot(repo).rows[key]
-    assert (row.state, row.attempts, row.worker) == (State.RUNNING, 1, "w1")
+    assert take_snapshot(repo).rows[key].worker == "w1"
+    assert counted(repo, key) == (State.RUNNING, 1, "w1")
     requeue(repo, key, force=True)  # back in queue/ under the same inode; the attempt recorded
     settle(repo)
-    row = take_snapshot(repo).rows[key]
-    assert (row.state, row.attempts, row.worker) == (State.QUEUED, 1, "w1")
+    assert take_snapshot(repo).rows[key].state is State.QUEUED
+    assert counted(repo, key) == (State.QUEUED, 1, "w1")
     claim(repo, "w2", key)
     requeue(repo, key, force=True)
     settle(repo)
-    row = take_snapshot(repo).rows[key]
-    assert (row.state, row.attempts, row.worker) == (State.QUEUED, 2, "w2")
+    assert take_snapshot(repo).rows[key].state is State.QUEUED
+    assert counted(repo, key) == (State.QUEUED, 2, "w2")
 
 
 def test_a_cached_queued_row_shows_running_once_claimed(repo: Layout) -> None:
@@ -290,21 +301,19 @@ def test_a_cached_queued_row_shows_running_once_claimed(repo: Layout) -> None:
     claim(repo, "w1", key)
     settle(repo)
     assert states(repo)[key] is State.RUNNING
-    assert Scanner(repo).scan().rows[key].state is State.RUNNING
+    assert take_snapshot(repo).rows[key].state is State.RUNNING
 
 
 def test_leases_are_read_on_every_scan(repo: Layout) -> None:
     key = write_jobs(repo, 1)[0]
     claim(repo, "w1", key)
     settle(repo)
-    scanner = Scanner(repo)
-    assert scanner.scan().rows[key].state is State.RUNNING
-    scanner.save_cache()
+    assert take_snapshot(repo).rows[key].state is State.RUNNING
     lease = json.loads(repo.lease(key).read_bytes())
     repo.lease(key).write_text(json.dumps({**lease, "heartbeat": 1.0, "ttl": 1.0}))
     age(repo.lease(key))
-    assert scanner.scan().rows[key].state is State.ORPHANED
-    assert Scanner(repo).scan().rows[key].state is State.ORPHANED
+    assert take_snapshot(repo).rows[key].state is State.ORPHANED
+    assert refresh(repo, [key])[key].state is State.ORPHANED  # type: ignore[union-attr]
 
 
 def test_a_received_job_turns_stale_in_the_next_process(repo: Layout, signer: Ed25519PrivateKey) -> None:
@@ -320,7 +329,7 @@ def test_a_received_job_turns_stale_in_the_next_process(repo: Layout, signer: Ed
 def test_a_folder_recorded_as_settled_is_listed_again_once_it_changes(
     repo: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(snapshot_files, "RACY_NS", 0)  # everything counts as settled at once
+    monkeypatch.setattr(rows, "RACY_NS", 0)  # everything counts as settled at once
     a, b = write_jobs(repo, 2)
     assert set(states(repo)) == {a, b}
     (repo.queue / f"{a}.json").unlink()
@@ -332,21 +341,12 @@ def test_a_folder_recorded_as_settled_is_listed_again_once_it_changes(
 
 def test_a_corrupt_index_is_ignored(repo: Layout) -> None:
     keys = write_jobs(repo, 2)
-    repo.cache.joinpath("snapshot.marshal").write_bytes(b"\x00garbage")
+    repo.cache.joinpath(INDEX).write_bytes(b"\x00garbage")
     assert set(states(repo)) == set(keys)
-    repo.cache.joinpath("snapshot.marshal").write_bytes(b"")
+    repo.cache.joinpath(INDEX).write_bytes(b"")
     assert set(states(repo)) == set(keys)
     shutil.rmtree(repo.cache)
     assert set(states(repo)) == set(keys)
-
-
-def framed(*frames: object) -> bytes:
-    """An index file made of these frames, each sealed with a true length and checksum."""
-    out = bytearray(snapshot_index.HEADER)
-    for frame in frames:
-        body = marshal.dumps(frame)
-        out += len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
-    return bytes(out)
 
 
 def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path: Path) -> None:
@@ -354,73 +354,40 @@ def test_a_truncated_damaged_or_foreign_index_is_ignored(repo: Layout, tmp_path:
     mint(repo, "x", ["src/app.py"])
     settle(repo)
     want = take_snapshot(repo).rows
-    index = repo.cache / "snapshot.marshal"
+    index = repo.cache / INDEX
     blob = index.read_bytes()
     other = make_repo(tmp_path / "other")
     write_jobs(other, 2)
     settle(other)
     take_snapshot(other)
-    head = snapshot_index._read_frame(io.BytesIO(blob[len(snapshot_index.HEADER) :]))
-    key = next(iter(want))
-    row = ("QUEUED", "genjob.v2", "d", "i", (), 0.0, 0, "", None, ("queue",), ())
-
+    head, body = blob.split(b"\n", 1)
+    forged_body = body.replace(b'"QUEUED"', b'"APPLIED"', 1)
     candidates = [
         blob[: len(blob) // 2],
         blob[:-1],
         blob + b"\0",
         bytes(b ^ 0xFF if i % 41 == 7 else b for i, b in enumerate(blob)),
-        marshal.dumps({"files": {}}),
-        blob.replace(b"index 5", b"index 4", 1),
-        framed(("head",) + (None,) * 4, ("end", 2)),
-        framed(head),
-        framed(head, ("end", 5)),
-        framed(head, ("nonsense",), ("end", 3)),
-        framed(head, ("listed", "queue", (key,), ()), ("end", 3)),
-        framed(head, ("fixed", (key,), *((v,) for v in ("NOT-A-STATE", *row[1:]))), ("end", 3)),
-        framed(head, ("fixed", (key,), *((v,) for v in (*row[:-1], (1,)))), ("end", 3)),
-        (other.cache / "snapshot.marshal").read_bytes(),
+        b"{}\n[]",
+        head + b"\n" + forged_body,
+        blob.replace(b"listing index 1", b"listing index 2", 1),
+        (other.cache / INDEX).read_bytes(),
     ]
     for bad in candidates:
         index.write_bytes(bad)
         assert take_snapshot(repo).rows == want
         index.write_bytes(bad)
-        assert Scanner(repo).refresh(want) == want
+        assert refresh(repo, want) == want
 
 
-def test_loading_the_index_leaves_the_collector_as_it_found_it(repo: Layout) -> None:
-    write_jobs(repo, 3)
-    settle(repo)
-    take_snapshot(repo)
-    index = repo.cache / "snapshot.marshal"
-    good = index.read_bytes()
-    for data, enabled in [(good, True), (good[:-3], True), (good, False)]:
-        index.write_bytes(data)
-        (gc.enable if enabled else gc.disable)()
-        try:
-            Scanner(repo).scan()  # the index loads with the first scan
-            assert gc.isenabled() is enabled
-        finally:
-            gc.enable()
-
-
-def test_an_index_of_many_frames_loads_whole(
-    repo: Layout, reads: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(snapshot_index, "SLICE", 3)
+def test_an_index_read_again_gives_the_rows_it_was_made_of(repo: Layout, reads: list[str]) -> None:
     keys = write_jobs(repo, 10)
     claim(repo, "w1")
     settle(repo)
     first = take_snapshot(repo).rows
     reads.clear()
-    scanner = Scanner(repo)
-    rows = scanner.scan().rows
-    assert rows == first
+    assert take_snapshot(repo).rows == first
     assert len(reads) == 1 and reads[0].startswith("running/") and reads[0].endswith(".lease"), reads
     assert set(first) == set(keys)
-    listed = scanner._listed
-    assert listed is not None
-    for row in rows.values():
-        assert any(row.key is k for f in listed.values() for k in f[1]), "one string per key"
 
 
 def test_a_tree_file_rewritten_within_a_clock_tick_is_rehashed(
@@ -432,13 +399,11 @@ def test_a_tree_file_rewritten_within_a_clock_tick_is_rehashed(
     original = target.read_bytes()
     future = time.time_ns() + HOUR_NS
     os.utime(target, ns=(future, future))
-    scanner = Scanner(repo)
-    assert scanner.scan().rows[job.key].state is State.RECEIVED
+    assert take_snapshot(repo).rows[job.key].state is State.RECEIVED
     target.write_bytes(original.upper())
     os.utime(target, ns=(future, future))
-    assert scanner.scan().rows[job.key].state is State.STALE
-    scanner.save_cache()
-    assert Scanner(repo).scan().rows[job.key].state is State.STALE
+    assert take_snapshot(repo).rows[job.key].state is State.STALE
+    assert take_snapshot(repo).rows[job.key].state is State.STALE
 
 
 def test_a_symlinked_parent_in_the_tree_makes_a_job_stale(
@@ -454,45 +419,56 @@ def test_a_symlinked_parent_in_the_tree_makes_a_job_stale(
 
 def test_refresh_rederives_single_keys(repo: Layout) -> None:
     a, b = write_jobs(repo, 2)
-    scanner = Scanner(repo, disk_cache=False)
-    scanner.scan()
+    take_snapshot(repo, disk_cache=False)
     claim(repo, "w1", a)
     (repo.queue / f"{b}.json").unlink()
-    changed = scanner.refresh([a, b])
+    changed = refresh(repo, [a, b])
     assert changed[b] is None
     row = changed[a]
     assert row is not None and row.state is State.RUNNING
-    assert set(scanner.scan().rows) == {a}
+    assert set(take_snapshot(repo, disk_cache=False).rows) == {a}
 
 
-def test_refresh_reads_only_what_changed_since_the_scan(repo: Layout, reads: list[str]) -> None:
+def test_refresh_reads_only_the_keys_it_is_given(repo: Layout, reads: list[str]) -> None:
     a, b = write_jobs(repo, 2)
-    settle(repo)
-    scanner = Scanner(repo)
-    first = scanner.scan()
+    first = take_snapshot(repo).rows
     reads.clear()
-    assert scanner.refresh([a, b]) == {a: first.rows[a], b: first.rows[b]}
-    assert reads == []
+    assert refresh(repo, [a]) == {a: first[a]}
+    assert reads == [f"queue/{a}.json"], "no listing, no other job"
     path = repo.queue / f"{b}.json"
     replace_with(path, b"[]")
-    row = scanner.refresh([a, b])[b]
+    row = refresh(repo, [b])[b]
     assert row is not None and row.state is State.INVALID
-    assert reads == [f"queue/{b}.json"]
-    assert scanner.scan().rows[b].state is State.INVALID
+    assert take_snapshot(repo).rows[b].state is State.INVALID
 
 
-def test_keys_from_paths(repo: Layout) -> None:
-    key = "e" * 32
-    paths = [
-        repo.queue / f"{key}.json",
-        repo.running / f"{key}.lease",
-        repo.root / "src" / f"{'f' * 32}.json",
-        repo.gen / "events.jsonl",
-        str(repo.attempts / f"{'a' * 32}.jsonl"),
-        repo.candidate("c" * 32, 2) / "receipt.json",
-        repo.candidates / ("d" * 32),
-    ]
-    assert keys_from_paths(repo, paths) == {key, "a" * 32, "c" * 32, "d" * 32}
+def test_a_state_filter_reads_only_the_jobs_that_may_be_in_it(
+    repo: Layout, signer: Ed25519PrivateKey, reads: list[str]
+) -> None:
+    """`ls --state RECEIVED` reads the jobs in running/ and no queued or finished one."""
+    queued = write_jobs(repo, 3, prefix="queued")
+    running, orphaned, rejected, ok, stale = running_orphaned_rejected_received_stale(repo, signer)
+    settle(repo)
+    reads.clear()
+    got = take_snapshot(repo, states={State.RECEIVED})
+    assert set(got.rows) == {ok}
+    read = {name.split("/")[1].split(".")[0] for name in reads}
+    assert read.isdisjoint([*queued, rejected]) and ok in read
+    assert set(take_snapshot(repo, states={State.QUEUED, State.REJECTED}).rows) == {*queued, rejected}
+    assert not (repo.cache / INDEX).exists(), "a partial listing keeps no index"
+    assert {k: r.state for k, r in take_snapshot(repo, states={State.STALE, State.RUNNING}).rows.items()} == {
+        stale: State.STALE,
+        running: State.RUNNING,
+    }
+    assert orphaned in take_snapshot(repo, states={State.ORPHANED}).rows
+    os.link(repo.queue / f"{queued[0]}.json", repo.running / f"{queued[0]}.json")  # as a crash leaves it
+    assert set(take_snapshot(repo, states={State.INCONSISTENT}).rows) == {queued[0]}
+    assert queued[0] not in take_snapshot(repo, states={State.QUEUED, State.RUNNING}).rows
+    (repo.applied / "not-a-key.json").write_bytes(b"{}")
+    assert set(take_snapshot(repo, states={State.INVALID}).rows) == {"not-a-key"}
+    reads.clear()
+    assert take_snapshot(repo, states={State.APPLIED}).rows == {}
+    assert not any(name.startswith("queue/") for name in reads), reads
 
 
 def test_candidates_are_counted_and_a_closed_batch_is_received(
@@ -504,8 +480,7 @@ def test_candidates_are_counted_and_a_closed_batch_is_received(
 
     job = mint(repo, "best of two", ["src/app.py"])
     held = Claimer(repo, "w1").claim(job.key)
-    scanner = Scanner(repo)
-    assert scanner.scan().rows[job.key].state is State.RUNNING
+    assert take_snapshot(repo).rows[job.key].state is State.RUNNING
 
     def commit(number: int, status: str) -> None:
         folder = staging(repo, job.key, 1, number)
@@ -518,13 +493,12 @@ def test_candidates_are_counted_and_a_closed_batch_is_received(
         commit_candidate(repo, held.job, number, [1, 2], receipt, {}, Holder("w1", 1, signer))
 
     commit(1, "rejected")
-    row = scanner.refresh([job.key])[job.key]
+    row = refresh(repo, [job.key])[job.key]
     assert row is not None and (row.state, row.candidates) == (State.RUNNING, 1), "the batch runs on"
     commit(2, "ok")
-    row = scanner.refresh([job.key])[job.key]
+    row = refresh(repo, [job.key])[job.key]
     assert row is not None and (row.state, row.candidates) == (State.RECEIVED, 2)
-    assert scanner.scan().rows[job.key].candidates == 2
-    scanner.save_cache()
+    assert take_snapshot(repo).rows[job.key].candidates == 2
     again = take_snapshot(repo).rows[job.key]
     assert (again.state, again.candidates, again.to_dict()["candidates"]) == (State.RECEIVED, 2, 2)
 
@@ -622,122 +596,4 @@ def written_claims(draw: st.DrawFn) -> bytes:
 )
 def test_attempts_are_counted_as_json_loads_reads_them(lines: list[bytes]) -> None:
     data = b"\n".join(lines)
-    assert snapshot_files.parse_attempts(data) == attempts_reference(data)
-
-
-def test_rows_made_by_forked_workers_are_the_rows_made_here(
-    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _, orphaned, _, _, stale = running_orphaned_rejected_received_stale(repo, signer)
-    write_jobs(repo, 30, prefix="queued")
-    (repo.queue / ("0" * 32 + ".json")).write_bytes(b"{not json")
-    (repo.queue / "not-a-key.json").write_bytes(b"{}")
-    settle(repo)
-    here = Scanner(repo, disk_cache=False).scan().rows
-    assert here[stale].state is State.STALE and here[orphaned].state is State.ORPHANED
-
-    forks = count_forks(monkeypatch, cores=3)
-    monkeypatch.setattr(snapshot_pool, "WORKER_KEYS_MIN", 1)
-    monkeypatch.setattr(snapshot_pool, "CHUNK_KEYS_MIN", 1)
-    assert take_snapshot(repo).rows == here
-    assert len(forks) == 2
-    assert Scanner(repo).scan().rows == here
-    assert len(forks) == 2, "the index the workers' rows went into serves the next scan"
-
-
-def test_attempts_listed_by_another_process_are_listed_as_here(
-    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A first scan with an index lists a large attempts/ in a forked process: its rows are
-    those of a scan that lists it here, a grown or removed attempts file is seen, and a
-    process that fails leaves the listing to this one."""
-    running_orphaned_rejected_received_stale(repo, signer)
-    keys = write_jobs(repo, 6, prefix="queued")
-    for key in keys[:3]:
-        claim(repo, "w1", key)
-    settle(repo)
-
-    def here() -> dict[str, Any]:
-        return Scanner(repo, disk_cache=False).scan().rows
-
-    forks = count_forks(monkeypatch, cores=2)
-    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
-    assert take_snapshot(repo).rows == here()
-    assert forks == [], "no index: nothing to load meanwhile"
-    assert take_snapshot(repo).rows == here()
-    assert len(forks) == 1
-    with open(repo.attempts / f"{keys[0]}.jsonl", "ab") as fh:
-        fh.write(b'{"at":1.0,"attempt":2,"event":"claimed","worker":"w9"}\n')
-    (repo.attempts / f"{keys[1]}.jsonl").unlink()
-    rows = take_snapshot(repo).rows
-    assert rows == here() and len(forks) == 2
-    assert (rows[keys[0]].attempts, rows[keys[1]].attempts) == (2, 0)
-
-    def fails(gen: str, folder: str) -> dict[str, Any]:
-        raise OSError("listing failed")
-
-    monkeypatch.setattr(snapshot, "list_growing", fails)
-    (repo.attempts / f"{keys[2]}.jsonl").unlink()
-    rows = take_snapshot(repo).rows
-    assert len(forks) == 3 and rows[keys[2]].attempts == 0
-    monkeypatch.undo()
-    assert rows == here()
-
-
-def test_leases_read_by_another_process_are_read_as_here(
-    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The forked process that lists attempts/ first reads the leases, which this one then
-    does not read again; if it fails, this one reads them, and the rows are the same."""
-    running_orphaned_rejected_received_stale(repo, signer)
-    keys = write_jobs(repo, 4, prefix="leased")
-    for key in keys:
-        claim(repo, "w1", key)
-    settle(repo)
-    here = Scanner(repo, disk_cache=False).scan().rows
-    leased = sum(1 for n in os.listdir(repo.running) if n.endswith(".lease"))
-    assert leased >= len(keys)
-    take_snapshot(repo)  # the index
-
-    reads: list[str] = []
-    real_read_lease = snapshot.read_lease
-
-    def counted(path: str) -> Any:
-        reads.append(path)
-        return real_read_lease(path)
-
-    monkeypatch.setattr(snapshot, "read_lease", counted)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
-    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
-    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
-    assert take_snapshot(repo).rows == here
-    assert reads == [], "every lease was read ahead"
-
-    def fails(gen: str) -> dict[str, bytes]:
-        raise OSError("reading failed")
-
-    monkeypatch.setattr(snapshot, "read_leases", fails)
-    assert take_snapshot(repo).rows == here
-    assert len(reads) == leased
-
-
-def test_a_finished_row_whose_attempts_grew_is_made_again_with_a_listing_apart(
-    repo: Layout, signer: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Finished rows are batched while the other process lists attempts/; one whose
-    attempts file changed meanwhile is made again from its files."""
-    running_orphaned_rejected_received_stale(repo, signer)
-    keys = write_jobs(repo, 5, prefix="batched")
-    settle(repo)
-    take_snapshot(repo)  # the index
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
-    monkeypatch.setattr(snapshot_pool, "_threads", lambda: 1)
-    monkeypatch.setattr(snapshot, "APART_FOLDER_BYTES", 0)
-    for key in keys[1:3]:
-        with open(repo.attempts / f"{key}.jsonl", "ab") as fh:
-            fh.write(b'{"at":1.0,"attempt":1,"event":"claimed","worker":"w7"}\n')
-    for size in (2, 4096):
-        rows = {k: r for batch in Scanner(repo).scan_batches(size) for k, r in batch.items()}
-        assert rows == Scanner(repo, disk_cache=False).scan().rows
-        assert [rows[k].attempts for k in keys] == [0, 1, 1, 0, 0]
-        assert rows[keys[1]].worker == "w7"
+    assert count_claims(data) == attempts_reference(data)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from core.errors import BadInput
 from core.model.freshness import CLAIM_GRACE, CLOCK_SKEW, MAX_TTL, LeaseState, judge
 from core.model.lifecycle import State
-from core.read.snapshot import Scanner, take_snapshot
+from core.read.snapshot import take_snapshot
 from core.store.layout import Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.store.queue import claim, lease_state, requeue
@@ -112,10 +112,7 @@ def test_a_running_job_with_an_absurd_ttl_says_it_counts_as_the_maximum(repo: La
 
 def scan_at(repo: Layout, now: float) -> dict[str, State]:
     """Each job's state in a snapshot taken as if at `now`."""
-    rows = {}
-    for batch in Scanner(repo, disk_cache=False).scan_batches(now=now):
-        rows.update(batch)
-    return {k: r.state for k, r in rows.items()}
+    return {k: r.state for k, r in take_snapshot(repo, disk_cache=False, now=now).rows.items()}
 
 
 def test_every_reader_agrees_on_each_lease_state(repo: Layout) -> None:

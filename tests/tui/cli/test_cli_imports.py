@@ -232,7 +232,7 @@ def test_a_scan_gives_its_first_rows_before_reading_a_changed_config(
     small_queue: tuple[Layout, str, str],
 ) -> None:
     """The policy is read after the rows: a config.toml just written (so not in the
-    index) costs the first rows nothing, and the snapshot still carries its policy."""
+    index) costs the board's names and first rows nothing, and the policy still follows it."""
     layout, _, _ = small_queue
     text = layout.config.read_text()
     assert "\nrequire_signature = true\n" in text
@@ -241,16 +241,17 @@ def test_a_scan_gives_its_first_rows_before_reading_a_changed_config(
         "import sys\n"
         "from pathlib import Path\n"
         "from core.store.layout import Layout\n"
-        "from core.read.snapshot import Scanner\n"
-        f"scanner = Scanner(Layout(Path({str(layout.root)!r})))\n"
-        "batches = scanner.scan_batches(1)\n"
-        "first = next(batches)\n"
-        "print(len(first), 'pydantic' in sys.modules)\n"
-        "rest = list(batches)\n"
-        "print(len(rest), scanner.signature_required, 'pydantic' in sys.modules)\n"
+        "from core.read.board_view import board_listing\n"
+        "from core.read.snapshot import read_policy, refresh\n"
+        f"layout = Layout(Path({str(layout.root)!r}))\n"
+        "listing = board_listing(str(layout.gen))\n"
+        "first = refresh(layout, listing.operators)\n"
+        "print(len(listing.where), len(first), 'pydantic' in sys.modules)\n"
+        "policy, _ = read_policy(layout)\n"
+        "print(policy.signature_required, 'pydantic' in sys.modules)\n"
     )
     out, _ = loaded_by(code, layout.root)
-    assert out.split("\n")[:2] == ["1 False", "1 False True"], out
+    assert out.split("\n")[:2] == ["2 1 False", "False True"], out
 
 
 def test_a_ship_of_one_loads_none_of_the_candidates_machinery(small_queue: tuple[Layout, str, str]) -> None:

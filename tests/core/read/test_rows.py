@@ -1,5 +1,5 @@
-"""core.read.snapshot_files: what one key's files say, read from real files, never raising for a
-bad one."""
+"""core.read.rows: what one key's files say, read from real files, never raising for a bad
+one; and the row a listing shows."""
 
 from __future__ import annotations
 
@@ -10,26 +10,30 @@ from pathlib import Path
 from corekit import mint, receive, write_jobs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.read.snapshot_files import (
-    GONE,
+from core.model.contract import MAX_LEASE_BYTES
+from core.model.lifecycle import State
+from core.read.docscan import LeaseFacts, ReceiptFacts
+from core.read.folders import list_names
+from core.read.rows import (
+    JobRow,
+    KeyFacts,
     parse_lease,
     parse_receipt,
     racy_after,
-    read,
     read_facts,
-    read_lease,
+    read_file,
+    with_attempts,
 )
-from core.read.snapshot_folders import list_folders
-from core.read.snapshot_records import NO_SUMMARY, FileFacts, LeaseFacts, ReceiptFacts
 from core.store.layout import Layout
 from core.store.queue import claim, reject
 
 OLD_NS = 10**18  # 2001: long settled
 
 
-def facts(layout: Layout, key: str) -> tuple[FileFacts, bool]:
-    listed, _ = list_folders(str(layout.gen), None)
-    return read_facts(str(layout.gen), key, {f: v.files for f, v in listed.items()}, racy_after())
+def facts(layout: Layout, key: str) -> tuple[KeyFacts, bool]:
+    names = list_names(str(layout.gen))
+    folders, receipt = names.where.get(key, ()), key in names.files["receipts"]
+    return read_facts(str(layout.gen), key, folders, receipt=receipt, racy_ns=racy_after())
 
 
 def settle(path: Path) -> None:
@@ -40,10 +44,10 @@ def test_a_queued_job(repo: Layout) -> None:
     key = write_jobs(repo, 1)[0]
     settle(repo.queue / f"{key}.json")
     got, settled = facts(repo, key)
-    assert settled and got.folders == ("queue",) and got.has_job and got.invalid is None
+    assert settled and got.folders == ("queue",) and got.job is not None and got.invalid is None
     assert got.job.schema == "genjob.v2" and got.job.allowed_paths == ("src/app.py",)
     assert got.job.inputs == (), "only a running job keeps its inputs"
-    assert (got.receipt, got.worker, got.attempts) == (None, "", 0)
+    assert (got.receipt, got.receipt_worker, got.modified) == (None, "", OLD_NS)
 
 
 def test_a_running_job_with_a_receipt_and_attempts(repo: Layout, signer: Ed25519PrivateKey) -> None:
@@ -51,22 +55,23 @@ def test_a_running_job_with_a_receipt_and_attempts(repo: Layout, signer: Ed25519
     receive(repo, job.key, {"src/app.py": b"new"}, signer)
     got, _ = facts(repo, job.key)
     assert got.folders == ("running",) and got.receipt == "ok" and got.receipt_problems == ()
-    assert got.job.inputs == (("src/app.py", job.inputs["src/app.py"]),)
-    assert got.attempts == 1 and got.worker
+    assert got.job is not None and got.job.inputs == (("src/app.py", job.inputs["src/app.py"]),)
+    row = with_attempts(str(repo.gen), JobRow(key=job.key, state=State.RECEIVED))
+    assert row.attempts == 1 and row.worker
 
 
 def test_a_rejected_record_gives_its_reason(repo: Layout) -> None:
     key = write_jobs(repo, 1)[0]
     reject(repo, key, "not now")
     got, _ = facts(repo, key)
-    assert got.folders == ("rejected",) and got.rejection == "not now" and got.has_job
+    assert got.folders == ("rejected",) and got.rejection == "not now" and got.job is not None
 
 
 def test_a_file_that_does_not_parse_makes_the_key_invalid_with_its_fault(repo: Layout) -> None:
     key = "0" * 32
     (repo.queue / f"{key}.json").write_bytes(b"{not json")
     got, settled = facts(repo, key)
-    assert not got.has_job and got.job == NO_SUMMARY
+    assert got.job is None
     assert got.invalid is not None and "malformed JSON" in got.invalid and str(repo.queue) in got.invalid
     assert not settled, "a file written just now may still be changing"
 
@@ -88,12 +93,13 @@ def test_a_job_under_another_keys_name_goes_to_the_strict_reader(repo: Layout) -
 def test_read_says_what_became_of_a_file(tmp_path: Path) -> None:
     path = tmp_path / "f.json"
     path.write_bytes(b"{}")
-    assert read(str(path), racy_after()) == (b"{}", False)
+    got = read_file(str(path), racy_after())
+    assert (got.data, got.settled) == (b"{}", False)
     settle(path)
-    assert read(str(path), racy_after()) == (b"{}", True)
-    assert read(str(tmp_path / "gone"), racy_after()) == (GONE, False)
+    assert read_file(str(path), racy_after()) == (b"{}", OLD_NS, True)
+    assert read_file(str(tmp_path / "gone"), racy_after()).data is None
     os.mkfifo(tmp_path / "fifo")
-    data, _ = read(str(tmp_path / "fifo"), racy_after())
+    data = read_file(str(tmp_path / "fifo"), racy_after()).data
     assert isinstance(data, str) and "cannot read" in data
 
 
@@ -113,9 +119,26 @@ def test_receipts_and_leases_parse_into_their_records(repo: Layout) -> None:
     assert isinstance(fault, str) and fault.startswith("r.json: status")
     key = write_jobs(repo, 1)[0]
     claim(repo, "w1", key)
-    data = read_lease(str(repo.lease(key)))
+    data = read_file(str(repo.lease(key)), limit=MAX_LEASE_BYTES).data
     assert isinstance(data, bytes)
     lease = parse_lease(data, "l")
     assert isinstance(lease, LeaseFacts) and lease.worker == "w1" and lease.pid == os.getpid()
     assert isinstance(parse_lease(b"[]", "l.lease"), str)
-    assert read_lease(str(repo.running / "none.lease")) is GONE
+    assert read_file(str(repo.running / "none.lease")).data is None
+
+
+def test_a_row_as_json() -> None:
+    row = JobRow(
+        key="a" * 32,
+        state=State.RUNNING,
+        schema="genjob.v2",
+        digest="d" * 64,
+        instruction="do",
+        allowed_paths=("a.py",),
+        created_at=1.5,
+        attempts=2,
+        folders=("running",),
+    )
+    got = json.loads(json.dumps(row.to_dict()))
+    assert got["state"] == "RUNNING" and got["worker"] is None and got["allowed_paths"] == ["a.py"]
+    assert set(got) == set(JobRow._fields)

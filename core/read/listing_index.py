@@ -1,0 +1,114 @@
+"""The listing's index, `.gen/cache/listing.jsonl`: what the last full listing read, so
+the next reads only the files replaced since.
+
+Line 1 is the head: this machine's seal (`core.store.seal`) of the rest of the line, a
+space, and a JSON object: the format, the `.gen/` and device it is of, the sha256 of line
+2, and the policy read from the config with the stamps of the files it came from (so a
+plain `genjob ls` need not load the config's models). Line 2 is a JSON array with one
+array per key: the inodes its job file and receipt had, then its `KeyFacts`.
+
+It saves work and decides nothing: nothing that verifies or applies a job reads it. It is
+read only when it is the operator's own (it and its folders up to `.gen/` owned by this
+user, writable by no one else) and sealed here; one that is missing, cut, damaged,
+foreign or of another format is no index; an entry whose files were replaced is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from core.errors import GenjobError
+from core.read.docscan import JobSummary
+from core.read.rows import KeyFacts
+from core.store.durable import atomic_write
+from core.store.ownership import operator_owners, untrusted_because
+from core.store.seal import seal, sealed_here
+
+FORMAT = "genjob listing index 2"
+NAME = "listing.jsonl"
+
+
+class Policy(NamedTuple):
+    """What the config says that a listing shows."""
+
+    signature_required: bool
+    config_error: str | None
+    unsandboxed_checks: tuple[str, ...]  # the checks configured with sandbox = "none"
+    config_held: str | None  # what the config would run and may not yet
+    protected_paths: tuple[str, ...]
+
+
+class Index(NamedTuple):
+    policy: Policy | None
+    policy_stamps: list[int]  # of the files the policy was read from, as they were then
+    known: dict[str, KeyFacts]
+    inodes: dict[str, tuple[int, int]]  # of each key's job file and receipt, as they were read
+
+
+def _entry(key: str, inodes: tuple[int, int], facts: KeyFacts) -> list[object]:
+    """[key, inodes, then the facts, the job summary (or null) nested as arrays]."""
+    return [key, *inodes, *facts]
+
+
+def _load(entries: list[list[Any]], inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
+    """What the entries give back; equal sets of folders or paths come back as one tuple."""
+    shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+    known: dict[str, KeyFacts] = {}
+    for entry in entries:
+        key, ino, receipt_ino, folders, modified, job = entry[:6]
+        folders = shared.setdefault(tuple(folders), tuple(folders))
+        if job is not None:
+            schema, digest, text, paths, pairs, created = job
+            paths = shared.setdefault(tuple(paths), tuple(paths))
+            job = JobSummary(schema, digest, text, paths, tuple(map(tuple, pairs)), created)
+        facts = KeyFacts._make([folders, modified, job, *entry[6:10], tuple(entry[10])])
+        known[key], inodes[key] = facts, (ino, receipt_ino)
+    return known
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
+    """The index at `path` if it is whole, this `.gen/`'s and sealed here, else None; with
+    `facts` False only its head (the policy)."""
+    if untrusted_because(path, Path(gen), operator_owners()) is not None:
+        return None
+    try:
+        with open(path, "rb", opener=_no_follow) as fh:
+            tag, _, head_bytes = fh.readline().rstrip(b"\n").partition(b" ")
+            if not sealed_here(FORMAT, head_bytes, tag.decode()):  # a FIFO reads as empty: not sealed
+                return None
+            head = json.loads(head_bytes)
+            if (head["format"], head["gen"], head["device"]) != (FORMAT, gen, os.stat(gen).st_dev):
+                return None
+            body = fh.read() if facts else b"[]"
+        if facts and hashlib.sha256(body).hexdigest() != head["body"]:
+            return None
+        policy = None
+        if head["policy"] is not None:
+            required, fault, unsandboxed, held, protected = head["policy"]
+            policy = Policy(required, fault, tuple(unsandboxed), held, tuple(protected))
+        inodes: dict[str, tuple[int, int]] = {}
+        return Index(policy, head["stamps"], _load(json.loads(body), inodes), inodes)
+    except (OSError, ValueError, TypeError, KeyError, GenjobError):
+        return None
+
+
+def write_index(path: Path, gen: str, index: Index) -> None:
+    """Replace the index at `path` (its folder made already)."""
+    entries = [_entry(key, index.inodes[key], got) for key, got in index.known.items()]
+    body = json.dumps(entries, separators=(",", ":")).encode()
+    head = {
+        "format": FORMAT,
+        "gen": gen,
+        "device": os.stat(gen).st_dev,
+        "body": hashlib.sha256(body).hexdigest(),
+    }
+    head_bytes = json.dumps({**head, "policy": index.policy, "stamps": index.policy_stamps}).encode()
+    atomic_write(path, [seal(FORMAT, head_bytes).encode(), b" ", head_bytes, b"\n", body], durable=False)

@@ -1,0 +1,309 @@
+"""One job's row: what its files say, then what its lease, the tree and the clock add.
+
+`read_facts` reads a key's documents (`docscan`'s quick checks, the strict models for
+what those refuse) into `KeyFacts`, which hold while those files are not replaced;
+`RowMaker.row` adds the lease, tree, clock and candidates (the attempts file only for a
+row shown in full). A file that does not parse makes its job INVALID; nothing raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from core.errors import BadInput
+from core.model import freshness
+from core.model.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat, sha256_file
+from core.model.contract import KEY_RE, MAX_LEASE_BYTES, ReceiptStatus
+from core.model.freshness import LeaseState, Verdict
+from core.model.lifecycle import Facts, State, derive_state, inconsistency_rule
+from core.model.paths import lstat_inside
+from core.read import docscan
+from core.read.docscan import JobSummary, LeaseFacts, ReceiptFacts
+from core.store.layout import Layout
+
+ATTEMPTS_BYTES = 64 * 1024 * 1024
+# A file changed this recently may change again within its mtime's granularity without its
+# identity changing: what was read from it is used but not kept (git's "racily clean").
+RACY_NS = 2_000_000_000
+NO_JOB = JobSummary("", "", "", (), (), 0.0)
+
+
+def racy_after() -> int:
+    """The time (ns) after which a file's mtime says it may still be changing."""
+    return time.time_ns() - RACY_NS
+
+
+class JobRow(NamedTuple):
+    """What a listing shows of one job; `attempts` is None when its attempts file was not read."""
+
+    key: str
+    state: State
+    schema: str = ""
+    digest: str = ""
+    instruction: str = ""
+    allowed_paths: tuple[str, ...] = ()
+    created_at: float = 0.0
+    attempts: int | None = None
+    worker: str = ""
+    receipt_status: str | None = None
+    folders: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    candidates: int = 0  # best-of-N: how many candidates the job has (`core.review.candidates`)
+    modified: int = 0  # its job file's mtime (ns): the board's order within some states
+
+    def to_dict(self) -> dict[str, object]:
+        lists = {name: list(getattr(self, name)) for name in ("allowed_paths", "folders", "problems")}
+        return {**self._asdict(), **lists, "state": self.state.value, "worker": self.worker or None}
+
+
+class KeyFacts(NamedTuple):
+    """What a key's job documents and receipt say."""
+
+    folders: tuple[str, ...]  # the state folders holding `<key>.json`, in `JOB_FOLDERS` order
+    modified: int  # the mtime (ns) of the first of those files
+    job: JobSummary | None  # inputs kept only in running/, where an ok receipt meets the tree
+    rejection: str  # the reason in a rejected record, else ""
+    invalid: str | None  # the first fault of the key's name or a job document
+    receipt: str | None  # the receipt's status, "invalid", or None when there is none
+    receipt_worker: str
+    receipt_problems: tuple[str, ...]
+
+
+class FileRead(NamedTuple):
+    data: bytes | str | None  # the bytes, or why they cannot be read, or None: the file is gone
+    modified: int  # mtime (ns)
+    settled: bool  # changed before the time asked about: what is made of it may be kept
+
+
+def read_file(path: str, racy_ns: int = 0, limit: int = MAX_JSON_BYTES) -> FileRead:
+    try:
+        data: bytes | str
+        data, st = read_with_stat(path, limit)
+    except BadInput as exc:
+        try:
+            data, st = str(exc), os.lstat(path)
+        except FileNotFoundError:
+            return FileRead(None, 0, False)
+    return FileRead(data, st.st_mtime_ns, st.st_mtime_ns < racy_ns)
+
+
+def _checked(data: bytes, path: str, quick: Callable[[Any], Any], strict: Callable[[], Any]) -> Any:
+    """What `quick` makes of the document, else what the strict model does; or the fault."""
+    try:
+        got = quick(loads_strict(data, path))
+        return got if got is not None else strict()
+    except BadInput as exc:
+        return str(exc)
+
+
+def _rejection(record: object) -> str:
+    rejection = record.get("rejection") if isinstance(record, dict) else None
+    return str(rejection.get("reason") or "") if isinstance(rejection, dict) else ""
+
+
+def parse_job(data: bytes, path: str, folder: str, key: str) -> tuple[JobSummary, str] | str:
+    """A job document (or the record holding one) as its summary and rejection reason, or its fault."""
+
+    def strict() -> tuple[JobSummary, str]:
+        from core.store.queue import read_job_file
+
+        job, record = read_job_file(Path(path), folder)
+        return docscan.summary_of(job), _rejection(record)
+
+    def quick(obj: Any) -> tuple[JobSummary, str] | None:
+        doc: Any = (
+            (obj.get("job") if type(obj) is dict else None) if folder in ("applied", "rejected") else obj
+        )
+        summary = docscan.quick_job(doc)
+        return (summary, _rejection(obj)) if summary is not None and doc["idempotency_key"] == key else None
+
+    got = _checked(data, path, quick, strict)
+    if isinstance(got, str) or folder == "running":
+        return got  # type: ignore[no-any-return]
+    return got[0]._replace(inputs=()), got[1]
+
+
+def parse_receipt(data: bytes, path: str) -> ReceiptFacts | str:
+    def strict() -> ReceiptFacts:
+        from core.model.models import receipt_from_obj
+
+        rec = receipt_from_obj(loads_strict(data, path), path)
+        return ReceiptFacts(rec.status.value, rec.worker_id, rec.idempotency_key, rec.job_digest)
+
+    return _checked(data, path, docscan.quick_receipt, strict)  # type: ignore[no-any-return]
+
+
+def parse_lease(data: bytes, path: str) -> LeaseFacts | str:
+    def strict() -> LeaseFacts:
+        from core.store.lease import lease_from_bytes
+
+        lease = lease_from_bytes(data, path)
+        return LeaseFacts(lease.worker, lease.host, lease.pid, float(lease.heartbeat), float(lease.ttl))
+
+    return _checked(data, path, docscan.quick_lease, strict)  # type: ignore[no-any-return]
+
+
+def count_claims(data: bytes) -> tuple[int, str]:
+    """(claims, the worker of the last claim naming one) in an attempts file: evidence, not
+    a contract, so a line that does not parse is skipped."""
+    claims, worker = 0, ""
+    for line in data.splitlines():
+        if b'"event":"claimed"' in line:
+            claims += 1
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            worker = str(obj.get("worker") or worker) if isinstance(obj, dict) else worker
+    return claims, worker
+
+
+def read_facts(
+    gen: str, key: str, folders: tuple[str, ...], *, receipt: bool, racy_ns: int
+) -> tuple[KeyFacts, bool]:
+    """What the files of `key` in `folders` (and its receipt) say, and whether all had settled."""
+    name, settled, kept, modified, job, rejection = f"{key}.json", True, [], 0, None, ""
+    invalid = None if KEY_RE.fullmatch(key) else f"{name}: file name is not a job key"
+    for folder in folders:
+        path = f"{gen}/{folder}/{name}"
+        read = read_file(path, racy_ns)
+        settled = settled and read.settled
+        if read.data is not None:  # else gone since its folder was listed
+            kept.append(folder)
+            modified = modified or read.modified
+            parsed = parse_job(read.data, path, folder, key) if isinstance(read.data, bytes) else read.data
+            if isinstance(parsed, str):
+                invalid = invalid or parsed
+            elif job is None:
+                job, rejection = parsed
+    status, worker, problems = None, "", tuple[str, ...]()
+    read = read_file(f"{gen}/receipts/{name}", racy_ns) if receipt else FileRead(None, 0, True)
+    got = parse_receipt(read.data, f"{gen}/receipts/{name}") if isinstance(read.data, bytes) else read.data
+    if isinstance(got, str):
+        status, problems = "invalid", (got,)
+    elif got is not None:
+        status, worker = got.status, got.worker_id
+        problems = ("receipt names another job digest",) if job and got.job_digest != job.digest else ()
+    facts = KeyFacts(tuple(kept), modified, job, rejection, invalid, status, worker, problems)
+    return facts, settled and read.settled
+
+
+@functools.cache
+def _state(folders: tuple[str, ...], lease: LeaseState | None, receipt: str | None, *rest: Any) -> State:
+    """`derive_state`, once for each combination (`rest`: fresh, invalid, batch)."""
+    return derive_state(Facts(frozenset(folders), lease, receipt, *rest))
+
+
+def read_candidates(path: str) -> tuple[int, int]:
+    """(candidates, of which came back ok) in a key's candidates folder (`core.review.candidates`):
+    one whose receipt does not read counts, not as ok."""
+    try:
+        names = [] if stat.S_ISLNK(os.lstat(path).st_mode) else os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0, 0
+    numbered = [n for n in names if n.isdigit() and n[0] != "0"]
+    receipts = [read_file(f"{path}/{n}/receipt.json").data for n in numbered]
+    got = [parse_receipt(data, path) for data in receipts if isinstance(data, bytes)]
+    return len(numbered), sum(isinstance(r, ReceiptFacts) and r.status == ReceiptStatus.OK for r in got)
+
+
+class RowMaker:
+    """Makes rows of facts at one moment: the clock, the tree and each lease as they are now."""
+
+    def __init__(self, layout: Layout, now: float | None = None) -> None:
+        self.gen, self.root = str(layout.gen), layout.root
+        self.now = time.time() if now is None else now
+        self._hashes: dict[str, str | None] = {}  # tree files hashed for this moment
+
+    def _tree_hash(self, rel: str) -> str | None:
+        """A tree file's hash; None when it is absent, "" when it is not a safe regular file."""
+        if rel not in self._hashes:
+            try:
+                found = lstat_inside(self.root, rel) is not None
+                self._hashes[rel] = sha256_file(self.root / rel) if found else None
+            except (BadInput, OSError):
+                self._hashes[rel] = ""
+        return self._hashes[rel]
+
+    def _lease(
+        self, key: str, leased: bool, state_with: Callable[[LeaseState], State]
+    ) -> tuple[Verdict, str]:
+        """The verdict on a lease of a job in running/ alone, and its holder. Without a lease
+        file the state is "claiming" or "missing" by the job file's age, if that matters."""
+        path = f"{self.gen}/running/{key}"
+        data = read_file(f"{path}.lease", limit=MAX_LEASE_BYTES).data if leased else None
+        got = parse_lease(data, f"{path}.lease") if isinstance(data, bytes) else data
+        if isinstance(got, LeaseFacts):
+            return freshness.judge(got.heartbeat, got.ttl, got.host, got.pid, self.now), got.worker
+        if got is not None:
+            return freshness.unreadable(got), ""
+        missing = state_with(LeaseState.MISSING)
+        if missing is not State.ORPHANED and missing is state_with(LeaseState.CLAIMING):
+            return freshness.NO_LEASE, ""
+        try:
+            claimed: float | None = os.lstat(f"{path}.json").st_ctime
+        except FileNotFoundError:
+            claimed = None
+        return freshness.judge_absent(claimed, self.now), ""
+
+    def row(
+        self, key: str, facts: KeyFacts, *, leased: bool, candidates: bool = False, attempts: bool = False
+    ) -> JobRow:
+        """The row of `key`, which has a lease file or a candidates folder if so said; with
+        `attempts`, its attempts file is read too."""
+        folders, job, receipt = facts.folders, facts.job or NO_JOB, facts.receipt
+        problems = [*([facts.invalid] if facts.invalid else []), *facts.receipt_problems]
+        fresh = None
+        if receipt == ReceiptStatus.OK and facts.job and "running" in folders:
+            stale = [p for p, want in job.inputs if self._tree_hash(p) != want]
+            fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
+        count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)
+        batch = ("ok" if ok else "failed") if count else None
+
+        def state_with(lease: LeaseState | None) -> State:
+            return _state(folders, lease, receipt, fresh, facts.invalid is not None or None, batch)
+
+        verdict, worker = None, facts.receipt_worker
+        if folders == ("running",):
+            verdict, holder = self._lease(key, leased, state_with)
+            worker = holder or worker
+        state = state_with(verdict.state if verdict else None)
+        if state is State.INCONSISTENT:
+            problems.append(inconsistency_rule(frozenset(folders), receipt is not None))
+        elif state is State.ORPHANED and verdict is not None:
+            problems.append(f"lease {verdict.state.value}: {verdict.why}; requeue replays the job")
+        elif state is State.RUNNING and verdict is not None and verdict.why:
+            problems.append(f"lease: {verdict.why}")
+        if facts.rejection:
+            problems.append(f"rejected: {facts.rejection}")
+        row = JobRow(
+            key=key,
+            state=state,
+            schema=job.schema,
+            digest=job.digest,
+            instruction=job.instruction,
+            allowed_paths=job.allowed_paths,
+            created_at=job.created_at,
+            worker=worker,
+            receipt_status=receipt,
+            folders=folders,
+            problems=tuple(problems),
+            candidates=count,
+            modified=facts.modified,
+        )
+        return with_attempts(self.gen, row) if attempts else row
+
+
+def with_attempts(gen: str, row: JobRow) -> JobRow:
+    """`row` with the claims in its attempts file counted, and the last claim's worker
+    when it names none."""
+    data = read_file(f"{gen}/attempts/{row.key}.jsonl", limit=ATTEMPTS_BYTES).data
+    claims, last = count_claims(data) if isinstance(data, bytes) else (0, "")
+    return row._replace(attempts=claims, worker=row.worker or last)
