@@ -28,6 +28,7 @@ from core.errors import GenjobError
 from core.model.lifecycle import State
 from core.model.protected import protected_among
 from core.plan.mint import build_job
+from core.plan.overlaps import forecast
 from core.plan.replay import replay
 from core.read.inspect_job import JobDetail, job_detail
 from core.read.snapshot import job_row, take_snapshot
@@ -124,8 +125,10 @@ def make_server(layout: Layout, limits: AgentLimits) -> MCPServer:
         budget.take(time.monotonic())
         try:
             job = build_job(layout, instruction, paths, new_paths or [])
+            config = load_config(layout.config)
+            overlaps = forecast(layout, job, config)
             res = enqueue(layout, job)
-            protected = protected_among(job.allowed_paths, load_config(layout.config).policy.protected_paths)
+            protected = protected_among(job.allowed_paths, config.policy.protected_paths)
         except GenjobError as exc:
             raise ToolError(str(exc)) from None
         return {
@@ -133,6 +136,8 @@ def make_server(layout: Layout, limits: AgentLimits) -> MCPServer:
             "created": res.created,
             "where": f".gen/{res.folder}/{res.key}.json",
             "protected": protected,
+            # Jobs in flight over the same files: whichever applies first makes the others stale.
+            "overlaps": [o.to_dict() for o in overlaps],
         }
 
     @server.tool(description="List jobs, newest first; `state` (QUEUED, RECEIVED, ...) keeps one state.")

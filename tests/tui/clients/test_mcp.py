@@ -84,6 +84,19 @@ async def test_the_path_rules_and_the_secret_scan_hold_as_for_genjob_mint(repo: 
     assert list(repo.queue.iterdir()) == []
 
 
+async def test_a_mint_says_which_jobs_in_flight_it_overlaps_and_refuse_holds(repo: Layout) -> None:
+    first = mint(repo, "Rename a function.", ["src/app.py"])
+    async with agent(repo) as session:
+        minted = await call(session, "mint_job", instruction="Add a docstring.", paths=["src/app.py"])
+        assert minted["overlaps"] == [{"key": first.key, "paths": ["src/app.py"]}]
+    set_config(repo, repo.config.read_text().replace("[policy]\n", '[policy]\noverlapping = "refuse"\n', 1))
+    queued = sorted(p.name for p in repo.queue.iterdir())
+    async with agent(repo) as session:
+        why = await refused(session, "mint_job", instruction="Add types.", paths=["src/app.py"])
+    assert f"overlaps {first.key[:12]} on src/app.py" in why and "nothing was minted" in why
+    assert sorted(p.name for p in repo.queue.iterdir()) == queued
+
+
 async def test_minting_is_limited_per_minute_and_per_session(repo: Layout) -> None:
     operator_config("[mcp]\nmints_per_minute = 2\nmints_per_session = 3\n")
     async with agent(repo) as session:
