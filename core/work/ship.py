@@ -45,6 +45,8 @@ OutputCallback = Callable[[bytes], None]
 Ending = tuple[ReceiptStatus, str | None]
 # How often a running job looks for `.gen/running/<key>.cancel` (`genjob cancel`).
 CANCEL_POLL = 0.25
+# How often (s) a running job's output tail is written to its log, for every board to tail.
+LIVE_LOG_EVERY = 1.0
 
 
 @dataclass(frozen=True)
@@ -264,9 +266,11 @@ async def run_claimed(
     claim = shipment.claim
     tail = TailBuffer(shipment.pool.config.limits.max_tail_bytes)
     shown = [on_output] if on_output is not None else []
+    seen = [0]  # how many bytes of output have arrived
 
     def output(chunk: bytes) -> None:
         tail.add(chunk)
+        seen[0] += len(chunk)
         for show in shown:
             try:
                 show(chunk)
@@ -277,6 +281,7 @@ async def run_claimed(
     stop = asyncio.Event()
     shutil.rmtree(shipment.staging, ignore_errors=True)
     watcher = asyncio.create_task(watch(shipment, stop, cancel, cancel_reason, run.stopped))
+    keeper = asyncio.create_task(keep_live(shipment, tail, seen, stop))
     interrupted: BaseException | None = None
     try:
         await attempt(shipment, shipment.staging, stop, output, run, tail)
@@ -288,6 +293,8 @@ async def run_claimed(
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper  # it ends with `stop`, its last write done
     ending, unchanged = judged(shipment, run)
     committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, ending, run.info, bytes(tail)))
     if interrupted is not None:
@@ -387,6 +394,23 @@ def _keep_login_output(shipment: Shipment, candidate: int | None, preamble: byte
         with contextlib.suppress(GenjobError, OSError):
             record_event(layout, "evidence_not_kept", claim.key, attempt=claim.lease.token, reason=str(exc))
         return None
+
+
+async def keep_live(shipment: Shipment, tail: TailBuffer, seen: list[int], stop: asyncio.Event) -> None:
+    """Keep the run's output tail in `.gen/logs/<key>/attempt-<n>.log` while it runs, so that
+    every board tails it and `genjob show` prints it, whoever ships the job (the board, `ship`,
+    `worker`, another machine on the same queue). The tail is bounded (`limits.max_tail_bytes`)
+    and rewritten whole, atomically, at most every LIVE_LOG_EVERY seconds once it has grown;
+    the receipt's commit writes the last one. A failure to keep it never touches the run."""
+    name = f"attempt-{shipment.claim.lease.token}.log"
+    kept = 0
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), LIVE_LOG_EVERY)
+        if seen[0] != kept and not stop.is_set():
+            kept = seen[0]
+            with contextlib.suppress(GenjobError, OSError):
+                await asyncio.to_thread(keep, shipment.layout, shipment.claim.key, name, bytes(tail))
 
 
 async def watch(

@@ -332,3 +332,29 @@ async def test_an_input_changed_since_minting_aborts_before_shipping(
     assert res.reason == "src/app.py: changed since the job was minted; replay the job"
     assert not marker.exists(), "nothing was shipped"
     assert_not_applyable(repo, job, before)
+
+
+async def test_a_running_jobs_output_is_kept_in_its_log_while_it_runs(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, server: Target
+) -> None:
+    """Every board tails a run through its log, whoever ships it: the log holds the output
+    so far while the generator still runs, and the whole tail once the receipt is in."""
+    from core.store.evidence import newest_log_tail
+
+    gate = tmp_path / "gate"
+    configure(
+        repo,
+        server,
+        f"echo started; while [ ! -e {gate} ]; do sleep 0.05; done; echo finished",
+        timeout=120,
+    )
+    job = mint(repo, "say two things")
+    run = asyncio.create_task(ship_job(repo, job.key))
+    while "started" not in newest_log_tail(repo, job.key):
+        assert not run.done(), run
+        await asyncio.sleep(0.05)
+    assert "finished" not in newest_log_tail(repo, job.key)
+    gate.touch()
+    res = await run
+    assert res.status == "ok"
+    assert newest_log_tail(repo, job.key).splitlines()[-2:] == ["started", "finished"]
