@@ -63,7 +63,7 @@ async def test_after_the_diff_and_a_dialog_keys_reach_the_list_not_a_hidden_filt
         box = d.board.query_one(FilterBox)
         await d.press("z", "z")  # no binding: nothing is typed anywhere
         assert not box.display and box.value == ""
-        assert len(d.board.view) == len(d.board.view.rows)
+        assert len(d.board.view) == len(d.board.view.where), "a filter hides jobs"
         await d.press("r")  # refused with a toast on a RECEIVED job: no focus moves
         assert d.app.focused is d.table
         await d.press("x")

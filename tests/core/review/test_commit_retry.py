@@ -96,10 +96,10 @@ def test_recover_commits_an_applied_job_whose_commit_did_not_happen(repo: Layout
     with pytest.raises(GenjobError):
         apply_job(repo, received.key, commit=True)
     refused = recover(repo)
-    assert any(line.startswith(f"R7 {received.key}: cannot finish") for line in refused.left)
+    assert any(line.startswith(f"R8 {received.key}: cannot finish") for line in refused.left)
     hook.unlink()
     report = recover(repo)
-    assert report.left == [] and any(line.startswith(f"R7 {received.key}: committed") for line in report.done)
+    assert report.left == [] and any(line.startswith(f"R8 {received.key}: committed") for line in report.done)
     assert f"Genjob-Key: {received.key}" in git(repo.root, "log", "-1", "--format=%B")
     assert recover(repo).lines == []
 
