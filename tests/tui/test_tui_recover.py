@@ -9,7 +9,7 @@ from pathlib import Path
 from boardkit import run_board
 from corekit import FILES, cli, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_recover_torn import killed_apply, untrust_the_key
+from tornkit import killed_apply, untrust_the_key
 
 from core.store.layout import Layout
 from tui.text import in_repo
