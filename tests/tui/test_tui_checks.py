@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -195,6 +197,28 @@ async def test_the_preflight_shows_the_checks_and_refuses_while_a_required_one_f
         body = plain(d.screen.query_one("#preflight-body", Static))
         assert "every check passed" in body and "✔ tests (required) passed in" in body
     assert not layout_of(demo).job_file("applied", bad).exists()
+
+
+async def test_the_open_preflight_follows_a_required_check_as_it_ends(demo: Demo) -> None:
+    marker = unique_sleep()
+    layout = layout_of(demo)
+    text = layout.config.read_text().replace(
+        'require_checks = ["tests"]', 'require_checks = ["tests", "gate"]'
+    )
+    set_config(layout, text + f'\n[checks.gate]\nrun = "sleep {marker}; true"\ntimeout = 600\n')
+    key = demo.keys["verified"]
+    async with run_board(demo.root, key=key) as d:
+        await d.until(lambda: bool(processes_with(marker)), "the gate check to start by itself")
+        await d.press("a")
+        dialog = await d.showing(PreflightDialog)
+        assert dialog.query_one("#yes", Button).disabled
+        assert "gate" in dialog.preflight.checks_missing
+        for pid in processes_with(marker):  # the sleep ends, and its shell goes on to `true`
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"sleep"):
+                os.kill(pid, signal.SIGTERM)
+        await d.until(lambda: not dialog.query_one("#yes", Button).disabled, "apply to be offered")
+        assert "every check passed" in d.text("#preflight-body")
+        assert d.screen is dialog
 
 
 async def test_bulk_approve_takes_the_jobs_whose_required_checks_passed_and_says_why_not_the_others(

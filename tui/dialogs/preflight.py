@@ -6,6 +6,10 @@ receipt), `y` chooses it without applying.
 In a git repository it also offers to commit the applied paths with a `Genjob-Key:`
 trailer (`genjob apply --commit`); `c` toggles it, and `policy.commit_on_approve` in
 `config.toml` says what it starts at.
+
+The preflight follows the job while it is open: read again as a check of the job starts
+or ends (`reread`), and every RECHECK seconds while one runs, so that what it offers is
+what apply would do now.
 """
 
 from __future__ import annotations
@@ -21,9 +25,15 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Static
 
+from core.errors import GenjobError
+from core.model.standing import CheckState
 from core.read.preflight import Preflight
+from core.store.layout import Layout
 from tui.dialogs import fit_to_terminal
 from tui.render import preflight_text
+
+# How often (s) an open preflight reads its job again while one of its checks runs.
+RECHECK = 2.0
 
 
 @dataclass(frozen=True)
@@ -45,10 +55,11 @@ class PreflightDialog(ModalScreen[Approval | None]):
         Binding("p", "toggle_protected", "Write protected paths", id="preflight.protected"),
     ]
 
-    def __init__(self, preflight: Preflight, root: Path | None = None) -> None:
+    def __init__(self, preflight: Preflight, root: Path | None = None, layout: Layout | None = None) -> None:
         super().__init__()
         self.preflight = preflight
         self.root = root
+        self.repo = layout  # to read the job again; None: a candidate's, shown as it was
 
     def compose(self) -> ComposeResult:
         p = self.preflight
@@ -56,13 +67,13 @@ class PreflightDialog(ModalScreen[Approval | None]):
             yield Static("Approve: preflight", classes="dialog-title")
             with VerticalScroll(classes="dialog-body"):
                 yield Static(preflight_text(p, self.root), id="preflight-body")
-            if p.git and p.may_apply:
+            if p.git:
                 yield Checkbox(
                     "commit the applied paths, with a Genjob-Key: trailer (c)",
                     p.commit_default,
                     id="commit",
                 )
-            if p.protected and p.may_apply:
+            if p.protected:
                 yield Checkbox("I read the diff: write its protected paths too (p)", False, id="protected")
             with Horizontal(classes="dialog-buttons"):
                 if p.may_choose:
@@ -73,8 +84,45 @@ class PreflightDialog(ModalScreen[Approval | None]):
 
     def on_mount(self) -> None:
         fit_to_terminal(self)
+        self._show_choices()
         p = self.preflight
         self.query_one("#yes" if p.may_apply or p.may_choose else "#no", Button).focus()
+        if self.repo is not None:
+            self.set_interval(RECHECK, self._while_checks_run)
+
+    def _show_choices(self) -> None:
+        """Offer apply, and its options, only when apply would run."""
+        p = self.preflight
+        for box in self.query(Checkbox):
+            box.display = p.may_apply
+        if not p.may_choose:
+            self.query_one("#yes", Button).disabled = not p.may_apply
+
+    def show(self, preflight: Preflight) -> None:
+        """The job as read again: its body, and what it offers."""
+        self.preflight = preflight
+        self.query_one("#preflight-body", Static).update(preflight_text(preflight, self.root))
+        self._show_choices()
+
+    def _while_checks_run(self) -> None:
+        if any(c.state is CheckState.RUNNING for c in self.preflight.checks):
+            self.reread()
+
+    def reread(self) -> None:
+        """Read the job again, off the loop (a check of it started or ended)."""
+        if self.repo is not None:
+            self.run_worker(self._reread, thread=True, group="preflight", exclusive=True, exit_on_error=False)
+
+    def _reread(self) -> None:
+        from core.read.inspect_job import job_detail
+        from core.read.preflight import preflight
+
+        assert self.repo is not None
+        try:
+            fresh = preflight(self.repo, job_detail(self.repo, self.preflight.key))
+        except GenjobError:
+            return  # the job moved on (applied, rejected): the next key press says so
+        self.app.call_from_thread(self.show, fresh)
 
     @property
     def commit(self) -> bool:

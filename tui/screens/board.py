@@ -360,12 +360,21 @@ class BoardScreen(Screen[None]):
             marks[key] = render.check_marks(standing.checks, self.checks.live_for(key)) if standing else None
         self.table.set_checks(marks)
 
+    def _preflight_moved(self, key: str) -> None:
+        """An open preflight of `key` reads its job again: a check of it started or ended."""
+        from tui.dialogs.preflight import PreflightDialog
+
+        screen = self.app.screen
+        if isinstance(screen, PreflightDialog) and screen.preflight.key == key:
+            screen.reread()
+
     @on(CheckStarted)
     @on(CheckOutput)
     def _check_moved(self, message: CheckStarted | CheckOutput) -> None:
         if isinstance(message, CheckStarted):
             self._show_check_marks([message.key])
             self._show_keys()
+            self._preflight_moved(message.key)
         if message.key == self.table.cursor_key:
             self.query_one(DetailPane).show_checks(self.checks.live_for(message.key))
 
@@ -376,6 +385,7 @@ class BoardScreen(Screen[None]):
         )
         self._say(message.text, title=f"{message.key[:12]}", severity=severity)
         self._show_check_marks([message.key])
+        self._preflight_moved(message.key)
         self.feed.judge([message.key])
         if message.key == self.table.cursor_key:
             self.query_one(DetailPane).show_checks(self.checks.live_for(message.key))

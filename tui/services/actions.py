@@ -455,7 +455,7 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
     except GenjobError as exc:
         d.post_message(Say(str(exc), "error"))
         return None
-    answer = await d.ask(PreflightDialog(p, d.repo.root))
+    answer = await d.ask(PreflightDialog(p, d.repo.root, d.repo))
     return answer if isinstance(answer, Approval) else None
 
 
