@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from core.model.lifecycle import STATE_ORDER, State
-from tui.text import SHORT, STATE_STYLES, TINY
+from tui.text import SHORT, STATE_STYLES, TINY, counted
 
 # The digit that toggles each state's filter, in the order the bar shows them.
 DIGITS = {state: str((i + 1) % 10) for i, state in enumerate(STATE_ORDER)}
@@ -106,7 +106,8 @@ class CountsBar(Widget):
         if total:
             unread = f", {self.unread:,} by name only" if self.unread else ""
             text.append(
-                f" │ {self.total:,} jobs{', filtered' if self.selected else ''}{unread}", Style(dim=True)
+                f" │ {counted(self.total, 'job')}{', filtered' if self.selected else ''}{unread}",
+                Style(dim=True),
             )
         elif self.unread:
             text.append(" ≈", Style(dim=True))

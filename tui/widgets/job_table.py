@@ -34,7 +34,7 @@ from core.model.protected import PROTECTED_MARK, flagged
 from core.model.terminal import age, visible
 from core.read.board_view import BoardView, summary_line
 from core.read.snapshot import JobRow
-from tui.text import STATE_STYLES
+from tui.text import STATE_STYLES, counted
 
 # After RECEIVED: whether the receipt verifies now (unknown until checked).
 VERDICT = {None: "", True: " ✔", False: " ✘"}
@@ -353,7 +353,9 @@ class JobTable(ScrollView, can_focus=True):
 
     def _show_position(self) -> None:
         index = self.cursor_index
-        where = f"{index + 1:,} of {len(self.view):,}" if index is not None else f"{len(self.view):,} jobs"
+        where = (
+            f"{index + 1:,} of {len(self.view):,}" if index is not None else counted(len(self.view), "job")
+        )
         marks = f"{len(self.marks)} marked · " if self.marks else ""
         self.position = f" {marks}{where} "
         self.refresh(Region(0, 0, self.size.width, 1))
