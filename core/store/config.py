@@ -568,6 +568,21 @@ def load_operator_config() -> OperatorConfig:
 # The settings of a host and of a check that decide what runs, with which rights, and where
 # the job's files go: what the operator's consent is pinned to. (A timeout or a
 # concurrency changes how much, not what: changing one does not ask again.)
+# Of what a host runs, the settings added since configs were first pinned: each counts once
+# it is set, so a config the operator allowed before they existed stays allowed as it is. A
+# preset's settings are in its generator line too; named here so that none is missed.
+_HOST_RUNS_ADDED = (
+    "pass_env",
+    "cleanup",
+    "preset",
+    "model",
+    "max_turns",
+    "max_budget_usd",
+    "env_file",
+    "key_env",
+    "tool",
+    "api_host",
+)
 _HOST_RUNS = (
     "transport",
     "generator",
@@ -581,33 +596,7 @@ _HOST_RUNS = (
     "sandbox",
     "network",
     "read_only",
-    "pass_env",
-    "cleanup",
-    # A preset's settings are in its generator line too; named here so that none is missed.
-    "preset",
-    "model",
-    "max_turns",
-    "max_budget_usd",
-    "env_file",
-    "key_env",
-    "tool",
-    "api_host",
-)
-# Of those, the ones added since configs were first pinned: each counts once it is set,
-# so a config the operator allowed before they existed stays allowed as it is.
-_HOST_RUNS_ADDED = frozenset(
-    {
-        "pass_env",
-        "cleanup",
-        "preset",
-        "model",
-        "max_turns",
-        "max_budget_usd",
-        "env_file",
-        "key_env",
-        "tool",
-        "api_host",
-    }
+    *_HOST_RUNS_ADDED,
 )
 _CHECK_RUNS = ("run", "sandbox", "read_only")
 
