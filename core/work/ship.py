@@ -263,7 +263,6 @@ async def run_claimed(
     Setting `cancel` stops the run and ends it in an `aborted` receipt whose reason is
     `cancel_reason`; the result is returned as for any other outcome.
     """
-    claim = shipment.claim
     tail = TailBuffer(shipment.pool.config.limits.max_tail_bytes)
     shown = [on_output] if on_output is not None else []
     seen = [0]  # how many bytes of output have arrived
@@ -299,17 +298,33 @@ async def run_claimed(
     committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, ending, run.info, bytes(tail)))
     if interrupted is not None:
         raise interrupted
+    return ship_result(shipment, run, ending, unchanged=unchanged, won=committed.won, receipt=committed.path)
+
+
+def ship_result(
+    shipment: Shipment,
+    run: Run,
+    ending: Ending,
+    *,
+    unchanged: bool,
+    won: bool,
+    receipt: Path,
+    candidate: int | None = None,
+) -> ShipResult:
+    """What a run (or one candidate's) came to, once its receipt is committed."""
     status, reason = ending
     outputs = dict(run.info.outputs) if run.info is not None and status is ReceiptStatus.OK else {}
+    claim = shipment.claim
     return ShipResult(
         claim.key,
         shipment.host,
         claim.lease.token,
         status,
         reason,
-        committed.won,
-        committed.path,
+        won,
+        receipt,
         outputs,
+        candidate=candidate,
         unchanged=unchanged,
     )
 

@@ -38,6 +38,7 @@ from core.work.ship import (
     note_cost,
     note_host,
     run_summary,
+    ship_result,
     signing_key,
     watch,
 )
@@ -164,19 +165,14 @@ async def _candidate(
     )
     if interrupted is not None:
         raise interrupted
-    status, reason = ending
-    outputs = dict(run.info.outputs) if run.info is not None and status is ReceiptStatus.OK else {}
-    return ShipResult(
-        claim.key,
-        shipment.host,
-        claim.lease.token,
-        status,
-        reason,
-        committed.won,
-        committed.path,
-        outputs,
-        candidate=number,
+    return ship_result(
+        shipment,
+        run,
+        ending,
         unchanged=unchanged,
+        won=committed.won,
+        receipt=committed.path,
+        candidate=number,
     )
 
 
