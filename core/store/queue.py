@@ -325,6 +325,16 @@ def lease_state(layout: Layout, key: str, now: float | None = None) -> LeaseStat
     return lease_verdict(layout, key, now).state
 
 
+def _back_in_queue(layout: Layout, key: str, src: Path) -> Path:
+    """Move a running job's file back to the queue, byte for byte, and drop its lease and
+    any cancel request (under the state lock, held by the caller)."""
+    dst = layout.job_file("queue", key)
+    move(src, make_folder(dst.parent, layout.gen) / dst.name)
+    layout.lease(key).unlink(missing_ok=True)
+    layout.cancel_request(key).unlink(missing_ok=True)
+    return dst
+
+
 def release(layout: Layout, key: str, token: int, worker: str) -> Path:
     """Give back a claim this worker holds and has not run: the job goes back to the
     queue, byte for byte, and the attempt is recorded as released."""
@@ -334,11 +344,7 @@ def release(layout: Layout, key: str, token: int, worker: str) -> Path:
             raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); nothing released")
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; nothing released")
-        src = layout.job_file("running", key)
-        dst = layout.job_file("queue", key)
-        move(src, make_folder(dst.parent, layout.gen) / dst.name)
-        layout.lease(key).unlink(missing_ok=True)
-        layout.cancel_request(key).unlink(missing_ok=True)
+        dst = _back_in_queue(layout, key, layout.job_file("running", key))
         record_attempt(layout, key, "released", attempt=token, worker=worker)
         record_event(layout, "released", key, worker=worker, attempt=token)
         return dst
@@ -376,10 +382,7 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Changed:
             lease = read_lease(layout, key)
             holder = f" held by {lease.worker} (pid {lease.pid} on {lease.host})" if lease else ""
             raise WrongState(f"{key}: lease is live{holder}; use --force to take it back")
-        dst = layout.job_file("queue", key)
-        move(loc.path, make_folder(dst.parent, layout.gen) / dst.name)
-        layout.lease(key).unlink(missing_ok=True)
-        layout.cancel_request(key).unlink(missing_ok=True)
+        dst = _back_in_queue(layout, key, loc.path)
         # The attempt that left the run: a worker may claim the job again before its cleanup runs.
         attempt = claims(attempts(layout, key))
         record_attempt(layout, key, "requeued", forced=force, lease=state)
