@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 
 from core.store.layout import Layout
 
-pytest_plugins = ["ssh_servers", "slurmkit"]
+pytest_plugins = ["ssh_servers", "slurmkit", "dockerkit"]
 
 # Property tests judge what the code does, never how fast a shared machine ran it:
 # no per-example deadline and no health check that times data generation.

@@ -490,7 +490,9 @@ def _failure(streams: _Streams, status: int | None) -> str | None:
     """Why a run whose streams ended with `status` failed; None when it did not. A host that
     printed something and never let the runner answer is said to have, with where to look."""
     session, tail, received = streams.session, bytes(streams.tail), streams.received
-    explained = session.exit_reason(status, tail) if session.exit_reason and status != 0 else None
+    on_stdout = _said_on_stdout(streams, status)
+    words = streams.hello.kept() if on_stdout else tail
+    explained = session.exit_reason(status, words) if session.exit_reason and status != 0 else None
     unfit = _unfit(tail) if status == preflight.UNFIT_STATUS and not received else None
     if unfit is not None:
         error: str | None = f"the generator host's {session.python} cannot run genjob's runner: {unfit}"
@@ -506,8 +508,22 @@ def _failure(streams: _Streams, status: int | None) -> str | None:
         error = "runner produced no result"
     else:
         error = None
-    unanswered = streams.hello.unanswered()
+    unanswered = None if on_stdout else streams.hello.unanswered()
     return f"{error}; {unanswered}" if error is not None and unanswered is not None else error
+
+
+def _said_on_stdout(streams: _Streams, status: int | None) -> bool:
+    """Whether a local client that failed said why on stdout, not stderr: `docker exec`
+    passes the daemon's refusal to start the command (no such file, permission denied)
+    there. A client that failed, silent on stderr, having printed something and never let
+    the runner answer, said it in what it printed; that is no login shell's banner."""
+    return (
+        streams.session.exit_reason is not None
+        and status not in (0, None)
+        and not bytes(streams.tail).strip()
+        and not streams.hello.found
+        and bool(streams.hello.kept().strip())
+    )
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""One contract, six transports: local subprocess, asyncssh server, OpenSSH sshd, and the
-command transport riding OpenSSH's own client, bwrap and Slurm's `srun`.
+"""One contract, eight transports: local subprocess, asyncssh server, OpenSSH sshd, and the
+command transport riding OpenSSH's own client, bwrap, Slurm's `srun`, `docker exec -i`
+into a running container and `docker run --rm -i` of a fresh one.
 
-The SSH servers and the one-node Slurm cluster run on this machine, so a generator's
-absolute paths (interpreter, pid files) mean the same on both sides; bwrap shares this
-machine's processes and /tmp for the same reason. Processes are checked through /proc.
+The SSH servers, the one-node Slurm cluster and the Docker daemon run on this machine, so
+a generator's absolute paths (interpreter, pid files) mean the same on both sides; bwrap
+and the containers share this machine's processes and /tmp for the same reason (the
+containers with `--pid=host`, `dockerkit`). Processes are checked through /proc.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import shlex
 import socket
 import sys
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import asyncssh
 import pytest
+from dockerkit import DockerDaemon, exec_argv, run_argv
 from shipkit import KINDS, alive, bwrap_argv, openssh_argv, sleeper, wait_dead
 from slurmkit import SlurmCluster
 from ssh_servers import HOST_ENV, SSHServer, known_hosts_line, write_key
@@ -45,8 +49,10 @@ PY = shlex.quote(sys.executable)
 LIMITS = Limits(max_file_bytes=1 << 16, max_total_bytes=1 << 18, max_files=20, max_tail_bytes=4096)
 
 
-# Every worker-plane kind, and the command transport through `srun` to a real cluster.
-CONTRACT_KINDS = [*KINDS, "command-srun"]
+# Every worker-plane kind, and the command transport through `srun` to a real cluster and
+# through `docker exec -i` and `docker run --rm -i` to a real Docker daemon.
+DOCKER_KINDS = ("command-docker-exec", "command-docker-run")
+CONTRACT_KINDS = [*KINDS, "command-srun", *DOCKER_KINDS]
 
 
 @pytest.fixture(params=CONTRACT_KINDS)
@@ -61,15 +67,39 @@ def cluster(kind: str, request: pytest.FixtureRequest) -> SlurmCluster | None:
 
 
 @pytest.fixture
-def server(kind: str, request: pytest.FixtureRequest, cluster: SlurmCluster | None) -> SSHServer | None:
-    """The SSH server the transport talks to; None for the local transport, bwrap and srun."""
-    if kind in ("local", "command-bwrap", "command-srun"):
+def daemon(kind: str, request: pytest.FixtureRequest) -> DockerDaemon | None:
+    """The Docker daemon `docker` reaches; None for every other kind."""
+    return request.getfixturevalue("docker_daemon") if kind in DOCKER_KINDS else None
+
+
+@pytest.fixture
+def server(
+    kind: str, request: pytest.FixtureRequest, cluster: SlurmCluster | None, daemon: DockerDaemon | None
+) -> SSHServer | None:
+    """The SSH server the transport talks to; None for the local transport, bwrap, srun and docker."""
+    if kind in ("local", "command-bwrap", "command-srun", *DOCKER_KINDS):
         return None
     return request.getfixturevalue(f"{kind.removeprefix('command-')}_server")
 
 
+def docker_argv(kind: str, daemon: DockerDaemon, env_names: tuple[str, ...]) -> list[str]:
+    """`docker exec -i` into the daemon's running container, or `docker run --rm -i` of a
+    fresh one in this machine's pids; each handing the container the client's values of
+    `env_names` (`--env NAME`), the environment the runner starts with there."""
+    forward = [f"--env={name}" for name in env_names]
+    if kind == "command-docker-exec":
+        return [*exec_argv(daemon.container)[:-1], *forward, daemon.container]
+    return run_argv("--pid=host", *forward)
+
+
 def make_transport(
-    kind: str, server: SSHServer | None, cluster: SlurmCluster | None = None, **kwargs: object
+    kind: str,
+    server: SSHServer | None,
+    cluster: SlurmCluster | None = None,
+    daemon: DockerDaemon | None = None,
+    *,
+    env_names: tuple[str, ...] = (),
+    **kwargs: object,
 ) -> Transport:
     if kind == "local":
         return LocalTransport(**kwargs)  # type: ignore[arg-type]
@@ -79,6 +109,11 @@ def make_transport(
         assert cluster is not None
         python = str(kwargs.pop("python", sys.executable))
         return CommandTransport(cluster.srun(), python=python, env=cluster.env, **kwargs)  # type: ignore[arg-type]
+    if kind in DOCKER_KINDS:
+        assert daemon is not None
+        python = str(kwargs.pop("python", sys.executable))
+        argv = docker_argv(kind, daemon, env_names)
+        return CommandTransport(argv, python=python, env={**daemon.env, **os.environ}, **kwargs)  # type: ignore[arg-type]
     assert server is not None
     known_hosts = kwargs.pop("known_hosts", server.known_hosts)
     if kind == "command-openssh":
@@ -94,8 +129,10 @@ def make_transport(
 
 
 @pytest.fixture
-async def transport(kind: str, server: SSHServer | None, cluster: SlurmCluster | None):  # type: ignore[no-untyped-def]
-    t = make_transport(kind, server, cluster)
+async def transport(
+    kind: str, server: SSHServer | None, cluster: SlurmCluster | None, daemon: DockerDaemon | None
+):  # type: ignore[no-untyped-def]
+    t = make_transport(kind, server, cluster, daemon)
     yield t
     await t.close()
 
@@ -290,16 +327,25 @@ async def test_pass_env_gives_the_generator_what_it_names_and_nothing_else(
     kind: str,
     server: SSHServer | None,
     cluster: SlurmCluster | None,
+    daemon: DockerDaemon | None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The runner's environment (an SSH session's, the worker's under bwrap and srun, and
-    genjob's own for the local transport) reaches the generator only where `pass_env`
-    names it, and never over what the runner sets itself (`HO*` matches HOME)."""
+    """The runner's environment (an SSH session's, the worker's under bwrap and srun, the
+    container's with what `--env` hands it, and genjob's own for the local transport)
+    reaches the generator only where `pass_env` names it, and never over what the runner
+    sets itself (`HO*` matches HOME)."""
     for name, value in HOST_ENV.items():
         monkeypatch.setenv(name, value)
     patterns = ("PASSME_*", "HO*", "NOT_SET_ANYWHERE")
-    transport = make_transport(kind, server, cluster, **({"pass_env": patterns} if kind == "local" else {}))
+    transport = make_transport(
+        kind,
+        server,
+        cluster,
+        daemon,
+        env_names=tuple(HOST_ENV),
+        **({"pass_env": patterns} if kind == "local" else {}),
+    )
     code = "import json, os\njson.dump(dict(os.environ), open('env.json', 'w'))\n"
     try:
         _outcome, info = await job(
@@ -320,9 +366,13 @@ async def test_pass_env_gives_the_generator_what_it_names_and_nothing_else(
 
 
 async def test_missing_python(
-    kind: str, server: SSHServer | None, cluster: SlurmCluster | None, tmp_path: Path
+    kind: str,
+    server: SSHServer | None,
+    cluster: SlurmCluster | None,
+    daemon: DockerDaemon | None,
+    tmp_path: Path,
 ) -> None:
-    transport = make_transport(kind, server, cluster, python="/nonexistent/python3")
+    transport = make_transport(kind, server, cluster, daemon, python="/nonexistent/python3")
     try:
         outcome, info = await job(transport, tmp_path, "true", ["a.py"])
     finally:
@@ -337,6 +387,12 @@ async def test_missing_python(
         # The step's slurmstepd execs the argv and says why it could not, in its own words.
         assert outcome.error.startswith("srun exited with status 2: ")
         assert "execve(): /nonexistent/python3: No such file or directory" in outcome.error
+    elif kind == "command-docker-exec":
+        # The daemon refuses to start the command; docker exec says so on stdout, not
+        # stderr, and those are its last words, not a login shell's banner.
+        assert outcome.error.startswith("docker exited with status 126: OCI runtime exec failed: ")
+        assert "stat /nonexistent/python3: no such file or directory" in outcome.error
+        assert "login shell" not in outcome.error
     else:
         assert "/nonexistent/python3 not found" in outcome.error
 
