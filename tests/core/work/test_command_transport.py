@@ -65,6 +65,65 @@ def test_last_words_quote_the_clients_last_line_cut_short() -> None:
     assert len(long) == 301 and long.endswith("…")
 
 
+def failing_client(stdout: str, stderr: str = "", status: int = 1) -> CommandTransport:
+    """A client that prints `stdout` and `stderr` and exits with `status`, never starting
+    the runner (the runner's start, appended, lands in its positional parameters)."""
+    code = f"printf %s {shlex.quote(stdout)}; printf %s {shlex.quote(stderr)} >&2; exit {status}"
+    return CommandTransport(["/bin/sh", "-c", code, "client"])
+
+
+async def one_job(transport: CommandTransport, out: Path) -> str | None:
+    spec = JobSpec(
+        job_doc=json.dumps({"instruction": "x", "allowed_paths": ["a.txt"]}).encode(),
+        instruction="x",
+        allowed_paths=["a.txt"],
+        files=lambda: {"a.txt": b"a"},
+        generator="true",
+        timeout=30,
+    )
+    outcome, info = await run_job(transport, spec, out)
+    assert info is None
+    return outcome.error
+
+
+@pytest.mark.parametrize(
+    ("stdout", "reason"),
+    [
+        # `docker exec` passes the daemon's refusal to start the command on stdout.
+        (
+            'OCI runtime exec failed: exec failed: exec: "python3": executable file not found in $PATH: unknown\r\n',
+            'sh exited with status 126: OCI runtime exec failed: exec failed: exec: "python3": '
+            "executable file not found in $PATH: unknown",
+        ),
+        ("Error: No such container: gen1\n", "sh exited with status 126: Error: No such container: gen1"),
+        ("several lines\nthe last says why\n\n", "sh exited with status 126: the last says why"),
+    ],
+)
+async def test_a_client_that_says_why_it_failed_on_stdout_is_quoted(
+    stdout: str, reason: str, tmp_path: Path
+) -> None:
+    """A client silent on stderr that failed having printed on stdout, before the runner
+    ever answered, said why in what it printed: that is the reason, not a login shell's
+    banner to keep quiet."""
+    assert await one_job(failing_client(stdout, status=126), tmp_path / "out") == reason
+
+
+async def test_a_banner_before_a_failing_client_is_still_a_banner(tmp_path: Path) -> None:
+    """Words on stderr are the client's; what it printed on stdout is then a banner, and
+    the advice about quiet login shells stays. So it does when the client exited 0."""
+    banner = "Welcome to the cluster!\n"
+    error = await one_job(failing_client(banner, "Connection closed by 10.0.0.1\n", 255), tmp_path / "a")
+    assert error is not None
+    assert error.startswith(
+        "sh exited with status 255: Connection closed by 10.0.0.1; the generator host printed 24 bytes"
+    )
+    assert "never answered (they begin 'Welcome to the cluster!')" in error and "login shell" in error
+    quits = await one_job(failing_client(banner, status=0), tmp_path / "b")
+    assert quits is not None and quits.startswith(
+        "runner produced no result; the generator host printed 24 bytes"
+    )
+
+
 async def test_openssh_with_a_control_master_shares_one_connection(
     openssh_server: SSHServer, tmp_path: Path
 ) -> None:
