@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -241,3 +242,19 @@ def docker(docker_daemon: DockerDaemon, monkeypatch: pytest.MonkeyPatch) -> Dock
         if name in ("DOCKER_HOST", "DOCKER_CONFIG"):
             monkeypatch.setenv(name, value)
     return docker_daemon
+
+
+STANDIN = Path(__file__).with_name("kubectl_standin.py")
+
+
+def put_kubectl_first(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, container: str, pods: dict[str, str]
+) -> None:
+    """Put the stand-in `kubectl` (`kubectl_standin`) first on PATH, running its commands
+    in `container`; `pods` maps "NAMESPACE TARGET CONTAINER" to the pod name it says
+    the command ran in."""
+    folder.mkdir(exist_ok=True)
+    (folder / "kubectl").symlink_to(STANDIN)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_CONTAINER", container)
+    monkeypatch.setenv("STANDIN_PODS", json.dumps(pods))
