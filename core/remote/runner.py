@@ -699,18 +699,21 @@ def say_hello(out: typing.BinaryIO, nonce: bytes, facts: dict[str, str]) -> None
 
 
 # Where a container's id shows: the engine binds its own files (hostname, resolv.conf)
-# from a folder named for it (docker, podman), or names its cgroup for it (cgroup v1).
+# from a folder named for it, `<data-root>/containers/<id>/` (docker, wherever its data
+# root is) or `overlay-containers/<id>/userdata/` (podman), or names its cgroup for it
+# (cgroup v1, or v2 without a cgroup namespace of its own: on v2 docker gives each
+# container one by default, and its cgroup reads `/`).
 _CONTAINER_PLACES = (
-    ("/proc/self/mountinfo", re.compile(r"/(?:docker/containers|overlay-containers)/([0-9a-f]{64})/")),
-    ("/proc/self/cgroup", re.compile(r"(?:docker|libpod)[-/]([0-9a-f]{64})")),
+    ("mountinfo", re.compile(r"/(?:overlay-)?containers/([0-9a-f]{64})/")),
+    ("cgroup", re.compile(r"(?:docker|libpod)[-/]([0-9a-f]{64})")),
 )
 
 
-def container_id() -> str | None:
+def container_id(proc: str = "/proc/self") -> str | None:
     """The id of the container the runner is in, when a container engine names one."""
-    for path, pattern in _CONTAINER_PLACES:
+    for name, pattern in _CONTAINER_PLACES:
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
+            with open(os.path.join(proc, name), encoding="utf-8", errors="replace") as handle:
                 found = pattern.search(handle.read(1 << 20))
         except OSError:
             continue

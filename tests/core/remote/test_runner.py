@@ -19,7 +19,15 @@ import pytest
 from shipkit import wait_dead
 
 from core.remote.rules import HELLO, MAX_EXTENSION_BYTES, Limits, check_relpath, read_tar
-from core.remote.runner import BOOTSTRAP, MAX_OPEN_OUTPUTS, collect, render_command, write_result, write_tar
+from core.remote.runner import (
+    BOOTSTRAP,
+    MAX_OPEN_OUTPUTS,
+    collect,
+    container_id,
+    render_command,
+    write_result,
+    write_tar,
+)
 from core.work.bundle import make_bundle, make_header
 from core.work.transport.base import header_line, runner_preamble, runner_source
 
@@ -472,3 +480,42 @@ def test_the_runner_source_is_self_contained() -> None:
     assert imports <= set(sys.stdlib_module_names) | {"__future__"}
     assert "'" not in BOOTSTRAP
     assert check_relpath("a/b") == "a/b"
+
+
+ID = "4f2c" + "0" * 56 + "9a1b"
+NO_CGROUP_NAMESPACE = "0::/\n"
+
+
+@pytest.mark.parametrize(
+    ("mountinfo", "cgroup"),
+    [
+        # docker at its default data root, and at one of the daemon's own (--data-root):
+        # with a cgroup namespace of its own (docker's default on cgroup v2) the cgroup
+        # file names nothing, and the bound /etc/hostname is what names the container.
+        (f"175 174 254:0 /var/lib/docker/containers/{ID}/hostname /etc/hostname rw - ext4 /dev/vda rw", ""),
+        (f"176 174 254:0 /srv/engine/containers/{ID}/resolv.conf /etc/resolv.conf rw - ext4 /dev/vda rw", ""),
+        (
+            f"177 174 254:0 /tmp/genjob-docker-x/data/containers/{ID}/hosts /etc/hosts rw - ext4 /dev/vda rw",
+            "",
+        ),
+        # podman, rootful and rootless
+        (f"80 79 0:40 /var/lib/containers/storage/overlay-containers/{ID}/userdata/hosts /etc/hosts rw", ""),
+        (f"81 79 0:40 /gen/.local/share/containers/storage/overlay-containers/{ID}/userdata/hosts /x", ""),
+        # cgroup v1 (or v2 in the host's cgroup namespace), docker and podman
+        ("", f"4:memory:/docker/{ID}\n"),
+        ("", f"0::/machine.slice/libpod-{ID}.scope\n"),
+    ],
+)
+def test_the_container_id_is_found_wherever_the_engine_keeps_its_data(
+    mountinfo: str, cgroup: str, tmp_path: Path
+) -> None:
+    (tmp_path / "mountinfo").write_text(f"156 76 0:59 / / rw - overlay overlay rw\n{mountinfo}\n")
+    (tmp_path / "cgroup").write_text(cgroup or NO_CGROUP_NAMESPACE)
+    assert container_id(str(tmp_path)) == ID
+
+
+def test_no_container_id_outside_a_container(tmp_path: Path) -> None:
+    (tmp_path / "mountinfo").write_text(f"22 1 254:0 /srv/containers/{ID[:12]}/x /x rw - ext4 /dev/vda rw\n")
+    (tmp_path / "cgroup").write_text(NO_CGROUP_NAMESPACE)
+    assert container_id(str(tmp_path)) is None
+    assert container_id(str(tmp_path / "gone")) is None

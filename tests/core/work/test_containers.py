@@ -85,10 +85,15 @@ def facts_of(layout: Layout, key: str) -> dict[str, str]:
 HOSTNAME = "import os, shutil\nos.mkdir('src')\nshutil.copyfile('/etc/hostname', 'src/where.txt')\n"
 
 
+@pytest.mark.parametrize("options", [[], ["--cgroupns=private"]])
 async def test_the_topics_docker_run_line_records_its_container_and_removes_it(
-    repo: Layout, signer: Ed25519PrivateKey, docker: DockerDaemon, tmp_path: Path
+    repo: Layout, signer: Ed25519PrivateKey, docker: DockerDaemon, tmp_path: Path, options: list[str]
 ) -> None:
-    write_config(repo, host("boxes", docker_run_line(), script(tmp_path, "where", HOSTNAME)))
+    """The container's id is recorded whether its cgroup names it or (with a cgroup
+    namespace of its own, docker's default on cgroup v2) only the files docker binds into
+    it from its data root, which here is the test daemon's own folder."""
+    argv = docker_run_line()
+    write_config(repo, host("boxes", [*argv[:-1], *options, argv[-1]], script(tmp_path, "where", HOSTNAME)))
     job = mint(repo, "say where it ran", [], new=["src/where.txt"])
     res = await ship(repo, job.key, "boxes", worker_id="tester")
     assert (res.status, res.reason) == ("ok", None)
