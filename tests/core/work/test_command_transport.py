@@ -91,7 +91,8 @@ async def one_job(transport: CommandTransport, out: Path) -> str | None:
     [
         # `docker exec` passes the daemon's refusal to start the command on stdout.
         (
-            'OCI runtime exec failed: exec failed: exec: "python3": executable file not found in $PATH: unknown\r\n',
+            'OCI runtime exec failed: exec failed: exec: "python3": '
+            "executable file not found in $PATH: unknown\r\n",
             'sh exited with status 126: OCI runtime exec failed: exec failed: exec: "python3": '
             "executable file not found in $PATH: unknown",
         ),
