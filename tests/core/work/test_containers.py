@@ -43,13 +43,19 @@ POD = "generator-7d4b9c8f5-x2k4q"
 CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 
-def topic_command(host: str) -> list[str]:
-    """The `command` of `[hosts.HOST]` in the hosts topic, as written there."""
+def topic_host(host: str) -> dict[str, object]:
+    """`[hosts.HOST]` in the hosts topic, as written there."""
     for block in re.findall(r"```toml\n(.*?)```", topic_text("hosts"), re.DOTALL):
         table = tomllib.loads(block).get("hosts", {}).get(host)
         if table is not None:
-            return list(table["command"])
+            return dict(table)
     raise AssertionError(f"the hosts topic has no [hosts.{host}]")
+
+
+def topic_command(host: str) -> list[str]:
+    command = topic_host(host)["command"]
+    assert isinstance(command, list)
+    return [str(word) for word in command]
 
 
 def docker_run_line() -> list[str]:
@@ -231,7 +237,9 @@ def test_a_container_its_killed_worker_left_is_removed_by_the_hosts_cleanup(
     and removes the `--rm` container by itself; the cleanup then finds it gone, and says
     nothing is wrong."""
     gen, report = sleeper(tmp_path)
-    write_config(repo, host("boxes", docker_run_line(), gen, cleanup="docker rm -f {container_id}"))
+    cleanup = topic_host("boxes")["cleanup"]
+    assert cleanup == "docker rm -f {container_id}"
+    write_config(repo, host("boxes", docker_run_line(), gen, cleanup=cleanup))
     job = mint(repo)
     worker = start_genjob("ship", job.key, "--host", "boxes", cwd=repo.root, log=tmp_path / "ship.log")
     try:
