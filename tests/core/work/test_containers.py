@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from dockerkit import IMAGE, DockerDaemon, mounts, put_kubectl_first
+from dockerkit import IMAGE, DockerDaemon, mounts, put_kubectl_first, run_daemon
 from shipkit import genjob, script, sleeper, start_genjob, stop_process, toml_str, wait_for, write_config
 
 from core.model.lifecycle import State
@@ -269,3 +269,22 @@ def test_a_container_its_killed_worker_left_is_removed_by_the_hosts_cleanup(
                 os.kill(pid, signal.SIGKILL)
     cleaned = [(r["ok"], r["command"]) for r in attempts(repo, job.key) if r.get("event") == CLEANED_UP]
     assert cleaned == [(True, f"docker rm -f {container}")]
+
+
+def test_a_daemon_that_cannot_start_is_named_in_its_own_last_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `docker_daemon` skips with, where dockerd cannot run (no privileges, cgroup
+    trouble): the last line it printed, never a failure."""
+    fake = tmp_path / "bin" / "dockerd"
+    fake.parent.mkdir()
+    said = ["level=info msg=Starting up", "failed to start daemon: Devices cgroup is not mounted", ""]
+    fake.write_text("#!/bin/sh\n" + "".join(f"echo '{line}' >&2\n" for line in said) + "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(RuntimeError) as caught, run_daemon():
+        pass
+    assert (
+        str(caught.value)
+        == "dockerd exited with status 1: failed to start daemon: Devices cgroup is not mounted"
+    )
