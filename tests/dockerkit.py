@@ -5,7 +5,8 @@ Debian's `docker.io` 20.10: `dockerd` with its data, its exec root (where it sta
 own containerd), its config file and its one unix socket in a folder of its own, never
 the machine's /var/lib/docker or /var/run/docker.sock and never a TCP address; no
 iptables, no bridge (every container runs with `--network=none`), the cgroupfs driver.
-One daemon per test session (per pytest-xdist worker): it answers in about a second.
+One daemon per test session (per pytest-xdist worker; the tests that take it share one
+worker, `DOCKER_GROUP`): it answers in about a second.
 
 There is no registry. The image is imported from a root filesystem of a few empty
 folders and the merged-/usr links (`bin -> usr/bin`, ...), and each container gets this
@@ -36,6 +37,9 @@ from pathlib import Path
 
 import pytest
 
+# The xdist group of every test that takes the daemon: one worker runs them all, so one
+# daemon starts in a whole run (`--dist loadgroup`, the project's default).
+DOCKER_GROUP = "docker"
 IMAGE = "gen-image:1"  # the name the hosts topic's Docker example runs
 ROOT = Path(__file__).resolve().parents[1]
 # The top-level links of a merged-/usr Debian: the image's, so that /bin/sh and

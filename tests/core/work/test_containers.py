@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from dockerkit import IMAGE, DockerDaemon, mounts, put_kubectl_first, run_daemon
+from dockerkit import DOCKER_GROUP, IMAGE, DockerDaemon, mounts, put_kubectl_first, run_daemon
 from shipkit import genjob, script, sleeper, start_genjob, stop_process, toml_str, wait_for, write_config
 
 from core.model.lifecycle import State
@@ -37,7 +37,7 @@ from core.work.ship import ship
 from core.work.transport import CommandTransport, JobSpec, run_job
 from tui.reference import topic_text
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group(DOCKER_GROUP)]
 
 POD = "generator-7d4b9c8f5-x2k4q"
 CONTAINER_ID = re.compile(r"[0-9a-f]{64}")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from dockerkit import DockerDaemon, exec_argv, run_argv
+from dockerkit import DOCKER_GROUP, DockerDaemon, exec_argv, run_argv
 from shipkit import KINDS, alive, bwrap_argv, openssh_argv, sleeper, wait_dead
 from slurmkit import SlurmCluster
 from ssh_servers import HOST_ENV, SSHServer, known_hosts_line, write_key
@@ -51,8 +51,13 @@ LIMITS = Limits(max_file_bytes=1 << 16, max_total_bytes=1 << 18, max_files=20, m
 
 # Every worker-plane kind, and the command transport through `srun` to a real cluster and
 # through `docker exec -i` and `docker run --rm -i` to a real Docker daemon.
+# The Docker kinds share one xdist worker, and so one daemon (`dockerkit.DOCKER_GROUP`).
 DOCKER_KINDS = ("command-docker-exec", "command-docker-run")
-CONTRACT_KINDS = [*KINDS, "command-srun", *DOCKER_KINDS]
+CONTRACT_KINDS = [
+    *KINDS,
+    "command-srun",
+    *(pytest.param(kind, marks=pytest.mark.xdist_group(DOCKER_GROUP)) for kind in DOCKER_KINDS),
+]
 
 
 # What the runner and the result's checks decide alone, the same whatever carries the
