@@ -69,6 +69,7 @@ RUNNERS_OWN_CHECKS = frozenset(
         "test_symlink_at_allowed_path",
         "test_huge_file_is_refused",
         "test_running_jobs_leave_the_thread_pool_free",
+        "test_inputs_over_the_limits_are_refused_before_anything_is_sent",
     }
 )
 
