@@ -144,6 +144,7 @@ class BoardFeed(Widget):
         self.view = view
         self._pending: set[str] = set()  # named by events, or by the board's own changes
         self._wanted: set[str] = set()  # in view and not read in full: read with their attempts
+        self._window: list[str] = []  # the jobs in view
         self._wake = asyncio.Event()
         self._judged: dict[str, JobRow] = {}  # the received rows whose verdict was asked for
         self._scanning = True
@@ -178,8 +179,10 @@ class BoardFeed(Widget):
         self._pending.update(keys)
         self._wake.set()
 
-    def want(self, keys: Iterable[str]) -> None:
-        """Read these jobs in full, attempts included: their rows are in view."""
+    def want(self, keys: Iterable[str], window: Iterable[str] = ()) -> None:
+        """Read these jobs in full, attempts included: their rows are in view (`window`:
+        all those in view, whose queued jobs are read again on each tick)."""
+        self._window = list(window)
         new = set(keys) - self._wanted
         if new:
             self._wanted |= new
@@ -254,7 +257,9 @@ class BoardFeed(Widget):
                 last_full = last_tick = time.monotonic()
                 continue
             if now - last_tick >= TICK_SECONDS:
-                keys |= self.view.tracked
+                # A queued job in view goes STALE when its inputs move, with no event in .gen/.
+                where = self.view.where
+                keys |= self.view.tracked | {k for k in self._window if where.get(k) is State.QUEUED}
                 last_tick = now
             rows = self.view.rows
             full = self._wanted | {
