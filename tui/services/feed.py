@@ -261,24 +261,19 @@ class BoardFeed(Widget):
                 where = self.view.where
                 keys |= self.view.tracked | {k for k in self._window if where.get(k) is State.QUEUED}
                 last_tick = now
-            rows = self.view.rows
-            full = self._wanted | {
-                k for k in keys if (row := rows.get(k)) is not None and row.attempts is not None
-            }
+            # Named keys are read in full too: a row read without its attempts would be read
+            # again the moment it comes into view (new jobs, at the top, do at once).
+            keys |= self._wanted
             self._wanted = set()
             try:
-                if len(keys | full) <= INLINE_REFRESH:
-                    changed = self._read(keys - full, full)
+                if len(keys) <= INLINE_REFRESH:
+                    changed = refresh(self.repo, keys, attempts=True)
                 else:
-                    changed = await asyncio.to_thread(self._read, keys - full, full)
+                    changed = await asyncio.to_thread(refresh, self.repo, keys, attempts=True)
             except Exception as exc:
                 self.post_message(Trouble(f"reading .gen/ failed: {exc}", "error"))
                 continue
             self._emit(changed)
-
-    def _read(self, keys: set[str], full: set[str]) -> dict[str, JobRow | None]:
-        """`keys` read again, and `full` with their attempts (the rows in view)."""
-        return {**refresh(self.repo, keys), **refresh(self.repo, full, attempts=True)}
 
     async def _full_scan(self) -> None:
         self._status(scanning=True)
