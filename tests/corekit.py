@@ -167,10 +167,12 @@ def v2_job(instruction: str, inputs: Mapping[str, str | None], created_at: int =
 
 
 def write_jobs(layout: Layout, count: int, folder: str = "queue", prefix: str = "job") -> list[str]:
-    """`count` distinct v2 jobs written straight into `folder` (fast: no fsync); their keys."""
+    """`count` distinct v2 jobs written straight into `folder` (fast: no fsync); their keys.
+    Each edits src/app.py as `FILES` holds it (a repository with other bytes there has
+    them STALE)."""
     keys = []
     for i in range(count):
-        job = v2_job(f"{prefix} {i}", {"src/app.py": None})
+        job = v2_job(f"{prefix} {i}", {"src/app.py": sha(FILES["src/app.py"])})
         (layout.gen / folder / f"{job.key}.json").write_bytes(job_bytes(job))
         keys.append(job.key)
     return keys

@@ -55,7 +55,8 @@ class Facts:
     lease: for a running job, its lease's state as `core.model.freshness` judges it.
     receipt: None, a `ReceiptStatus` word (plain text, as the listing reads it), or
       "invalid" (present but unreadable).
-    base_fresh: for an ok receipt, whether the tree still matches the job's inputs.
+    base_fresh: for a queued job or an ok receipt, whether the tree still matches the
+      job's inputs (None: not looked at).
     invalid: the parse error of the job file, if it has one.
     candidates: best-of-N (`core.review.candidates`): None when the job has none, else "ok" when
       one of them came back ok, "failed" when none did.
@@ -79,7 +80,10 @@ def derive_state(f: Facts) -> State:
     if "rejected" in f.folders:
         return State.REJECTED
     if "queue" in f.folders:
-        return State.INCONSISTENT if f.receipt is not None else State.QUEUED
+        if f.receipt is not None:
+            return State.INCONSISTENT
+        # Inputs moved since the mint: shipping it would spend an attempt to learn that.
+        return State.STALE if f.base_fresh is False else State.QUEUED
     if "running" in f.folders:
         if f.receipt is None and f.candidates is not None and f.lease in CLOSED:
             # The last candidate in removed the lease: the batch is over, none chosen yet.

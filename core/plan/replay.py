@@ -1,4 +1,5 @@
-"""Replay: mint a finished-but-unusable job again over the tree as it is now.
+"""Replay: mint a finished-but-unusable job again over the tree as it is now (or a queued
+job whose inputs moved, STALE before it ever shipped: its replay closes it).
 
 A v2 job is replayed as a v2 job that records `replay_of`. A v1 job stays v1, as the seed's
 article says ("raise attempt in a new file with a new job_id"): the seed's own client must
@@ -18,7 +19,7 @@ from core.plan.mint import build_job
 from core.read.snapshot import job_row
 from core.store.events import record_event
 from core.store.layout import Layout
-from core.store.queue import Enqueued, enqueue, locate
+from core.store.queue import Enqueued, enqueue, locate, reject
 
 
 def replay(layout: Layout, key: str, allow_secrets: bool = False) -> Enqueued:
@@ -33,7 +34,8 @@ def replay(layout: Layout, key: str, allow_secrets: bool = False) -> Enqueued:
     if state is None or not allowed("replay", state):
         allowed_states = ", ".join(s.value for s in sorted({State.STALE, State.FAILED, State.REJECTED}))
         raise WrongState(f"{key}: is {state.value if state else 'missing'}; replay is for {allowed_states}")
-    job = locate(layout, key).job
+    located = locate(layout, key)
+    job = located.job
     present = [p for p in job.allowed_paths if regular_file_inside(layout.root, p) is not None]
     new = [p for p in job.allowed_paths if p not in present]
     if isinstance(job, JobV1):
@@ -43,6 +45,8 @@ def replay(layout: Layout, key: str, allow_secrets: bool = False) -> Enqueued:
     res = enqueue(layout, fresh)
     if res.created:
         record_event(layout, "replayed", key, as_key=res.key)
+    if located.folder == "queue":  # a STALE job never shipped: its replay takes its place
+        reject(layout, key, f"its inputs moved since the mint; replayed as {res.key}", by="replay")
     return res
 
 

@@ -49,11 +49,6 @@ class Index(NamedTuple):
     inodes: dict[str, tuple[int, int]]  # of each key's job file and receipt, as they were read
 
 
-def _entry(key: str, inodes: tuple[int, int], facts: KeyFacts) -> list[object]:
-    """[key, inodes, then the facts, the job summary (or null) nested as arrays]."""
-    return [key, *inodes, *facts]
-
-
 def _load(entries: list[list[Any]], inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
     """What the entries give back; equal sets of folders or paths come back as one tuple."""
     shared: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -102,7 +97,8 @@ def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
 
 def write_index(path: Path, gen: str, index: Index) -> None:
     """Replace the index at `path` (its folder made already)."""
-    entries = [_entry(key, index.inodes[key], got) for key, got in index.known.items()]
+    # [key, inodes, then the facts, the job summary (or null) nested as arrays]
+    entries = [[key, *index.inodes[key], *got] for key, got in index.known.items()]
     body = json.dumps(entries, separators=(",", ":")).encode()
     head = {
         "format": FORMAT,

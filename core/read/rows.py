@@ -68,7 +68,7 @@ class KeyFacts(NamedTuple):
 
     folders: tuple[str, ...]  # the state folders holding `<key>.json`, in `JOB_FOLDERS` order
     modified: int  # the mtime (ns) of the first of those files
-    job: JobSummary | None  # inputs kept only in running/, where an ok receipt meets the tree
+    job: JobSummary | None  # inputs kept only in queue/ and running/, where the tree is met
     rejection: str  # the reason in a rejected record, else ""
     invalid: str | None  # the first fault of the key's name or a job document
     receipt: str | None  # the receipt's status, "invalid", or None when there is none
@@ -125,7 +125,7 @@ def parse_job(data: bytes, path: str, folder: str, key: str) -> tuple[JobSummary
         return (summary, _rejection(obj)) if summary is not None and doc["idempotency_key"] == key else None
 
     got = _checked(data, path, quick, strict)
-    if isinstance(got, str) or folder == "running":
+    if isinstance(got, str) or folder in ("queue", "running"):
         return got  # type: ignore[no-any-return]
     return got[0]._replace(inputs=()), got[1]
 
@@ -214,6 +214,23 @@ def read_candidates(path: str) -> tuple[int, int]:
     return len(numbered), sum(isinstance(r, ReceiptFacts) and r.status == ReceiptStatus.OK for r in got)
 
 
+# Tree files hashed, by path: kept while the file's identity (inode, size, times) holds.
+_HASHED: dict[str, tuple[tuple[int, ...], str]] = {}
+
+
+def hash_of(path: str, st: os.stat_result) -> str:
+    """A regular file's sha256, again only when its identity changed since it was hashed
+    (not kept while its mtime is racy)."""
+    identity = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    kept = _HASHED.get(path)
+    if kept is not None and kept[0] == identity:
+        return kept[1]
+    digest = sha256_file(Path(path))
+    if st.st_mtime_ns < racy_after():
+        _HASHED[path] = identity, digest
+    return digest
+
+
 class RowMaker:
     """Makes rows of facts at one moment: the clock, the tree and each lease as they are now."""
 
@@ -226,8 +243,8 @@ class RowMaker:
         """A tree file's hash; None when it is absent, "" when it is not a safe regular file."""
         if rel not in self._hashes:
             try:
-                found = lstat_inside(self.root, rel) is not None
-                self._hashes[rel] = sha256_file(self.root / rel) if found else None
+                st = lstat_inside(self.root, rel)
+                self._hashes[rel] = None if st is None else hash_of(str(self.root / rel), st)
             except (BadInput, OSError):
                 self._hashes[rel] = ""
         return self._hashes[rel]
@@ -261,7 +278,7 @@ class RowMaker:
         folders, job, receipt = facts.folders, facts.job or NO_JOB, facts.receipt
         problems = [*([facts.invalid] if facts.invalid else []), *facts.receipt_problems]
         fresh = None
-        if receipt == ReceiptStatus.OK and facts.job and "running" in folders:
+        if facts.job and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK):
             stale = [p for p, want in job.inputs if self._tree_hash(p) != want]
             fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
         count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)

@@ -158,6 +158,7 @@ class Claimer:
         self.replay = replay
         self._candidates: list[str] = []
         self._serialize: bool | None = None
+        self.skipped: dict[str, str] = {}  # what the last claim left queued, and why
 
     def _list(self) -> list[str]:
         entries = []
@@ -179,8 +180,9 @@ class Claimer:
     def claim(self, key: str | None = None) -> Claim:
         """Claim `key`, or the oldest queued job; NothingToClaim when none is left.
 
-        Without a key, a job file that cannot be claimed (INVALID, or a key already
-        running) is left where it is and skipped, so one bad file never blocks the queue.
+        Without a key, a job file that cannot be claimed (INVALID, STALE, or a key already
+        running) is left where it is and skipped (in `skipped`, with the reason), so one
+        bad file never blocks the queue.
         """
         if key is not None:
             claimed = self._try(check_key(key))
@@ -188,7 +190,8 @@ class Claimer:
                 loc = locate(self.layout, key)
                 raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}, not QUEUED; nothing claimed")
             return claimed
-        skipped: dict[str, str] = {}
+        self.skipped = {}
+        skipped = self.skipped
         for relisted in (False, True):
             if relisted or not self._candidates:
                 self._candidates = [k for k in self._list() if k not in skipped]
@@ -267,12 +270,19 @@ class Claimer:
             job = job_from_bytes(read_bytes(dst, source=str(src)), str(src))
             if job.key != key:
                 raise BadInput(f"{src}: file name does not match its key {job.key}")
+            moved = moved_inputs(self.layout, job)
+            if moved:
+                raise WrongState(
+                    f"{key}: is STALE: its inputs changed since it was minted ({', '.join(moved)}), so "
+                    f"shipping it would only fail; nothing claimed: `genjob replay {key}` mints it again "
+                    "over the tree as it is"
+                )
             # Read only now that the rename has made this claim the one: the attempt
             # number is the lease's fencing token.
             token = claims(attempts(self.layout, key)) + 1
-        except BadInput:
-            # Not ours to run (or its attempts file cannot be read): put it back, so it
-            # shows in the queue with its fault.
+        except (BadInput, WrongState):
+            # Not ours to run (stale, or its attempts file cannot be read): put it back, so
+            # it shows in the queue with its fault, and no attempt is spent on it.
             rename(dst, src)
             raise
         lease = new_lease(self.worker, token, self.ttl, self.pid)

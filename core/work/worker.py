@@ -91,6 +91,7 @@ class _WorkerLoop:
         self.busy: dict[str, set[asyncio.Task[list[ShipResult]]]] = {n: set() for n in names}
         self.results: list[ShipResult] = []
         self.budget_said: dict[str, str] = {}
+        self.skipped_said: dict[str, str] = {}
 
     async def run(self, stop: asyncio.Event, once: bool, poll: float) -> None:
         """Fill every host's free slots, then wait for a job to end, a stop, or the next poll."""
@@ -123,6 +124,7 @@ class _WorkerLoop:
                     break
                 except NothingToClaim:
                     empty = True
+                    self._say_skipped()
                     break
                 except (GenjobError, OSError) as exc:
                     # A full disk or a folder that cannot be written is the operator's
@@ -130,9 +132,17 @@ class _WorkerLoop:
                     self.report(f"claim failed: {exc}" + ("" if once else f"; retrying in {CLAIM_RETRY:g}s"))
                     failed = True
                     break
+                self._say_skipped()
                 self.report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
                 self.busy[name].add(asyncio.create_task(self._ship(name, claim)))
         return empty, failed
+
+    def _say_skipped(self) -> None:
+        """Say once each why a queued job was left unclaimed (a STALE one: replay it)."""
+        for key, why in self.claimer.skipped.items():
+            if self.skipped_said.get(key) != why:
+                self.skipped_said[key] = why
+                self.report(f"skipped: {why}")
 
     def _over_budget(self, name: str, why: str) -> None:
         """Say once per host and reason that its budget stops it."""

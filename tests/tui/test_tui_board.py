@@ -529,3 +529,22 @@ async def test_received_rows_say_whether_their_receipt_verifies(demo: Demo) -> N
         assert "RECEIVED ✔" in lines[keys[0][:12]]
         assert "RECEIVED ✘" in lines[keys[1][:12]]
         assert "RECEIVED ✘" in lines[keys[2][:12]]
+
+
+async def test_a_queued_job_whose_input_moved_shows_stale_in_view(demo: Demo) -> None:
+    """Read in view (STALE at once), and followed without any event in .gen/ (an edit of
+    the tree turns a queued row in view STALE, its edit undone QUEUED again)."""
+    layout = layout_of(demo)
+    moved = enqueue(layout, build_job(layout, "Moved under it.", ["README.md"])).key
+    target = demo.root / "README.md"
+    original = target.read_bytes()
+    target.write_bytes(original + b"edited\n")
+    async with run_board(demo.root, (200, 50)) as d:
+        await d.until(lambda: d.state_of(moved) == "STALE", "the moved job's row")
+        assert any(line.startswith(f"  {moved[:12]} STALE") for line in d.lines())
+        target.write_bytes(original)
+        await d.until(lambda: d.state_of(moved) == "QUEUED", "the input put back")
+        key = next(k for k, r in d.board.view.rows.items() if r.state.value == "QUEUED" and k != moved)
+        path = d.board.view.rows[key].allowed_paths[0]
+        (demo.root / path).write_bytes(b"moved on\n")
+        await d.until(lambda: d.state_of(key) == "STALE", "a queued row in view going STALE")

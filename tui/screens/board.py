@@ -287,7 +287,7 @@ class BoardScreen(Screen[None]):
 
     @on(JobTable.WindowShown)
     def _window_shown(self, message: JobTable.WindowShown) -> None:
-        self.feed.want(message.keys)
+        self.feed.want(message.keys, message.window)
 
     @on(SearchFound)
     def _search_found(self, message: SearchFound) -> None:

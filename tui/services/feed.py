@@ -144,6 +144,7 @@ class BoardFeed(Widget):
         self.view = view
         self._pending: set[str] = set()  # named by events, or by the board's own changes
         self._wanted: set[str] = set()  # in view and not read in full: read with their attempts
+        self._window: list[str] = []  # the jobs in view
         self._wake = asyncio.Event()
         self._judged: dict[str, JobRow] = {}  # the received rows whose verdict was asked for
         self._scanning = True
@@ -178,8 +179,10 @@ class BoardFeed(Widget):
         self._pending.update(keys)
         self._wake.set()
 
-    def want(self, keys: Iterable[str]) -> None:
-        """Read these jobs in full, attempts included: their rows are in view."""
+    def want(self, keys: Iterable[str], window: Iterable[str] = ()) -> None:
+        """Read these jobs in full, attempts included: their rows are in view (`window`:
+        all those in view, whose queued jobs are read again on each tick)."""
+        self._window = list(window)
         new = set(keys) - self._wanted
         if new:
             self._wanted |= new
@@ -254,26 +257,23 @@ class BoardFeed(Widget):
                 last_full = last_tick = time.monotonic()
                 continue
             if now - last_tick >= TICK_SECONDS:
-                keys |= self.view.tracked
+                # A queued job in view goes STALE when its inputs move, with no event in .gen/.
+                where = self.view.where
+                keys |= self.view.tracked | {k for k in self._window if where.get(k) is State.QUEUED}
                 last_tick = now
-            rows = self.view.rows
-            full = self._wanted | {
-                k for k in keys if (row := rows.get(k)) is not None and row.attempts is not None
-            }
+            # Named keys are read in full too: a row read without its attempts would be read
+            # again the moment it comes into view (new jobs, at the top, do at once).
+            keys |= self._wanted
             self._wanted = set()
             try:
-                if len(keys | full) <= INLINE_REFRESH:
-                    changed = self._read(keys - full, full)
+                if len(keys) <= INLINE_REFRESH:
+                    changed = refresh(self.repo, keys, attempts=True)
                 else:
-                    changed = await asyncio.to_thread(self._read, keys - full, full)
+                    changed = await asyncio.to_thread(refresh, self.repo, keys, attempts=True)
             except Exception as exc:
                 self.post_message(Trouble(f"reading .gen/ failed: {exc}", "error"))
                 continue
             self._emit(changed)
-
-    def _read(self, keys: set[str], full: set[str]) -> dict[str, JobRow | None]:
-        """`keys` read again, and `full` with their attempts (the rows in view)."""
-        return {**refresh(self.repo, keys), **refresh(self.repo, full, attempts=True)}
 
     async def _full_scan(self) -> None:
         self._status(scanning=True)

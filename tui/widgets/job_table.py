@@ -105,11 +105,13 @@ class JobTable(ScrollView, can_focus=True):
             self.count = count
 
     class WindowShown(Message):
-        """The jobs in view whose rows are not read in full yet (attempts included)."""
+        """The jobs in view (`window`), and those whose rows are not read in full yet
+        (`keys`, attempts included)."""
 
-        def __init__(self, keys: list[str]) -> None:
+        def __init__(self, keys: list[str], window: list[str]) -> None:
             super().__init__()
             self.keys = keys
+            self.window = window
 
     def __init__(self, view: BoardView, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -131,6 +133,7 @@ class JobTable(ScrollView, can_focus=True):
         self.empty: list[tuple[str, bool]] = []
         self._rows_drawn = False
         self._asked: list[str] = []  # the keys last asked for in `WindowShown`
+        self._window: list[str] = []  # the keys in view when it was last posted
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -334,18 +337,21 @@ class JobTable(ScrollView, can_focus=True):
         self._ask_for_window()
         return super().render_lines(crop)
 
+    def in_view(self) -> list[str]:
+        top = int(self.scroll_y)
+        return [self.view.key_at(i) for i in range(top, min(len(self.view), top + self.page))]
+
     def unread_in_view(self) -> list[str]:
         """The jobs in view whose rows are not read in full yet (attempts included)."""
-        top, rows = int(self.scroll_y), self.view.rows
-        keys = [self.view.key_at(i) for i in range(top, min(len(self.view), top + self.page))]
-        return [k for k in keys if (row := rows.get(k)) is None or row.attempts is None]
+        rows = self.view.rows
+        return [k for k in self.in_view() if (row := rows.get(k)) is None or row.attempts is None]
 
     def _ask_for_window(self) -> None:
-        """Ask for the rows in view that are not read in full, when they are not those asked last."""
-        unread = self.unread_in_view()
-        if unread and unread != self._asked:
-            self.post_message(self.WindowShown(unread))
-        self._asked = unread
+        """Say which jobs are in view, and ask for those not read in full, when either changed."""
+        window, unread = self.in_view(), self.unread_in_view()
+        if (unread and unread != self._asked) or window != self._window:
+            self.post_message(self.WindowShown(unread, window))
+        self._asked, self._window = unread, window
 
     def notify_style_update(self) -> None:
         self._strips.clear()

@@ -111,8 +111,10 @@ def test_one_folder_decides(f: Facts) -> None:
         assert state is State.APPLIED
     elif folder == "rejected":
         assert state is State.REJECTED
+    elif folder == "queue" and f.receipt is not None:
+        assert state is State.INCONSISTENT
     elif folder == "queue":
-        assert state is (State.QUEUED if f.receipt is None else State.INCONSISTENT)
+        assert state is (State.STALE if f.base_fresh is False else State.QUEUED)
     elif f.receipt is None:
         live = f.lease in (LeaseState.FRESH, LeaseState.CLAIMING)
         assert state is (State.RUNNING if live else State.ORPHANED)
@@ -127,8 +129,18 @@ def test_one_folder_decides(f: Facts) -> None:
 @given(facts)
 def test_derived_states_only_come_from_running_or_bad_files(f: Facts) -> None:
     state = derive_state(f)
-    if state in (State.ORPHANED, State.RECEIVED, State.STALE, State.FAILED, State.RUNNING):
+    if state in (State.ORPHANED, State.RECEIVED, State.FAILED, State.RUNNING):
         assert f.folders == {"running"}
+    if state is State.STALE:  # a queued job or an ok receipt whose inputs moved
+        assert f.folders in ({"running"}, {"queue"}) and f.base_fresh is False
+
+
+@given(one_folder_facts)
+def test_a_queued_job_whose_inputs_moved_is_never_shipped_and_may_be_replayed(f: Facts) -> None:
+    state = derive_state(Facts(frozenset({"queue"}), None, None, False, f.invalid))
+    assert state is (State.INVALID if f.invalid is not None else State.STALE)
+    assert not allowed("ship", state) and not allowed("claim", state)
+    assert f.invalid is not None or allowed("replay", state)
 
 
 def test_actions_name_real_states() -> None:
@@ -178,8 +190,9 @@ class Lifecycle(RuleBasedStateMachine):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def state_of(self, job: ModelJob) -> State:
+        fresh = sha(self.files[job.path]) == job.input_hash
         if job.folder == "queue":
-            return State.QUEUED
+            return State.QUEUED if fresh else State.STALE
         if job.folder == "applied":
             return State.APPLIED
         if job.folder == "rejected":
@@ -188,7 +201,7 @@ class Lifecycle(RuleBasedStateMachine):
             return State.RUNNING if job.alive else State.ORPHANED
         if job.receipt != "ok":
             return State.FAILED
-        return State.RECEIVED if sha(self.files[job.path]) == job.input_hash else State.STALE
+        return State.RECEIVED if fresh else State.STALE
 
     def keys(self) -> list[str]:
         return sorted(self.jobs)
@@ -219,11 +232,19 @@ class Lifecycle(RuleBasedStateMachine):
         worker = f"w{self.claims}"
         claimer = Claimer(self.layout, worker, pid=os.getpid() if alive else DEAD_PID)
         queued = sorted(k for k, j in self.jobs.items() if j.folder == "queue")
-        if not queued:
+        fresh = [k for k in queued if self.state_of(self.jobs[k]) is State.QUEUED]
+        if not fresh:
             with pytest.raises(NothingToClaim):
                 claimer.claim()
+            assert set(claimer.skipped) == set(queued)  # each STALE one left, and said why
             return
-        c = claimer.claim(data.draw(st.sampled_from(queued)))
+        key = data.draw(st.sampled_from(queued))
+        if key not in fresh:  # its inputs moved: refused before an attempt is spent on it
+            with pytest.raises(WrongState, match="is STALE: its inputs changed"):
+                claimer.claim(key)
+            assert not self.layout.attempts_file(key).exists() or self.jobs[key].token
+            return
+        c = claimer.claim(key)
         job = self.jobs[c.key]
         job.folder, job.alive, job.token, job.worker = "running", alive, c.lease.token, worker
 
@@ -278,7 +299,7 @@ class Lifecycle(RuleBasedStateMachine):
             self.files[job.path] = f"output of {key}\n".encode()
         elif state is State.APPLIED:
             assert apply_job(self.layout, key).already
-        elif state in (State.QUEUED, State.REJECTED):
+        elif state in (State.QUEUED, State.REJECTED) or job.folder == "queue":
             with pytest.raises(WrongState, match="only a job with a receipt can be applied"):
                 apply_job(self.layout, key)
         else:

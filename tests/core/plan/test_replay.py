@@ -152,3 +152,13 @@ def test_replay_scans_for_secrets_like_a_mint(repo: Layout) -> None:
         replay(repo, key)
     assert sorted(p.name for p in repo.queue.iterdir()) == queued
     assert replay(repo, key, allow_secrets=True).created
+
+
+def test_a_queued_job_whose_inputs_moved_is_replayed_in_its_place(repo: Layout) -> None:
+    job = mint(repo, "x", ["src/app.py"])
+    (repo.root / "src/app.py").write_text("moved on\n")
+    assert state(repo, job.key) is State.STALE
+    res = replay(repo, job.key)
+    assert state(repo, res.key) is State.QUEUED and state(repo, job.key) is State.REJECTED
+    assert locate(repo, res.key).job.inputs == {"src/app.py": sha(b"moved on\n")}
+    assert Claimer(repo, "w1").claim().key == res.key  # nothing STALE left to skip

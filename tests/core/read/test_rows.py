@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from corekit import mint, receive, write_jobs
+from corekit import FILES, mint, receive, sha, write_jobs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.contract import MAX_LEASE_BYTES
@@ -46,8 +46,11 @@ def test_a_queued_job(repo: Layout) -> None:
     got, settled = facts(repo, key)
     assert settled and got.folders == ("queue",) and got.job is not None and got.invalid is None
     assert got.job.schema == "genjob.v2" and got.job.allowed_paths == ("src/app.py",)
-    assert got.job.inputs == (), "only a running job keeps its inputs"
+    assert got.job.inputs == (("src/app.py", sha(FILES["src/app.py"])),), "a queued job keeps its inputs"
     assert (got.receipt, got.receipt_worker, got.modified) == (None, "", OLD_NS)
+    reject(repo, key, "not now")
+    got, _ = facts(repo, key)
+    assert got.job is not None and got.job.inputs == (), "a closed job meets the tree no more"
 
 
 def test_a_running_job_with_a_receipt_and_attempts(repo: Layout, signer: Ed25519PrivateKey) -> None:

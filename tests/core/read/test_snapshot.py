@@ -597,3 +597,39 @@ def written_claims(draw: st.DrawFn) -> bytes:
 def test_attempts_are_counted_as_json_loads_reads_them(lines: list[bytes]) -> None:
     data = b"\n".join(lines)
     assert count_claims(data) == attempts_reference(data)
+
+
+@pytest.mark.parametrize("move", ["edit", "delete", "symlink", "create"])
+def test_a_queued_job_whose_inputs_moved_is_stale_before_it_ships(
+    repo: Layout, tmp_path: Path, move: str
+) -> None:
+    """Edited, deleted, swapped for a link, or (for a new file) made since the mint."""
+    job = mint(repo, "x", [], new=["src/new.py"]) if move == "create" else mint(repo, "x", ["src/app.py"])
+    untouched = mint(repo, "y", ["src/util.py"])
+    assert states(repo)[job.key] is State.QUEUED
+    target = repo.root / ("src/new.py" if move == "create" else "src/app.py")
+    if move in ("edit", "create"):
+        target.write_text("moved on\n")
+    elif move == "delete":
+        target.unlink()
+    else:
+        (tmp_path / "app.py").write_bytes(target.read_bytes())
+        target.unlink()
+        target.symlink_to(tmp_path / "app.py")
+    for disk_cache in (True, True, False):  # the index written, then read
+        rows = take_snapshot(repo, disk_cache).rows
+        assert rows[job.key].state is State.STALE and rows[untouched.key].state is State.QUEUED
+    assert any("changed since the job was minted" in p for p in rows[job.key].problems)
+    assert refresh(repo, [job.key])[job.key].state is State.STALE  # type: ignore[union-attr]
+    assert set(take_snapshot(repo, states={State.STALE}).rows) == {job.key}
+    assert set(take_snapshot(repo, states={State.QUEUED}).rows) == {untouched.key}
+
+
+def test_a_stale_queued_job_turns_queued_again_when_its_input_is_put_back(repo: Layout) -> None:
+    job = mint(repo, "x", ["src/app.py"])
+    target = repo.root / "src/app.py"
+    original = target.read_bytes()
+    target.write_text("moved on\n")
+    assert states(repo)[job.key] is State.STALE
+    target.write_bytes(original)
+    assert states(repo)[job.key] is State.QUEUED

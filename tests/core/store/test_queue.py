@@ -306,3 +306,32 @@ def test_release_refuses_a_claim_that_is_not_the_callers(repo: Layout, who: str)
         release(repo, job.key, token, worker)
     assert (repo.job_file("running", job.key).read_bytes(), repo.lease(job.key).read_bytes()) == before
     assert not repo.job_file("queue", job.key).exists()
+
+
+@pytest.mark.parametrize("move", ["edit", "delete", "create"])
+def test_a_stale_queued_job_is_refused_before_it_is_claimed(repo: Layout, move: str) -> None:
+    """`genjob ship KEY` on a job whose inputs moved spends no attempt: it stays queued."""
+    job = mint(repo, "x", [], new=["src/new.py"]) if move == "create" else mint(repo, "x", ["src/app.py"])
+    target = repo.root / ("src/new.py" if move == "create" else "src/app.py")
+    if move == "delete":
+        target.unlink()
+    else:
+        target.write_text("moved on\n")
+    before = sorted(p.name for p in repo.gen.rglob("*") if "cache" not in p.parts)
+    with pytest.raises(WrongState, match=f"is STALE: its inputs changed.*genjob replay {job.key}"):
+        Claimer(repo, "w1").claim(job.key)
+    assert sorted(p.name for p in repo.gen.rglob("*") if "cache" not in p.parts) == before
+    assert attempts(repo, job.key) == [] and not read_lease(repo, job.key)
+    assert take_snapshot(repo).rows[job.key].state is State.STALE
+
+
+def test_a_worker_claim_skips_a_stale_job_and_says_why(repo: Layout) -> None:
+    stale = mint(repo, "stale", ["src/app.py"])
+    (repo.root / "src/app.py").write_text("moved on\n")
+    fresh = mint(repo, "fresh", ["src/util.py"])
+    claimer = Claimer(repo, "w1")
+    assert claimer.claim().key == fresh.key
+    with pytest.raises(NothingToClaim, match=r"skipped 1 that cannot be claimed: .*is STALE"):
+        claimer.claim()
+    assert list(claimer.skipped) == [stale.key] and "genjob replay" in claimer.skipped[stale.key]
+    assert repo.job_file("queue", stale.key).exists() and attempts(repo, stale.key) == []

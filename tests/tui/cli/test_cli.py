@@ -513,3 +513,29 @@ def test_apply_commit_without_a_git_identity_says_how_in_one_line_and_applies_no
     done = cli("apply", job.key, "--commit", root=repo.root)
     assert done.exit_code == 0, done.stderr
     assert f"Genjob-Key: {job.key}" in git(repo.root, "log", "-1", "--format=%B")
+
+
+def test_a_queued_job_whose_input_moved_says_so_in_ls_show_and_ship(repo: Layout, tmp_path: Path) -> None:
+    """STALE in `ls`, `ls --json` and `show`; `ship` refuses it, naming replay, with no attempt spent."""
+    mark = tmp_path / "generator-ran"
+    policy = "[policy]\nrequire_signature = false\n"
+    set_config(
+        repo, policy + f'[hosts.local]\ntransport = "local"\nsandbox = "none"\ngenerator = "touch {mark}"\n'
+    )
+    job = mint(repo, "x", ["src/app.py"])
+    (repo.root / "src/app.py").write_text("moved on\n")
+    line = next(x for x in cli("ls", root=repo.root).stdout.splitlines() if x.startswith(job.key))
+    assert line.split()[1] == "STALE"
+    [row] = json.loads(cli("ls", "--json", "--state", "STALE", root=repo.root).stdout)
+    assert row["key"] == job.key and row["state"] == "STALE"
+    assert row["problems"] == ["src/app.py: changed since the job was minted"]
+    assert json.loads(cli("ls", "--json", "--state", "QUEUED", root=repo.root).stdout) == []
+    shown = cli("show", job.key, root=repo.root)
+    assert (
+        shown.stdout.startswith(f"job {job.key}  STALE")
+        and "changed since the job was minted" in shown.stdout
+    )
+    res = cli("ship", job.key, "--host", "local", root=repo.root)
+    assert res.exit_code != 0 and f"genjob replay {job.key}" in res.stderr and "nothing claimed" in res.stderr
+    assert not mark.exists() and repo.job_file("queue", job.key).exists()
+    assert not repo.attempts_file(job.key).exists()
