@@ -40,6 +40,7 @@ _ELSEWHERE = {
     "check": ("tui.cli.check", "check_cmd"),
     "demo": ("tui.cli.dashboard", "demo"),
     "discard": ("tui.cli.discard", "discard_cmd"),
+    "heartbeat": ("tui.cli.heartbeat", "heartbeat_cmd"),
     "help": ("tui.cli.help", "help_cmd"),
     "hosts": ("tui.cli.fleet", "hosts_cmd"),
     "mcp": ("tui.cli.clients", "mcp_cmd"),
