@@ -101,14 +101,16 @@ def run_beating(layout: Layout, key: str, lease: Lease, command: tuple[str, ...]
             try:
                 code = proc.wait(timeout=every)
             except subprocess.TimeoutExpired:
-                if not heartbeat(layout, key, lease.token, lease.worker):
-                    stop(proc)
-                    raise WrongState(
-                        f"{key}: the lease is no longer {lease.worker}'s (requeued, or claimed again); "
-                        f"stopped {command[0]}"
-                    ) from None
-                continue
+                if heartbeat(layout, key, lease.token, lease.worker):
+                    continue
+                raise WrongState(
+                    f"{key}: the lease is no longer {lease.worker}'s (requeued, or claimed again); "
+                    f"stopped {command[0]}"
+                ) from None
             return 128 - code if code < 0 else code
+    except BaseException:  # a lost lease, a fault renewing it, Ctrl-C: CMD never outlives it
+        stop(proc)
+        raise
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)

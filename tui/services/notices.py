@@ -61,7 +61,10 @@ class Notices(Widget):
     def rows_changed(self, before: Mapping[str, State | None], changed: Mapping[str, JobRow | None]) -> None:
         """Rows the feed read, and the states the board had for them before: a receipt
         that arrived, and a job it made RECEIVED, which waits for the operator's approval."""
-        if self.notifier is None:
+        wanted = self.notifier is not None and (
+            self.notifier.wanted("receipt") or self.notifier.wanted("approval")
+        )
+        if not wanted:
             return
         from core.store.notify import receipt_arrived, waiting_for_approval
 
