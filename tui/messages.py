@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from core.read.inspect_job import JobDetail
     from core.read.snapshot import JobRow
     from core.store.queue import Claim
+    from core.work.ship import ShipResult
 
 
 # -- what the feed read ------------------------------------------------------------------------
@@ -141,6 +142,15 @@ class ActionDone(Message):
     failed: list[str]
     keys: list[str]
     select: str | None = None
+
+
+@dataclass
+class RunEnded(Message):
+    """A ship of the board's ended, with the result of each of its runs (none when it
+    ended before a run did)."""
+
+    key: str
+    results: tuple[ShipResult, ...]
 
 
 @dataclass

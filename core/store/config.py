@@ -453,6 +453,16 @@ class Config(BaseModel):
     # the operator's consent; never read from TOML.
     _held: Held | None = PrivateAttr(default=None)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_notify(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "notify" in raw:
+            raise ValueError(
+                "[notify] runs a command with your rights, so it is yours to set, never a repository's: "
+                "move it to your own config.toml (genjob help dashboard, Notifications)"
+            )
+        return raw
+
     @property
     def held(self) -> Held | None:
         """What this config would run or lower and may not yet: None when nothing waits."""
@@ -501,10 +511,39 @@ class AgentLimits(BaseModel):
     allow_ship: bool = False
 
 
+# What a notification may be about (`core.store.notify`).
+NotifyEvent = Literal["receipt", "check_failed", "approval", "host_failed"]
+
+
+class NotifyChannel(BaseModel):
+    """A channel of notifications: the events it is sent (none: it is off)."""
+
+    model_config = _STRICT
+    events: list[NotifyEvent] = []
+
+
+class NotifyCommand(NotifyChannel):
+    """A program run for each event, the event as JSON on its stdin (Slack, ntfy, a webhook)."""
+
+    # Its argv: run as it is, never through a shell.
+    run: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+
+
+class NotifySettings(BaseModel):
+    """`[notify]`: the operator's alone, since its command runs with the operator's rights."""
+
+    model_config = _STRICT
+    bell: NotifyChannel = NotifyChannel()
+    desktop: NotifyChannel = NotifyChannel()
+    command: NotifyCommand | None = None
+
+
 class OperatorConfig(BaseModel):
     model_config = _STRICT
     policy: OperatorPolicy = OperatorPolicy()
     mcp: AgentLimits = AgentLimits()
+    notify: NotifySettings = NotifySettings()
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
+from core.model import freshness
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.freshness import LeaseState
 from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
@@ -312,6 +314,49 @@ def heartbeat(layout: Layout, key: str, token: int, worker: str) -> bool:
             return False
         write_lease(layout, key, lease.model_copy(update={"heartbeat": time.time()}))
         return True
+
+
+def renew_claim(layout: Layout, key: str, worker: str, pid: int, ttl: float | None = None) -> Lease:
+    """Renew the lease `worker` holds on `key` (as `genjob claim` made it): its heartbeat
+    now, `pid` (a process on this host) as its holder, and, given `ttl`, its ttl.
+
+    Refused (WrongState, nothing written) when the job is not running, its lease is
+    missing or another worker's, or its heartbeat no longer counts: a heartbeat never
+    brings back a job ORPHANED by its ttl, which its operator may be requeuing. A lease
+    whose holder process alone is gone is taken over: a heartbeat within the ttl is the
+    proof of life, the holder only the quicker sign of a death."""
+    check_key(key)
+    with flocked(layout.lock):
+        folder = next((f for f in JOB_FOLDERS if layout.job_file(f, key).exists()), None)
+        if folder != "running":
+            where = f"is {FOLDER_STATE[folder]}" if folder else "has no job file"
+            raise WrongState(f"{key}: {where}, not claimed; nothing renewed (`genjob claim` claims a job)")
+        if layout.receipt(key).exists():
+            raise WrongState(f"{key}: has a receipt already; its lease needs no heartbeat")
+        lease = read_lease(layout, key)
+        if lease is None:
+            raise WrongState(f"{layout.lease(key)}: no lease, so the job is not claimed; nothing renewed")
+        if lease.worker != worker:
+            raise WrongState(
+                f"{key}: claimed by {lease.worker} (pid {lease.pid} on {lease.host}), not by {worker}; "
+                "nothing renewed"
+            )
+        now = time.time()
+        if why := freshness.expiry(lease.heartbeat, lease.ttl, now):
+            raise WrongState(
+                f"{key}: its lease has lapsed ({why}), so the job is ORPHANED; nothing renewed: "
+                "`genjob requeue` it and claim it again"
+            )
+        renewed = lease.model_copy(
+            update={
+                "heartbeat": now,
+                "host": socket.gethostname(),
+                "pid": pid,
+                "ttl": lease.ttl if ttl is None else ttl,
+            }
+        )
+        write_lease(layout, key, renewed)
+        return renewed
 
 
 def _own_lease(layout: Layout, key: str, token: int, worker: str) -> Lease | None:

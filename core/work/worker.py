@@ -18,12 +18,14 @@ from core.errors import GenjobError, NothingToClaim
 from core.store.config import Config, load_config
 from core.store.events import actor
 from core.store.layout import Layout
+from core.store.notify import Event, host_failed, receipt_arrived
 from core.store.queue import Claim, Claimer, Replayer
 from core.work.ship import Hosts, Shipment, ShipResult, refuse_over_budget, run_claimed, signing_key
 from core.work.ship_candidates import run_candidates
 from core.work.spend import OverBudget, check_budget
 
 Report = Callable[[str], None]
+Notify = Callable[[Event], None]
 
 
 # After a claim fails for another reason than an empty queue, the loop waits this long.
@@ -52,11 +54,13 @@ async def run_worker(
     worker_id: str | None = None,
     poll: float = 0.5,
     replay: Replayer | None = None,
+    notify: Notify | None = None,
 ) -> list[ShipResult]:
     """Claim and ship until `stop` is set (or, with `once`, until the queue is empty).
 
     `replay`: how a serialized job whose inputs moved is minted again before it is
-    claimed (`core.store.queue.Claimer`); without it such a job is left queued."""
+    claimed (`core.store.queue.Claimer`); without it such a job is left queued.
+    `notify`: told of each receipt the worker commits and each run a host failed."""
     config = load_config(layout.config)
     pool = Hosts(config)
     names = [pool.pick(n) for n in host_names] if host_names else sorted(config.hosts)
@@ -65,6 +69,7 @@ async def run_worker(
         raise GenjobError(held.hint if held is not None else f"{layout.config}: no hosts configured")
     loop = _WorkerLoop(layout, config, pool, names, worker_id or actor(), report)
     loop.claimer.replay = replay
+    loop.notify = notify
     report(f"worker {loop.worker}: hosts {', '.join(f'{n} (x{config.hosts[n].concurrency})' for n in names)}")
     try:
         await loop.run(stop or asyncio.Event(), once, poll)
@@ -92,6 +97,7 @@ class _WorkerLoop:
         self.results: list[ShipResult] = []
         self.budget_said: dict[str, str] = {}
         self.skipped_said: dict[str, str] = {}
+        self.notify: Notify | None = None
 
     async def run(self, stop: asyncio.Event, once: bool, poll: float) -> None:
         """Fill every host's free slots, then wait for a job to end, a stop, or the next poll."""
@@ -170,6 +176,9 @@ class _WorkerLoop:
             verdict += " (lease lost; receipt kept aside)"
         which = "" if res.candidate is None else f" candidate {res.candidate}"
         self.report(f"{res.key} {res.host} attempt {res.attempt}{which}: {verdict}")
+        if self.notify is not None:
+            for event in run_events(res):
+                self.notify(event)
 
     def _running(self) -> set[asyncio.Task[list[ShipResult]]]:
         return set().union(*self.busy.values())
@@ -209,6 +218,18 @@ class _WorkerLoop:
             self._collect()
             with contextlib.suppress(Exception):
                 await self.pool.close()
+
+
+def run_events(res: ShipResult) -> list[Event]:
+    """What a run that ended is worth telling: its receipt, and a host's failure (a
+    `rejected` run: the generator or the transport failed; `aborted` is a stop asked for).
+    A run whose lease was lost committed nothing: nothing to tell."""
+    if not res.won:
+        return []
+    events = [receipt_arrived(res.key, res.status, host=res.host)]
+    if res.status == "rejected":
+        events.append(host_failed(res.key, res.host, res.attempt, res.reason))
+    return events
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from tui.cli.output import say
 
 if TYPE_CHECKING:
     from core.review.ready import Pulled
+    from core.store.notify import Event
 
 
 def held_writer(layout: Layout, wait: bool) -> AbstractContextManager[None]:
@@ -77,8 +79,10 @@ def _pull(layout: Layout, merge: bool, commit: bool) -> None:
 def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
     """Until SIGTERM or SIGINT: the ready queue, pulled as receipts and checks arrive. The
     writer lock is taken for each pass, so that an apply by hand gets in between them."""
-    from core.review.ready import watch
+    from core.review.ready import receipt_order, watch
     from core.store.config import load_config
+    from core.store.notify import Notifier
+    from tui.cli.output import NOTIFY_DRAIN, terminal_bell
 
     with held_writer(layout, wait):
         pass  # another apply plane (or an apply) now: waited for, or named with --no-wait
@@ -88,7 +92,42 @@ def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
         signal.signal(sig, lambda *_: stop.set())
     if load_config(layout.config).policy.auto_apply == "never":
         say('policy.auto_apply = "never": listing what is ready, applying nothing', err=True)
-    watch(layout, _say_pulled, merge=merge, commit=commit, stop=stop)
+    notifier = Notifier.of_operator(
+        layout.root, "apply", bell=terminal_bell, said=lambda line: say(line, err=True)
+    )
+    news = PulledNews(set(receipt_order(layout)), notifier.send)
+
+    def report(pulled: Pulled) -> None:
+        _say_pulled(pulled)
+        news(pulled)
+
+    try:
+        watch(layout, report, merge=merge, commit=commit, stop=stop)
+    finally:
+        notifier.close(NOTIFY_DRAIN)
+
+
+class PulledNews:
+    """What the apply plane's reports are worth telling: a receipt that arrived since the
+    watch began, and a job that turned ready (verifies, its required checks passed) and,
+    under `policy.auto_apply = "never"`, waits for the operator. What was there when the
+    watch began is not news."""
+
+    def __init__(self, there: set[str], send: Callable[[Event], None]) -> None:
+        self.there = there
+        self.send = send
+        self.last: dict[str, str] = {}
+
+    def __call__(self, pulled: Pulled) -> None:
+        from core.store.notify import receipt_arrived, waiting_for_approval
+
+        before = self.last.get(pulled.key)
+        self.last[pulled.key] = pulled.done
+        new = pulled.key not in self.there
+        if new and before is None:
+            self.send(receipt_arrived(pulled.key, None))
+        if pulled.done == "ready" and before != "ready" and (new or before is not None):
+            self.send(waiting_for_approval(pulled.key, pulled.why))
 
 
 def _merge(layout: Layout, key: str, commit: bool, protected: bool, sign: bool | None) -> None:

@@ -40,6 +40,7 @@ _ELSEWHERE = {
     "check": ("tui.cli.check", "check_cmd"),
     "demo": ("tui.cli.dashboard", "demo"),
     "discard": ("tui.cli.discard", "discard_cmd"),
+    "heartbeat": ("tui.cli.heartbeat", "heartbeat_cmd"),
     "help": ("tui.cli.help", "help_cmd"),
     "hosts": ("tui.cli.fleet", "hosts_cmd"),
     "mcp": ("tui.cli.clients", "mcp_cmd"),
@@ -246,11 +247,21 @@ class StateChoice(click.Choice[str]):
     help="Only jobs in this state. Repeatable.",
 )
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of job objects.")
+@click.option(
+    "--summary", is_flag=True, help="One line of counts of the open jobs, for a tmux or shell status bar."
+)
 @click.pass_context
-def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
+def ls_cmd(ctx: click.Context, states: tuple[str, ...], as_json: bool, summary: bool) -> None:
     """List jobs with their derived states."""
-    from tui.cli.listing import list_jobs
+    from tui.cli.listing import list_jobs, print_summary
 
+    if summary and (states or as_json):
+        raise GenjobError(
+            "ls --summary counts every open state on one line: give it without --state or --json"
+        )
+    if summary:
+        print_summary(ctx.find_root().obj)
+        return
     list_jobs(layout_of(ctx), states, as_json)
 
 

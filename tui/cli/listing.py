@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.errors import NotFound
 from core.model.lifecycle import STATE_ORDER, State
 from core.model.protected import PROTECTED_MARK, protected_among
 from core.model.terminal import visible
-from core.store.layout import Layout
+from core.store.layout import Layout, find_root
 from tui.cli.output import print_json, say
 
 if TYPE_CHECKING:
@@ -81,3 +84,44 @@ def _print_policy(snap: Snapshot) -> None:
 def clip(text: str, width: int) -> str:
     """`text` cut to `width` characters, ending in … when it was longer."""
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# What `ls --summary` counts: the jobs still open. Applied and rejected jobs only pile up.
+OPEN_STATES = tuple(s for s in STATE_ORDER if s not in (State.APPLIED, State.REJECTED))
+
+
+def open_counts(layout: Layout) -> Counter[State]:
+    """The open jobs in each state, as the board first counts them: the queue by its
+    files' names alone, and the operator's jobs (running, with a receipt or candidates),
+    which are few, by their files read (RUNNING or ORPHANED, RECEIVED, FAILED or STALE)."""
+    from core.read.board_view import board_listing
+    from core.read.snapshot import refresh
+
+    listing = board_listing(str(layout.gen))
+    counts = Counter({state: len(keys) for state, keys in listing.groups.items()})
+    for key, row in refresh(layout, listing.operators).items():
+        if (named := listing.where.get(key)) is not None:
+            counts[named] -= 1
+        if row is not None:
+            counts[row.state] += 1
+    return Counter({state: counts[state] for state in OPEN_STATES if counts[state] > 0})
+
+
+def status_line(counts: Counter[State]) -> str:
+    """One line for a status bar: `genjob: 3 queued · 1 running`, most urgent state first,
+    empty states left out, `genjob: no open jobs` when there are none."""
+    said = " · ".join(f"{counts[state]} {state.value.lower()}" for state in OPEN_STATES if counts[state])
+    return f"genjob: {said or 'no open jobs'}"
+
+
+def print_summary(root: Path | None) -> None:
+    """`genjob ls --summary`: the status line of the repository at `root` (or found by
+    walking up). A status bar runs it in every pane's folder: where no repository is
+    found by walking up it prints nothing and exits 0; a `--root` that is not one is an error."""
+    try:
+        layout = find_root(explicit=root)
+    except NotFound:
+        if root is not None:
+            raise
+        return
+    say(status_line(open_counts(layout)))

@@ -12,6 +12,7 @@ Nothing here imports click: `genjob ls` prints through it without loading click.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -57,6 +58,17 @@ def guarded(command: Callable[[], T]) -> T:
         fail(str(fault), fault.exit_code)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+
+
+# How long a command that is done waits for its last notifications to go out.
+NOTIFY_DRAIN = 15.0
+
+
+def terminal_bell() -> None:
+    """The terminal bell, rung on stderr when that is a terminal (else there is none to ring);
+    written as the one byte it is, which `say` would show as a character instead."""
+    if sys.stderr is not None and sys.stderr.isatty():
+        os.write(sys.stderr.fileno(), b"\a")
 
 
 def print_json(obj: Any) -> None:

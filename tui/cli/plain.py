@@ -3,9 +3,9 @@
 click, with the standard modules it pulls in, costs about half of a `genjob ls` start
 (the `cli_start` benchmark) and a tenth of the board's first frame (`board_first_frame`).
 So the `genjob` program first looks at its arguments here: `[--root DIR] ls [--json]
-[--state S]...` and `[--root DIR] tui [--readonly]` run at once; anything else, help and
-every mistake included, goes to the click group, which runs the same functions and says
-the usual messages.
+[--state S]...`, `[--root DIR] ls --summary` and `[--root DIR] tui [--readonly]` run at
+once; anything else, help and every mistake included, goes to the click group, which
+runs the same functions and says the usual messages.
 """
 
 from __future__ import annotations
@@ -63,6 +63,14 @@ def plain_ls(argv: Sequence[str]) -> tuple[Path | None, list[str], bool] | None:
     return root, states, as_json
 
 
+def plain_summary(argv: Sequence[str]) -> tuple[Path | None] | None:
+    """(root,) when `argv` is a plain `[--root DIR] ls --summary`; else None."""
+    split = _split_root(argv)
+    if split is None or split[1] != ["ls", "--summary"]:
+        return None
+    return (split[0],)
+
+
 def plain_board(argv: Sequence[str]) -> tuple[Path | None, bool] | None:
     """(root, readonly) when `argv` is a plain `[--root DIR] tui [--readonly]`; else None."""
     split = _split_root(argv)
@@ -77,10 +85,15 @@ def plain_board(argv: Sequence[str]) -> tuple[Path | None, bool] | None:
 def run_plain(argv: Sequence[str]) -> bool:
     """Run `argv` when it is a plain `ls` or `tui` (see above); False when it is neither."""
     listing = plain_ls(argv)
-    board = plain_board(argv) if listing is None else None
-    if listing is None and board is None:
+    summary = plain_summary(argv) if listing is None else None
+    board = plain_board(argv) if listing is None and summary is None else None
+    if listing is None and summary is None and board is None:
         return False
-    if listing is not None:
+    if summary is not None:
+        from tui.cli.listing import print_summary
+
+        guarded(lambda: print_summary(*summary))
+    elif listing is not None:
         from tui.cli.listing import list_jobs
 
         root, states, as_json = listing

@@ -28,7 +28,7 @@ from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
 from tui.cli.commands import layout_of, print_checks, resolve_key
-from tui.cli.output import say
+from tui.cli.output import NOTIFY_DRAIN, say, terminal_bell
 
 T = TypeVar("T")
 
@@ -255,21 +255,27 @@ def _ship_candidates(
 def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
     from core.plan.overlaps import replay_waiting
+    from core.store.notify import Notifier
     from core.work.worker import run_worker
 
     hold_standard_fds()
     layout: Layout = layout_of(ctx)
-    results = run_until_signal(
-        lambda stop: run_worker(
-            layout,
-            list(hosts) or None,
-            once=once,
-            stop=stop,
-            report=_echo_visible,
-            worker_id=worker_id,
-            replay=replay_waiting,
+    notifier = Notifier.of_operator(layout.root, "worker", bell=terminal_bell, said=_echo_visible)
+    try:
+        results = run_until_signal(
+            lambda stop: run_worker(
+                layout,
+                list(hosts) or None,
+                once=once,
+                stop=stop,
+                report=_echo_visible,
+                worker_id=worker_id,
+                replay=replay_waiting,
+                notify=notifier.send,
+            )
         )
-    )
+    finally:
+        notifier.close(NOTIFY_DRAIN)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1

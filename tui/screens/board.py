@@ -49,6 +49,7 @@ from tui.messages import (
     NamesListed,
     PolicyRead,
     RowsChanged,
+    RunEnded,
     Say,
     SearchFound,
     Trouble,
@@ -57,6 +58,7 @@ from tui.messages import (
 from tui.services.actions import STATES_FOR, TABLE, Dispatcher, may
 from tui.services.check_runner import CheckRunner
 from tui.services.feed import TIME_SENSITIVE, BoardFeed
+from tui.services.notices import Notices
 from tui.text import counted, in_repo
 from tui.widgets.counts import DIGITS, CountsBar
 from tui.widgets.detail import DetailPane
@@ -225,6 +227,7 @@ class BoardScreen(Screen[None]):
         runner = CheckRunner(self.repo, id="check-runner")
         yield runner
         yield Dispatcher(self.repo, self.worker_id, runner, id="dispatcher")
+        yield Notices(self.repo, id="notices")
         yield Static(id="status")
         yield CountsBar(id="counts")
         yield FilterBox(placeholder="filter: key prefix, words of the instruction, worker, path", id="filter")
@@ -307,7 +310,9 @@ class BoardScreen(Screen[None]):
         reload = (
             selected is not None and selected in changed and changed[selected] != self.view.rows.get(selected)
         )
+        before = {key: self.view.where.get(key) for key in changed}
         table.apply(changed)
+        self.query_one(Notices).rows_changed(before, changed)
         self._show_counts()
         wanted = self._select_when_seen
         if wanted and wanted in changed and table.select(wanted):
@@ -384,6 +389,7 @@ class BoardScreen(Screen[None]):
             "information" if message.passed else "error" if message.passed is False else "warning"
         )
         self._say(message.text, title=f"{message.key[:12]}", severity=severity)
+        self.query_one(Notices).check_ended(message.key, message.name, message.passed, message.text)
         self._show_check_marks([message.key])
         self._preflight_moved(message.key)
         self.feed.judge([message.key])
@@ -391,6 +397,10 @@ class BoardScreen(Screen[None]):
             self.query_one(DetailPane).show_checks(self.checks.live_for(message.key))
             self._schedule_detail()
         self._show_keys()
+
+    @on(RunEnded)
+    def _run_ended(self, message: RunEnded) -> None:
+        self.query_one(Notices).runs_ended(message.results)
 
     @on(FeedStatus)
     def _feed_status(self, message: FeedStatus) -> None:

@@ -35,7 +35,7 @@ from core.store.layout import Layout
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.quit import QuitChoice
 from tui.dialogs.reason import ReasonDialog
-from tui.messages import ActionDone, ChecksWanted, Held, Released, Say
+from tui.messages import ActionDone, ChecksWanted, Held, Released, RunEnded, Say
 from tui.services.check_runner import CheckRunner
 from tui.services.runs import BoardRun, drive, ended_line
 from tui.text import counted
@@ -197,6 +197,7 @@ class Dispatcher(Widget):
                 self.runs.pop(run.key, None)
                 if run.done:
                     self.post_message(Say(ended_line(run), "information" if run.succeeded else "warning"))
+            self.post_message(RunEnded(run.key, tuple(run.results)))
             self.post_message(ActionDone("ship", [], [], [run.key]))
 
     async def show_run(self, run: BoardRun) -> None:

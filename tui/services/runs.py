@@ -52,6 +52,7 @@ class BoardRun:
     stopping: bool = False
     # Set once the run is over, however it ended (a cancelled task included).
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    results: list[ShipResult] = field(default_factory=list)  # each run's, as it ended
     _history: bytearray = field(default_factory=bytearray)
     _viewers: list[RunViewer] = field(default_factory=list)
 
@@ -124,6 +125,7 @@ async def drive(layout: Layout, run: BoardRun, worker_id: str) -> None:
     except Exception as exc:
         run.finish(Text(visible(f"ship failed: {exc}"), style="bold red"), False)
         return
+    run.results.append(result)
     ok = result.status == ReceiptStatus.OK and result.won
     text = Text(visible(describe(result), keep_newlines=True), style="bold green" if ok else "bold yellow")
     if result.host in stand_ins:
@@ -149,6 +151,7 @@ async def _drive_candidates(layout: Layout, run: BoardRun, spread: list[str], wo
     run.set_status(Text(f"running {len(spread)} candidates on {visible(spread[0])}…", style="bold"))
 
     def ended(res: ShipResult) -> None:
+        run.results.append(res)
         why = f" ({res.reason})" if res.reason else ""
         lost = "" if res.won else "; the lease was lost, so it was kept aside"
         run.output(f"[genjob] candidate {res.candidate} on {res.host}: {res.status}{why}{lost}\n".encode())

@@ -224,3 +224,31 @@ def test_a_watch_killed_mid_queue_then_recover_loses_nothing(
 def test_apply_without_what_to_apply_says_so(repo: Layout, args: tuple[str, ...], said: str) -> None:
     res = cli("apply", *args, root=repo.root)
     assert res.exit_code == 2 and res.stderr.startswith(f"genjob: {said}")
+
+
+def test_watch_notifies_of_receipts_that_arrive_and_jobs_that_turn_ready(
+    lines: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """What was there when the watch began is not news; a receipt after is, and under
+    `auto_apply = "never"` it waits for approval: the operator's command hears of both."""
+    import json
+
+    from core.store.layout import user_config_dir
+
+    heard = tmp_path / "heard.jsonl"
+    hook = [sys.executable, "-c", f"import sys; open({str(heard)!r}, 'ab').write(sys.stdin.buffer.read())"]
+    user_config_dir().mkdir(parents=True, exist_ok=True)
+    (user_config_dir() / "config.toml").write_text(
+        f'[notify.command]\nrun = {json.dumps(hook)}\nevents = ["receipt", "approval"]\n'
+    )
+    there = received(lines, signer, "There before.", edit(2, "two"), 1_900_000_000)
+    proc = watch(lines)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(f"ready {there}:")
+    arrived = received(lines, signer, "Arrived.", edit(3, "three"), 1_900_000_001)
+    assert proc.stdout.readline().startswith(f"ready {arrived}:")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate()
+    assert proc.returncode == 0, err
+    events = [(d["event"], d["key"], d["source"]) for d in map(json.loads, heard.read_text().splitlines())]
+    assert events == [("receipt", arrived, "apply"), ("approval", arrived, "apply")]

@@ -161,3 +161,24 @@ async def test_a_shipping_worker_that_loses_its_lease_never_writes_the_receipt(
     assert (won.status, won.won, won.attempt) == ("ok", True, 2)
     apply_job(repo, job.key)
     assert (repo.root / "src/app.py").read_bytes() == b"from B"
+
+
+async def test_the_worker_notifies_of_each_receipt_and_each_run_a_host_failed(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    from core.store.notify import Event
+
+    code = (
+        "import os, sys\n"
+        "text = open(os.environ['GENJOB_INSTRUCTION_FILE']).read()\n"
+        "if 'fail' in text:\n    sys.exit(3)\n"
+        "open('src/app.py', 'a').write(text)\n"
+    )
+    write_config(repo, host_block("gen", None, script(tmp_path, "maybe", code)))
+    good, bad = mint(repo, "Append this.").key, mint(repo, "Please fail.").key
+    told: list[Event] = []
+    await run_worker(repo, ["gen"], once=True, report=lambda line: None, worker_id="w", notify=told.append)
+    seen = {(e.kind, e.key, e.details.get("status")) for e in told}
+    assert seen == {("receipt", good, "ok"), ("receipt", bad, "rejected"), ("host_failed", bad, None)}
+    [failed] = [e for e in told if e.kind == "host_failed"]
+    assert failed.details["host"] == "gen" and failed.details["attempt"] == 1 and failed.details["reason"]
