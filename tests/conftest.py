@@ -22,6 +22,19 @@ pytest_plugins = ["ssh_servers", "slurmkit", "dockerkit"]
 settings.register_profile("genjob", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("genjob")
 
+# `-n auto` starts this many test processes for each CPU: much of a test's time is spent
+# waiting (on sshd, bwrap, a generator process, a Slurm step, a lease holder, Chromium), and
+# a second process per CPU runs while the first waits.
+WORKERS_PER_CPU = 2
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many test processes `-n auto` starts; PYTEST_XDIST_AUTO_NUM_WORKERS, when set,
+    decides instead (xdist's own reading of it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return WORKERS_PER_CPU * len(os.sched_getaffinity(0))
+
 
 @pytest.fixture(autouse=True)
 def private_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
