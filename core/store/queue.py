@@ -25,7 +25,7 @@ from core.store.blobs import keep_inputs
 from core.store.config import load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.store.events import attempts, claims, record_attempt, record_event
-from core.store.layout import FOLDER_STATE, JOB_FOLDERS, Layout
+from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.store.overlaps import in_flight, moved_inputs, waits_for
 from core.store.tree import make_folder
@@ -44,6 +44,14 @@ class Located:
     job: Job
     record: dict[str, Any] | None = None  # the apply or rejection record, when final
     also_in: tuple[str, ...] = ()
+
+
+def said_state(layout: Layout, key: str) -> str:
+    """The state `key` is in now, for a message that refuses it: derived by the one rule
+    (`core.store.job_state`), never read off the folder alone."""
+    from core.store.job_state import job_state  # it reads job files with this module
+
+    return job_state(layout, key).value
 
 
 def check_key(key: str) -> str:
@@ -185,8 +193,8 @@ class Claimer:
         if key is not None:
             claimed = self._try(check_key(key))
             if claimed is None:
-                loc = locate(self.layout, key)
-                raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}, not QUEUED; nothing claimed")
+                locate(self.layout, key)  # NotFound for a key in no folder
+                raise WrongState(f"{key}: is {said_state(self.layout, key)}, not QUEUED; nothing claimed")
             return claimed
         skipped: dict[str, str] = {}
         for relisted in (False, True):
@@ -374,9 +382,10 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Changed:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder != "running":
-            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}; only an ORPHANED job can be requeued")
+            raise WrongState(f"{key}: is {said_state(layout, key)}; only an ORPHANED job can be requeued")
         if layout.receipt(key).exists():
-            raise WrongState(f"{key}: has a receipt already; reject or replay it instead")
+            state = said_state(layout, key)
+            raise WrongState(f"{key}: is {state}, with a receipt; reject or replay it instead")
         state = lease_state(layout, key)
         if state.live and not force:
             lease = read_lease(layout, key)
@@ -398,7 +407,7 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder in ("applied", "rejected"):
-            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]} already")
+            raise WrongState(f"{key}: is {said_state(layout, key)} already")
         if layout.journal_file(key).exists():
             raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
         live = lease_state(layout, key).live
@@ -422,10 +431,8 @@ def request_cancel(layout: Layout, key: str) -> Changed:
     """Ask the worker running `key` to stop; it ends the job with an aborted receipt. When
     no worker holds it any more (ORPHANED), its host's cleanup runs for what it left."""
     check_key(key)
-    if not layout.job_file("running", key).exists():
-        raise WrongState(f"{key}: is not running")
-    if layout.receipt(key).exists():
-        raise WrongState(f"{key}: has a receipt already; nothing to cancel")
+    if not layout.job_file("running", key).exists() or layout.receipt(key).exists():
+        raise WrongState(f"{key}: is {said_state(layout, key)}, not RUNNING; nothing to cancel")
     path = layout.cancel_request(key)
     atomic_write(path, canonical({"at": time.time()}))
     record_event(layout, "cancel_requested", key)
