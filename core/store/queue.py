@@ -358,6 +358,37 @@ def release(layout: Layout, key: str, token: int, worker: str) -> Path:
         return dst
 
 
+# The attempt record of a run its host could not start (`give_back`): the host's error,
+# never the job's or the generator's.
+HOST_FAILED = "host_failed"
+# How many times a job goes back to the queue because its host could not start it. The
+# failure that reaches it ends the job FAILED instead (an aborted receipt naming the host),
+# so a worker loop does not bounce it between a broken host and the queue for ever: the
+# operator fixes the host and replays the job.
+MAX_HOST_FAILURES = 3
+
+
+def host_failures(records: list[dict[str, Any]]) -> int:
+    """How many runs of the job its hosts could not start."""
+    return sum(1 for r in records if r.get("event") == HOST_FAILED)
+
+
+def give_back(layout: Layout, key: str, token: int, worker: str, host: str, reason: str) -> Path:
+    """Put back in the queue, byte for byte, a claim whose host could not start it (the
+    runner never said it had started): the attempt is recorded with the host's error.
+    WrongState when the lease is no longer this worker's or a receipt exists."""
+    check_key(key)
+    with flocked(layout.lock):
+        if _own_lease(layout, key, token, worker) is None:
+            raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); not put back")
+        if layout.receipt(key).exists():
+            raise WrongState(f"{key}: has a receipt already; not put back")
+        dst = _back_in_queue(layout, key, layout.job_file("running", key))
+        record_attempt(layout, key, HOST_FAILED, attempt=token, worker=worker, host=host, reason=reason)
+        record_event(layout, HOST_FAILED, key, worker=worker, attempt=token, host=host, reason=reason)
+        return dst
+
+
 @dataclass(frozen=True)
 class Changed:
     """A job moved or asked to stop (`path`, the file that says so), and the cleanups its

@@ -26,7 +26,9 @@ from core.work.spend import OverBudget, check_budget
 Report = Callable[[str], None]
 
 
-# After a claim fails for another reason than an empty queue, the loop waits this long.
+# After a claim fails for another reason than an empty queue, the loop waits this long;
+# and a host that could not start a run gets no claim for as long, so the job it gave
+# back is not bounced straight to it again (`core.store.queue.MAX_HOST_FAILURES`).
 CLAIM_RETRY = 5.0
 
 
@@ -91,6 +93,7 @@ class _WorkerLoop:
         self.busy: dict[str, set[asyncio.Task[list[ShipResult]]]] = {n: set() for n in names}
         self.results: list[ShipResult] = []
         self.budget_said: dict[str, str] = {}
+        self.resting: dict[str, float] = {}  # host -> the loop time it takes claims again
 
     async def run(self, stop: asyncio.Event, once: bool, poll: float) -> None:
         """Fill every host's free slots, then wait for a job to end, a stop, or the next poll."""
@@ -107,9 +110,13 @@ class _WorkerLoop:
 
     async def _fill(self, stop: asyncio.Event, once: bool) -> tuple[bool, bool]:
         """Claim a job for each free slot of each host; returns whether the queue was found
-        empty and whether a claim failed."""
-        empty = failed = False
+        empty and whether a claim failed (or a host that could not start a run rests)."""
+        empty = failed = rested = False
+        now = asyncio.get_running_loop().time()
         for name in self.names:
+            if self.resting.get(name, now) > now:
+                rested = True  # with --once: the host failed; what it gave back stays queued
+                continue
             slots = self.config.hosts[name].concurrency
             while len(self.busy[name]) < slots and not (stop.is_set() or failed):
                 try:
@@ -132,7 +139,7 @@ class _WorkerLoop:
                     break
                 self.report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
                 self.busy[name].add(asyncio.create_task(self._ship(name, claim)))
-        return empty, failed
+        return empty, failed or rested
 
     def _over_budget(self, name: str, why: str) -> None:
         """Say once per host and reason that its budget stops it."""
@@ -154,6 +161,10 @@ class _WorkerLoop:
         return [res]
 
     def _ended(self, res: ShipResult) -> None:
+        if res.requeued:
+            self.resting[res.host] = asyncio.get_running_loop().time() + CLAIM_RETRY
+            self.report(f"{res.key} {res.host}: {res.reason}")
+            return
         verdict = res.status + (f": {res.reason}" if res.reason else "")
         verdict += ", but nothing changed" if res.unchanged else ""
         if not res.won:
