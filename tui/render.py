@@ -91,6 +91,10 @@ def job_text(detail: JobDetail, now: float | None = None, root: Path | None = No
         text.append("! ", BAD)
         text.append(literal(in_repo(problem, root), BAD))
         text.append("\n")
+    for failure in detail.host_failures:  # the host's fault, not the job's: it went back to the queue
+        text.append("host ", WARN)
+        text.append(literal(failure, SKIP))
+        text.append("\n")
     if row.instruction:
         text.append("\ninstruction\n", Style(bold=True))
         text.append(literal(row.instruction))

@@ -20,7 +20,7 @@ from core.store.events import attempts, job_events
 from core.store.evidence import newest_log_tail
 from core.store.layout import Layout
 from core.store.lease import Lease, read_lease
-from core.store.queue import Located, cancel_requested_at, locate
+from core.store.queue import Located, cancel_requested_at, host_failure_lines, locate
 
 
 @dataclass
@@ -43,6 +43,11 @@ class JobDetail:
     chosen: int | None = None
     # The allowed paths that `policy.protected_paths` covers, each with its pattern.
     protected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host_failures(self) -> list[str]:
+        """Each run of the job its host could not start, with the host's error."""
+        return host_failure_lines(self.attempts)
 
     @property
     def commit(self) -> CommitState | None:
@@ -74,6 +79,7 @@ class JobDetail:
             "spend": spend_of(self.attempts).to_dict(),
             "commit": self.commit,
             "commit_sha": self.commit_sha,
+            "host_failures": self.host_failures,
         }
 
 

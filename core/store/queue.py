@@ -373,6 +373,15 @@ def host_failures(records: list[dict[str, Any]]) -> int:
     return sum(1 for r in records if r.get("event") == HOST_FAILED)
 
 
+def host_failure_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Each run its host could not start, as a line: "attempt 1 on gpu did not start: ..."."""
+    return [
+        f"attempt {r.get('attempt')} on {r.get('host')} did not start: {r.get('reason')}"
+        for r in records
+        if r.get("event") == HOST_FAILED
+    ]
+
+
 def give_back(layout: Layout, key: str, token: int, worker: str, host: str, reason: str) -> Path:
     """Put back in the queue, byte for byte, a claim whose host could not start it (the
     runner never said it had started): the attempt is recorded with the host's error.

@@ -291,6 +291,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         say(f"! {visible(p)}")
     if r.state is State.INVALID:
         say(f"  it cannot be run or applied; set it aside with: genjob discard {r.key}")
+    for line in d.host_failures:
+        say(f"host    {visible(line)}")
     if d.lease:
         ls = d.lease
         say(

@@ -40,6 +40,7 @@ from ssh_servers import SSHServer, write_key
 from core.errors import BadInput, WrongState
 from core.model.lifecycle import State
 from core.model.models import job_from_bytes
+from core.read.inspect_job import job_detail
 from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
 from core.store.config import load_config
@@ -49,6 +50,7 @@ from core.store.queue import HOST_FAILED, MAX_HOST_FAILURES, locate
 from core.work.fleet import NOT_STARTED, fleet
 from core.work.ship import Hosts, ShipResult, ship
 from core.work.transport import LocalTransport
+from tui.render import job_text
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -324,7 +326,8 @@ async def test_the_runner_interpreter_is_the_hosts_python_setting(
         why = f"{missing} not found on the generator host"
     # The runner never started: the host's fault, so the job is back in the queue.
     assert refused.requeued and refused.reason == (
-        f"attempt 1 on broken did not start: {why}; back in the queue (1 of {MAX_HOST_FAILURES} such failures)"
+        f"attempt 1 on broken did not start: {why}; "
+        f"back in the queue (1 of {MAX_HOST_FAILURES} such failures)"
     )
 
 
@@ -409,6 +412,12 @@ async def test_a_host_that_cannot_start_the_run_puts_the_job_back_in_the_queue(
             [note] = [v.last_error for v in fleet(repo, load_config(repo.config))]
             assert note is not None and (note.key, note.attempt, note.status) == (job.key, n, NOT_STARTED)
             assert note.reason is not None and note.reason.startswith("did not start: ")
+            said = f"attempt {n} on gen did not start: "
+            shown, hosts = cli("show", job.key, root=repo.root), cli("hosts", root=repo.root)
+            assert (
+                f"host    {said}" in shown.output and f"{job.key[:8]} #{n}: did not start: " in hosts.output
+            )
+            assert said in job_text(job_detail(repo, job.key)).plain, "the board's detail pane says it"
         last = await ship(repo, job.key, "gen", worker_id="tester", hosts=pool)
     finally:
         await pool.close()
