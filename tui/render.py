@@ -343,6 +343,10 @@ def file_diff_text(diff: FileDiff) -> Text:
     if diff.signed is False:
         text.append("⚠ NOT WHAT THE WORKER SIGNED: ", BAD)
         text.append("these bytes changed after the receipt was signed (the hashes check fails)\n", BAD)
+    if diff.note:
+        text.append("⚠ ", WARN)
+        text.append(literal(diff.note, SKIP, keep_newlines=False))
+        text.append("\n")
     if not diff.text:
         return text
     lines = diff.text.splitlines()
@@ -371,11 +375,13 @@ def file_diff_text(diff: FileDiff) -> Text:
 def diffs_text(diffs: list[FileDiff], applied: bool = False) -> Group | Text:
     if not diffs:
         if applied:
-            return Text("applied: the outputs are in the tree (see the apply record in the timeline)", LABEL)
+            return Text("applied: its apply record names no file it changed", LABEL)
         return Text("no outputs to diff (no receipt, or it names no files)", LABEL)
     added = sum(d.added for d in diffs)
     removed = sum(d.removed for d in diffs)
     head = Text(f"{len(diffs)} file(s)  ", Style(bold=True))
+    if applied:
+        head = Text.assemble(("applied: the change it made, from its apply record\n", LABEL), head)
     head.append(f"+{added}", Style(color="green"))
     head.append(f" -{removed}\n", Style(color="red"))
     return Group(head, *(file_diff_text(d) for d in diffs))

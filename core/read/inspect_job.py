@@ -10,6 +10,7 @@ from core.model.presets import spend_of
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
 from core.read.snapshot import JobRow, job_row
+from core.review.applied_diff import applied_diffs
 from core.review.check_status import check_statuses
 from core.review.commit import CommitState, commit_state
 from core.review.diff import FileDiff, file_diff
@@ -119,6 +120,8 @@ def job_detail(layout: Layout, key: str) -> JobDetail:
         if rec is not None and located.folder != "applied":
             out = layout.out_dir(located.job.digest)
             diffs = [file_diff(layout.root, out, rel, rec.outputs[rel]) for rel in sorted(rec.outputs)]
+    if located is not None and located.folder == "applied":
+        diffs = applied_diffs(layout, located.job, located.record)
     return JobDetail(
         row=row,
         located=located,

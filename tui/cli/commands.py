@@ -319,6 +319,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         print_checks(d.verification, statuses)
     for diff in d.diffs:
         say(f"--- {visible(diff.path)}: {diff.status} +{diff.added} -{diff.removed}")
+        if diff.note:
+            say(f"    {visible(diff.note)}")
         if diff.text:
             say(_printable_block(diff.text), nl=False)
     print_runs(d.attempts)
