@@ -433,6 +433,14 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
             text.append(" ✘ ", BAD)
             text.append(literal(in_repo(f, root), keep_newlines=False))
             text.append("\n")
+        if p.own_key is not None:
+            text.append(" ⚿ ", WARN)
+            text.append(
+                f"this machine's own worker key {p.own_key_fingerprint} signed it, and nothing pins it "
+            )
+            text.append("here: k pins it (as genjob trust ", LABEL)
+            text.append(literal(in_repo(p.own_key, root), LABEL, keep_newlines=False))
+            text.append(" would)\n", LABEL)
         if p.checks_missing:
             text.append(" ✘ ", BAD)
             text.append(f"required check(s) not passed on these outputs: {', '.join(p.checks_missing)}")
