@@ -436,7 +436,7 @@ async def attempt(
             kept = await asyncio.to_thread(_keep_login_output, shipment, candidate, outcome.preamble)
             if kept is not None and run.error is not None and not outcome.hello:
                 run.error += f"; what it printed is kept in {kept}"
-        if run.error is not None and not outcome.hello and not stop.is_set():
+        if run.error is not None and not outcome.marked and not stop.is_set():
             run.unstarted = run.error  # the runner never started: the host's fault, not the job's
         if outcome.stderr_tail and not len(tail):
             output(outcome.stderr_tail)
