@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.errors import BadInput, GenjobError, WrongState
+from core.errors import BadInput, GenjobError
 from core.model.canonical import canonical, read_bytes, sha256_bytes
 from core.model.contract import ReceiptStatus
 from core.model.paths import regular_file_inside
@@ -339,7 +339,10 @@ def host_failed(shipment: Shipment, run: Run) -> ShipResult | None:
     if failures < MAX_HOST_FAILURES:
         try:
             path = give_back(layout, claim.key, claim.lease.token, shipment.worker, name, str(run.unstarted))
-        except WrongState:
+        except (GenjobError, OSError) as exc:
+            # Not ours to put back, or `.gen/` would not take it: the run ends in a receipt
+            # (kept aside if the job moved), so the failure is never lost.
+            run.error = f"{said}; it could not be put back in the queue: {exc}"
             return None
         why = f"{said}; back in the queue ({failures} of {MAX_HOST_FAILURES} such failures)"
         return ShipResult(
