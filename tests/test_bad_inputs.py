@@ -358,7 +358,7 @@ def test_every_command_names_a_job_file_that_does_not_parse(in_repo: Layout, com
     before = tree_state(in_repo.root)
     res = cli(command, key, *extra)
     if command == "cancel":
-        assert res.exit_code == 2 and "is not running" in res.stderr
+        assert res.exit_code == 2 and "is INVALID, not RUNNING" in res.stderr
     else:
         assert res.exit_code == 2 and res.stderr.startswith(f"genjob: {path}: malformed JSON")
     assert tree_state(in_repo.root) == before

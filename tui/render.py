@@ -91,6 +91,10 @@ def job_text(detail: JobDetail, now: float | None = None, root: Path | None = No
         text.append("! ", BAD)
         text.append(literal(in_repo(problem, root), BAD))
         text.append("\n")
+    for failure in detail.host_failures:  # the host's fault, not the job's: it went back to the queue
+        text.append("host ", WARN)
+        text.append(literal(failure, SKIP))
+        text.append("\n")
     if row.instruction:
         text.append("\ninstruction\n", Style(bold=True))
         text.append(literal(row.instruction))
@@ -339,6 +343,10 @@ def file_diff_text(diff: FileDiff) -> Text:
     if diff.signed is False:
         text.append("⚠ NOT WHAT THE WORKER SIGNED: ", BAD)
         text.append("these bytes changed after the receipt was signed (the hashes check fails)\n", BAD)
+    if diff.note:
+        text.append("⚠ ", WARN)
+        text.append(literal(diff.note, SKIP, keep_newlines=False))
+        text.append("\n")
     if not diff.text:
         return text
     lines = diff.text.splitlines()
@@ -367,11 +375,13 @@ def file_diff_text(diff: FileDiff) -> Text:
 def diffs_text(diffs: list[FileDiff], applied: bool = False) -> Group | Text:
     if not diffs:
         if applied:
-            return Text("applied: the outputs are in the tree (see the apply record in the timeline)", LABEL)
+            return Text("applied: its apply record names no file it changed", LABEL)
         return Text("no outputs to diff (no receipt, or it names no files)", LABEL)
     added = sum(d.added for d in diffs)
     removed = sum(d.removed for d in diffs)
     head = Text(f"{len(diffs)} file(s)  ", Style(bold=True))
+    if applied:
+        head = Text.assemble(("applied: the change it made, from its apply record\n", LABEL), head)
     head.append(f"+{added}", Style(color="green"))
     head.append(f" -{removed}\n", Style(color="red"))
     return Group(head, *(file_diff_text(d) for d in diffs))
@@ -423,6 +433,14 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
             text.append(" ✘ ", BAD)
             text.append(literal(in_repo(f, root), keep_newlines=False))
             text.append("\n")
+        if p.own_key is not None:
+            text.append(" ⚿ ", WARN)
+            text.append(
+                f"this machine's own worker key {p.own_key_fingerprint} signed it, and nothing pins it "
+            )
+            text.append("here: k pins it (as genjob trust ", LABEL)
+            text.append(literal(in_repo(p.own_key, root), LABEL, keep_newlines=False))
+            text.append(" would)\n", LABEL)
         if p.checks_missing:
             text.append(" ✘ ", BAD)
             text.append(f"required check(s) not passed on these outputs: {', '.join(p.checks_missing)}")

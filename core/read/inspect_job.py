@@ -10,6 +10,7 @@ from core.model.presets import spend_of
 from core.model.protected import DEFAULT_PROTECTED, protected_among
 from core.model.standing import CheckStatus
 from core.read.snapshot import JobRow, job_row
+from core.review.applied_diff import applied_diffs
 from core.review.check_status import check_statuses
 from core.review.commit import CommitState, commit_state
 from core.review.diff import FileDiff, file_diff
@@ -20,7 +21,7 @@ from core.store.events import attempts, job_events
 from core.store.evidence import newest_log_tail
 from core.store.layout import Layout
 from core.store.lease import Lease, read_lease
-from core.store.queue import Located, cancel_requested_at, locate
+from core.store.queue import Located, cancel_requested_at, host_failure_lines, locate
 
 
 @dataclass
@@ -43,6 +44,11 @@ class JobDetail:
     chosen: int | None = None
     # The allowed paths that `policy.protected_paths` covers, each with its pattern.
     protected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host_failures(self) -> list[str]:
+        """Each run of the job its host could not start, with the host's error."""
+        return host_failure_lines(self.attempts)
 
     @property
     def commit(self) -> CommitState | None:
@@ -74,6 +80,7 @@ class JobDetail:
             "spend": spend_of(self.attempts).to_dict(),
             "commit": self.commit,
             "commit_sha": self.commit_sha,
+            "host_failures": self.host_failures,
         }
 
 
@@ -113,6 +120,8 @@ def job_detail(layout: Layout, key: str) -> JobDetail:
         if rec is not None and located.folder != "applied":
             out = layout.out_dir(located.job.digest)
             diffs = [file_diff(layout.root, out, rel, rec.outputs[rel]) for rel in sorted(rec.outputs)]
+    if located is not None and located.folder == "applied":
+        diffs = applied_diffs(layout, located.job, located.record)
     return JobDetail(
         row=row,
         located=located,

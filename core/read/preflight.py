@@ -19,6 +19,7 @@ from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
 from core.store.repo import is_git_work_tree
+from core.store.signing import TrustedKey, own_signer_unpinned, trust_anchors
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,10 @@ class Preflight:
     protected: dict[str, str] = field(default_factory=dict)
     # The receipt is `ok` and changed nothing (`core.review.verify.nothing_changed`).
     unchanged: bool = False
+    # This machine's own worker key signed the receipt and nothing pins it: its `.pub`
+    # file, which the board offers to trust (`core.store.signing.trust_own_worker_key`).
+    own_key: str | None = None
+    own_key_fingerprint: str | None = None
 
     @property
     def may_apply(self) -> bool:
@@ -87,6 +92,7 @@ def preflight(layout: Layout, detail: JobDetail) -> Preflight:
     checks = {c.name: c for c in v.checks} if v else {}
     sig = checks.get("signature")
     base = checks.get("base")
+    own = _own_key_to_trust(layout, detail.row.key) if sig is not None and sig.status != PASSED else None
     return Preflight(
         key=detail.row.key,
         changes=tuple(
@@ -107,7 +113,17 @@ def preflight(layout: Layout, detail: JobDetail) -> Preflight:
             p: pattern for p, pattern in detail.protected.items() if any(d.path == p for d in detail.diffs)
         },
         unchanged=bool(v and v.unchanged),
+        own_key=str(own.path) if own is not None else None,
+        own_key_fingerprint=own.fingerprint if own is not None else None,
     )
+
+
+def _own_key_to_trust(layout: Layout, key: str) -> TrustedKey | None:
+    """This machine's worker key, when it signed the job's receipt and nothing pins it."""
+    try:
+        return own_signer_unpinned(layout.signature(key), trust_anchors(layout.trusted_keys, layout.root))
+    except (GenjobError, OSError):
+        return None
 
 
 def receipt_verdict(layout: Layout, key: str) -> bool | None:

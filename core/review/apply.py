@@ -88,9 +88,9 @@ from core.store.durable import (
 )
 from core.store.events import actor, record_event
 from core.store.evidence import set_aside
-from core.store.layout import FOLDER_STATE, Layout
+from core.store.layout import Layout
 from core.store.ownership import repository_owners, require_trusted
-from core.store.queue import Located, locate, read_job_file
+from core.store.queue import Located, locate, read_job_file, said_state
 from core.store.tree import (
     closing,
     copy_hashing,
@@ -185,11 +185,11 @@ def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign:
         if loc.folder != "running":
             if os.path.lexists(journal_path):
                 _refuse_journal(
-                    layout, key, f"the job is {FOLDER_STATE[loc.folder]}; no apply of it can be under way"
+                    layout, key, f"the job is {said_state(layout, key)}; no apply of it can be under way"
                 )
             hint = f" (ship it first: genjob ship {key})" if loc.folder == "queue" else ""
             raise WrongState(
-                f"{key}: is {FOLDER_STATE[loc.folder]}; only a job with a receipt can be applied{hint}"
+                f"{key}: is {said_state(layout, key)}; only a job with a receipt can be applied{hint}"
             )
         signed = config.policy.sign_commits if sign is None else sign
         if commit:

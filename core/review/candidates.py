@@ -47,9 +47,9 @@ from core.store.config import Config, load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, move
 from core.store.events import record_attempt, record_event
 from core.store.evidence import set_aside
-from core.store.layout import FOLDER_STATE, Layout
+from core.store.layout import Layout
 from core.store.lease import read_lease
-from core.store.queue import check_key, locate
+from core.store.queue import check_key, locate, said_state
 from core.store.tree import make_folder
 
 if TYPE_CHECKING:
@@ -87,13 +87,11 @@ def choose(layout: Layout, key: str, number: int, config: Config | None = None) 
                 return Choice(key, number, True)
             which = f"candidate {picked}" if picked else "a single run's"
             raise WrongState(
-                f"{key}: is {FOLDER_STATE[loc.folder]} with {which} receipt; candidate {number} "
+                f"{key}: is {said_state(layout, key)} with {which} receipt; candidate {number} "
                 "can no longer be chosen"
             )
         if loc.folder != "running":
-            raise WrongState(
-                f"{key}: is {FOLDER_STATE[loc.folder]}; a candidate is chosen for a RECEIVED job"
-            )
+            raise WrongState(f"{key}: is {said_state(layout, key)}; a candidate is chosen for a RECEIVED job")
         _require_batch_over(layout, key)
         v = verify_candidate(layout, loc.job, config, candidate)
         if not v.ok:

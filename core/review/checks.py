@@ -38,8 +38,8 @@ from core.store.check_records import _process_start, write_record
 from core.store.config import Check, Config, load_config
 from core.store.durable import atomic_write_at, folder
 from core.store.events import actor, bounded, record_event
-from core.store.layout import FOLDER_STATE, Layout
-from core.store.queue import locate
+from core.store.layout import Layout
+from core.store.queue import locate, said_state
 from core.store.tree import closing, open_folder
 
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -106,7 +106,7 @@ def checkable(layout: Layout, key: str, config: Config) -> tuple[Job, Receipt, V
     """The job `key` and its receipt, verified now; refused when checks cannot run on it."""
     loc = locate(layout, key)
     if loc.folder != "running" or not os.path.lexists(layout.receipt(key)):
-        state = FOLDER_STATE[loc.folder]
+        state = said_state(layout, key)
         raise WrongState(f"{key}: is {state}; checks run on a job with a receipt that is not yet applied")
     v = verify(layout, loc.job, config)
     return loc.job, _verified_receipt(v, key, key, str(layout.receipt(key))), v
@@ -119,7 +119,7 @@ def checkable_candidate(
     and the folder of that candidate's outputs; refused when checks cannot run on it."""
     loc = locate(layout, key)
     if loc.folder != "running":
-        state = FOLDER_STATE[loc.folder]
+        state = said_state(layout, key)
         raise WrongState(f"{key}: is {state}; a candidate's checks run while the job waits for a choice")
     candidate = load(layout, key, number)
     v = verify_candidate(layout, loc.job, config, candidate)

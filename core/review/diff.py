@@ -36,6 +36,9 @@ class FileDiff:
     # Whether the output's bytes hash to what the receipt says (False: they changed after
     # the worker signed, so this diff is not what it signed); None when not compared.
     signed: bool | None = None
+    # What a reader must know beside it: for an applied job's change, that the tree has
+    # moved on since, or which side's bytes are no longer kept (`core.review.applied_diff`).
+    note: str | None = None
 
 
 def _text(data: bytes) -> list[str] | None:
@@ -60,9 +63,15 @@ def file_diff(root: Path, out_dir: Path, rel: str, expected: str | None = None) 
 
 def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff:
     try:
-        old = read_bytes(old_path, MAX_DIFF_BYTES) if old_path.exists() else b""
+        old = read_bytes(old_path, MAX_DIFF_BYTES) if old_path.exists() else None
     except BadInput:
         return FileDiff(rel, DiffStatus.TOO_LARGE, 0, 0, "", signed)
+    return diff_bytes(rel, old, new, signed)
+
+
+def diff_bytes(rel: str, old: bytes | None, new: bytes, signed: bool | None = None) -> FileDiff:
+    """The diff from `old` (None: the file did not exist) to `new` at `rel`."""
+    created, old = old is None, old or b""
     if old == new:
         return FileDiff(rel, DiffStatus.UNCHANGED, 0, 0, "", signed)
     a, b = _text(old), _text(new)
@@ -72,5 +81,5 @@ def _diff(rel: str, old_path: Path, new: bytes, signed: bool | None) -> FileDiff
     added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
     text = "".join(ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines)
-    status = DiffStatus.NEW if not old_path.exists() else DiffStatus.MODIFIED
+    status = DiffStatus.NEW if created else DiffStatus.MODIFIED
     return FileDiff(rel, status, added, removed, text, signed)

@@ -48,10 +48,10 @@ from core.store.blobs import KEEP_LIMIT, read_blob, read_tree_file
 from core.store.config import Config, load_config
 from core.store.durable import flocked
 from core.store.events import record_event
-from core.store.layout import FOLDER_STATE, Layout
+from core.store.layout import Layout
 from core.store.overlaps import moved_inputs
 from core.store.ownership import repository_owners, require_trusted
-from core.store.queue import Located, locate
+from core.store.queue import Located, locate, said_state
 from core.store.tree import closing, make_folder, open_dir, open_folder
 
 _MARKERS = ("<<<<<<< ", "=======", "||||||| ", ">>>>>>> ")
@@ -274,7 +274,7 @@ def apply_merged(
                 return Applied(key, [], True, loc.path, None)
             if loc.folder != "running" or os.path.lexists(layout.journal_file(key)):
                 interrupted = "an apply of it was interrupted: genjob recover finishes it"
-                why = interrupted if loc.folder == "running" else f"is {FOLDER_STATE[loc.folder]}"
+                why = interrupted if loc.folder == "running" else f"is {said_state(layout, key)}"
                 raise WrongState(f"{key}: {why}; only a STALE receipt can be merged")
             signed = config.policy.sign_commits if sign is None else sign
             if commit:

@@ -27,7 +27,7 @@ from core.store.blobs import keep_inputs
 from core.store.config import load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.store.events import attempts, claims, record_attempt, record_event
-from core.store.layout import FOLDER_STATE, JOB_FOLDERS, Layout
+from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.store.overlaps import in_flight, moved_inputs, waits_for
 from core.store.tree import make_folder
@@ -46,6 +46,14 @@ class Located:
     job: Job
     record: dict[str, Any] | None = None  # the apply or rejection record, when final
     also_in: tuple[str, ...] = ()
+
+
+def said_state(layout: Layout, key: str) -> str:
+    """The state `key` is in now, for a message that refuses it: derived by the one rule
+    (`core.store.job_state`), never read off the folder alone."""
+    from core.store.job_state import job_state  # it reads job files with this module
+
+    return job_state(layout, key).value
 
 
 def check_key(key: str) -> str:
@@ -189,8 +197,8 @@ class Claimer:
         if key is not None:
             claimed = self._try(check_key(key))
             if claimed is None:
-                loc = locate(self.layout, key)
-                raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}, not QUEUED; nothing claimed")
+                locate(self.layout, key)  # NotFound for a key in no folder
+                raise WrongState(f"{key}: is {said_state(self.layout, key)}, not QUEUED; nothing claimed")
             return claimed
         self.skipped = {}
         skipped = self.skipped
@@ -405,6 +413,46 @@ def release(layout: Layout, key: str, token: int, worker: str) -> Path:
         return dst
 
 
+# The attempt record of a run its host could not start (`give_back`): the host's error,
+# never the job's or the generator's.
+HOST_FAILED = "host_failed"
+# How many times a job goes back to the queue because its host could not start it. The
+# failure that reaches it ends the job FAILED instead (an aborted receipt naming the host),
+# so a worker loop does not bounce it between a broken host and the queue for ever: the
+# operator fixes the host and replays the job.
+MAX_HOST_FAILURES = 3
+
+
+def host_failures(records: list[dict[str, Any]]) -> int:
+    """How many runs of the job its hosts could not start."""
+    return sum(1 for r in records if r.get("event") == HOST_FAILED)
+
+
+def host_failure_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Each run its host could not start, as a line: "attempt 1 on gpu did not start: ..."."""
+    return [
+        f"attempt {r.get('attempt')} on {r.get('host')} did not start: {r.get('reason')}"
+        for r in records
+        if r.get("event") == HOST_FAILED
+    ]
+
+
+def give_back(layout: Layout, key: str, token: int, worker: str, host: str, reason: str) -> Path:
+    """Put back in the queue, byte for byte, a claim whose host could not start it (the
+    runner never said it had started): the attempt is recorded with the host's error.
+    WrongState when the lease is no longer this worker's or a receipt exists."""
+    check_key(key)
+    with flocked(layout.lock):
+        if _own_lease(layout, key, token, worker) is None:
+            raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); not put back")
+        if layout.receipt(key).exists():
+            raise WrongState(f"{key}: has a receipt already; not put back")
+        dst = _back_in_queue(layout, key, layout.job_file("running", key))
+        record_attempt(layout, key, HOST_FAILED, attempt=token, worker=worker, host=host, reason=reason)
+        record_event(layout, HOST_FAILED, key, worker=worker, attempt=token, host=host, reason=reason)
+        return dst
+
+
 @dataclass(frozen=True)
 class Changed:
     """A job moved or asked to stop (`path`, the file that says so), and the cleanups its
@@ -429,9 +477,10 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Changed:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder != "running":
-            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]}; only an ORPHANED job can be requeued")
+            raise WrongState(f"{key}: is {said_state(layout, key)}; only an ORPHANED job can be requeued")
         if layout.receipt(key).exists():
-            raise WrongState(f"{key}: has a receipt already; reject or replay it instead")
+            state = said_state(layout, key)
+            raise WrongState(f"{key}: is {state}, with a receipt; reject or replay it instead")
         state = lease_state(layout, key)
         if state.live and not force:
             lease = read_lease(layout, key)
@@ -453,7 +502,7 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder in ("applied", "rejected"):
-            raise WrongState(f"{key}: is {FOLDER_STATE[loc.folder]} already")
+            raise WrongState(f"{key}: is {said_state(layout, key)} already")
         if layout.journal_file(key).exists():
             raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
         live = lease_state(layout, key).live
@@ -477,10 +526,8 @@ def request_cancel(layout: Layout, key: str) -> Changed:
     """Ask the worker running `key` to stop; it ends the job with an aborted receipt. When
     no worker holds it any more (ORPHANED), its host's cleanup runs for what it left."""
     check_key(key)
-    if not layout.job_file("running", key).exists():
-        raise WrongState(f"{key}: is not running")
-    if layout.receipt(key).exists():
-        raise WrongState(f"{key}: has a receipt already; nothing to cancel")
+    if not layout.job_file("running", key).exists() or layout.receipt(key).exists():
+        raise WrongState(f"{key}: is {said_state(layout, key)}, not RUNNING; nothing to cancel")
     path = layout.cancel_request(key)
     atomic_write(path, canonical({"at": time.time()}))
     record_event(layout, "cancel_requested", key)

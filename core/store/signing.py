@@ -269,6 +269,48 @@ def trusted_keys(trusted_dir: Path) -> list[TrustedKey]:
     return keys
 
 
+def own_worker_key() -> TrustedKey | None:
+    """This machine's worker key (`genjob keygen`): its `.pub` file, when the private key
+    beside it loads and the file holds its public half; else None."""
+    try:
+        private = load_private_key()
+    except GenjobError:
+        return None
+    path = public_key_path()
+    try:
+        key = parse_public_key(read_bytes(path, 16 * 1024), str(path))
+    except (BadInput, OSError):
+        return None
+    fp = fingerprint(key)
+    return TrustedKey(path, fp, key) if fp == fingerprint(private.public_key()) else None
+
+
+def own_signer_unpinned(sig_path: Path, anchors: Anchors) -> TrustedKey | None:
+    """This machine's worker key, when it signed the signature file at `sig_path` and
+    nothing pins it (nor refuses it for a reason of its own); else None. Only then may a
+    board offer to trust it (`trust_own_worker_key`)."""
+    try:
+        doc = loads_strict(read_bytes(sig_path, 16 * 1024), str(sig_path), 16 * 1024)
+    except (BadInput, OSError):
+        return None
+    signer = doc.get("key") if isinstance(doc, dict) else None
+    own = own_worker_key()
+    if own is None or signer != own.fingerprint or signer in anchors.refused:
+        return None
+    return None if any(k.fingerprint == signer for k in anchors.keys) else own
+
+
+def trust_own_worker_key(layout: Layout) -> tuple[Path, str]:
+    """Pin this machine's own worker key for the repository, as `genjob trust` would with its
+    `.pub` file; GenjobError when this machine has none."""
+    own = own_worker_key()
+    if own is None:
+        raise GenjobError(
+            f"{public_key_path()}: this machine has no worker key whose public half is there (genjob keygen)"
+        )
+    return trust_repository(layout, own.path)
+
+
 def sign_receipt(key: Ed25519PrivateKey, body: bytes) -> tuple[bytes, bytes]:
     """A receipt's two signatures over its bytes: genjob's detached `.sig`, and an OpenSSH
     SSHSIG under the `genjob-receipt` namespace that `ssh-keygen -Y verify` checks."""
@@ -301,10 +343,19 @@ def check_signature(sig_bytes: bytes, source: str, message: bytes, anchors: Anch
         if isinstance(signer, str) and signer in anchors.refused:
             raise BadInput(f"{source}: signed by {signer}, but {anchors.refused[signer]}")
         unreadable = [f"{path} ({why})" for path, why in anchors.refused.items() if path.endswith(".pub")]
+        own = own_worker_key()
+        if own is not None and own.fingerprint == signer:
+            head = (
+                f"{source}: signed by {signer}, this machine's own worker key, which is not a trusted key "
+                f"here; pin its public key with: genjob trust {own.path}"
+            )
+        else:
+            head = (
+                f"{source}: signed by {signer}, which is not a trusted key; if you run that worker, "
+                "pin its public key with: genjob trust <its .pub file>"
+            )
         raise BadInput(
-            f"{source}: signed by {signer}, which is not a trusted key; if you run that worker, "
-            "pin its public key with: genjob trust <its .pub file>"
-            + (f"; pinned keys that could not be read: {'; '.join(unreadable)}" if unreadable else "")
+            head + (f"; pinned keys that could not be read: {'; '.join(unreadable)}" if unreadable else "")
         )
     try:
         match[0].key.verify(sig, message)

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 # Runs of an attempt are announced with this attempt record (with `host`, and `candidate`
 # for one of several candidates); a candidate's end with `CANDIDATE_DONE`.
 SHIPPING = "shipping"
+# The status of a note on a run its host could not start (`note_unstarted`).
+NOT_STARTED = "not started"
 # How long a probe may take before it counts as failed.
 PROBE_TIMEOUT = 60.0
 MAX_FLEET_FILE = 64 * 1024
@@ -57,7 +59,7 @@ class Note:
     at: float
     key: str | None
     attempt: int | None
-    status: str  # a run's receipt status, or "probe"
+    status: str  # a run's receipt status, "probe", or NOT_STARTED
     reason: str | None
 
 
@@ -209,6 +211,13 @@ def note_run(
         _update(layout, host, {"last_ok": note})
     else:
         _update(layout, host, {"last_error": {**note, "reason": reason}})
+
+
+def note_unstarted(layout: Layout, host: str, key: str, attempt: int, reason: str) -> None:
+    """Record that `host` could not start a run (`core.work.ship.host_failed`): its last
+    error, which `genjob hosts` and the fleet view show."""
+    note = {"at": time.time(), "key": key, "attempt": attempt, "status": NOT_STARTED, "reason": reason}
+    _update(layout, host, {"last_error": note})
 
 
 def note_probe(layout: Layout, host: str, seconds: float | None, error: str | None) -> None:

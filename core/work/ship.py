@@ -1,6 +1,10 @@
 """The worker plane: claim a job, ship it to a generator host, commit a signed receipt.
 
-Everything after a claim ends in a receipt: `ok` when the generator exited 0 in time and
+Everything after a claim ends in a receipt, but for a run its host could not start (the
+runner never said it had started: the host is unreachable, refuses the key, or cannot run
+the runner): that is the host's fault, not the job's, so the job goes back to the queue,
+byte for byte, with the host's error in its attempt record (`core.store.queue.give_back`),
+at most MAX_HOST_FAILURES times. Otherwise a receipt: `ok` when the generator exited 0 in time and
 everything it sent back passed the local validator; `rejected` when it failed or broke
 the contract (wrote outside its paths, left a link, sent too much); `aborted` when it was
 stopped (timeout, cancel, Ctrl-C, SIGTERM, a dropped connection, a lost lease). Only an
@@ -27,18 +31,29 @@ from core.remote.rules import TailBuffer
 from core.review.host_sandbox import LocalSandbox
 from core.review.verify import NOTHING_CHANGED, nothing_changed
 from core.store.config import Config, Host, load_config
-from core.store.events import actor, bounded, record_attempt, record_event
+from core.store.events import actor, attempts, bounded, record_attempt, record_event
 from core.store.evidence import keep
 from core.store.layout import Layout
-from core.store.queue import Claim, Claimer, Replayer, cancel_requested, heartbeat
+from core.store.queue import (
+    HOST_FAILED,
+    MAX_HOST_FAILURES,
+    Claim,
+    Claimer,
+    Replayer,
+    cancel_requested,
+    give_back,
+    heartbeat,
+    host_failures,
+)
 from core.store.receipts import Committed, commit_receipt, make_receipt
 from core.store.scheduler import STARTED
 from core.store.signing import load_private_key, private_key_path
 from core.store.tree import make_folder
 from core.work.bundle import BundleError, ResultInfo
-from core.work.fleet import SHIPPING, note_run
+from core.work.fleet import SHIPPING, note_run, note_unstarted
 from core.work.spend import OverBudget, check_budget, note_usage
 from core.work.transport import CommandTransport, JobSpec, LocalTransport, SSHTransport, Transport, run_job
+from core.work.transport.base import HostKeyError
 
 OutputCallback = Callable[[bytes], None]
 # How a run ended: its receipt's status, and why when it is not `ok`.
@@ -62,6 +77,9 @@ class ShipResult:
     candidate: int | None = None  # which candidate of a best-of-N batch this run was
     # An `ok` run whose every output equals its input (`core.review.verify.nothing_changed`).
     unchanged: bool = False
+    # The host could not start the run: the job is back in the queue (`receipt` is its
+    # queued file) and `reason` says what the host said.
+    requeued: bool = False
 
 
 def make_transport(name: str, host: Host) -> Transport:
@@ -249,6 +267,9 @@ class Run:
     info: ResultInfo | None = None
     error: str | None = None
     refused: str | None = None
+    # Why the host could not start the run, when the runner never said it had started and
+    # the worker did not stop it: the host's fault (see the module).
+    unstarted: str | None = None
 
 
 async def run_claimed(
@@ -294,11 +315,60 @@ async def run_claimed(
             await watcher
         with contextlib.suppress(asyncio.CancelledError):
             await keeper  # it ends with `stop`, its last write done
+    if run.unstarted is not None and not run.stopped and interrupted is None:
+        back = await asyncio.shield(asyncio.to_thread(host_failed, shipment, run))
+        if back is not None:
+            return back
     ending, unchanged = judged(shipment, run)
     committed = await asyncio.shield(asyncio.to_thread(_commit, shipment, ending, run.info, bytes(tail)))
     if interrupted is not None:
         raise interrupted
     return ship_result(shipment, run, ending, unchanged=unchanged, won=committed.won, receipt=committed.path)
+
+
+def host_failed(shipment: Shipment, run: Run) -> ShipResult | None:
+    """A run its host could not start: the host's error goes to the fleet's notes, and the
+    job back to the queue with it in its attempt record (the result says so). None when it
+    is not put back (its lease was lost meanwhile, or this was the MAX_HOST_FAILURES-th such
+    failure): then `run.error` says why and the run ends in an `aborted` receipt as others."""
+    layout, claim, name = shipment.layout, shipment.claim, shipment.host
+    said = f"attempt {claim.lease.token} on {name} did not start: {run.unstarted}"
+    with contextlib.suppress(GenjobError, OSError):
+        note_unstarted(layout, name, claim.key, claim.lease.token, f"did not start: {run.unstarted}")
+    failures = host_failures(attempts(layout, claim.key)) + 1
+    if failures < MAX_HOST_FAILURES:
+        try:
+            path = give_back(layout, claim.key, claim.lease.token, shipment.worker, name, str(run.unstarted))
+        except (GenjobError, OSError) as exc:
+            # Not ours to put back, or `.gen/` would not take it: the run ends in a receipt
+            # (kept aside if the job moved), so the failure is never lost.
+            run.error = f"{said}; it could not be put back in the queue: {exc}"
+            return None
+        why = f"{said}; back in the queue ({failures} of {MAX_HOST_FAILURES} such failures)"
+        return ShipResult(
+            claim.key,
+            name,
+            claim.lease.token,
+            ReceiptStatus.ABORTED,
+            str(bounded(why)),
+            True,
+            path,
+            requeued=True,
+        )
+    record_attempt(
+        layout,
+        claim.key,
+        HOST_FAILED,
+        attempt=claim.lease.token,
+        worker=shipment.worker,
+        host=name,
+        reason=run.unstarted,
+    )
+    run.error = (
+        f"{said}; its hosts could not start it {failures} times, so it is not put back in the queue: "
+        "fix the host (genjob hosts --probe), then replay the job"
+    )
+    return None
 
 
 def ship_result(
@@ -369,8 +439,12 @@ async def attempt(
             kept = await asyncio.to_thread(_keep_login_output, shipment, candidate, outcome.preamble)
             if kept is not None and run.error is not None and not outcome.hello:
                 run.error += f"; what it printed is kept in {kept}"
+        if run.error is not None and not outcome.marked and not stop.is_set():
+            run.unstarted = run.error  # the runner never started: the host's fault, not the job's
         if outcome.stderr_tail and not len(tail):
             output(outcome.stderr_tail)
+    except HostKeyError as exc:
+        run.error = run.unstarted = str(exc)  # the host is not who it should be: it never ran the job
     except BundleError as exc:
         run.refused = f"refused what the generator sent back: {exc}"
     except GenjobError as exc:

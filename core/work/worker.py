@@ -28,7 +28,9 @@ Report = Callable[[str], None]
 Notify = Callable[[Event], None]
 
 
-# After a claim fails for another reason than an empty queue, the loop waits this long.
+# After a claim fails for another reason than an empty queue, the loop waits this long;
+# and a host that could not start a run gets no claim for as long, so the job it gave
+# back is not bounced straight to it again (`core.store.queue.MAX_HOST_FAILURES`).
 CLAIM_RETRY = 5.0
 
 
@@ -98,6 +100,7 @@ class _WorkerLoop:
         self.budget_said: dict[str, str] = {}
         self.skipped_said: dict[str, str] = {}
         self.notify: Notify | None = None
+        self.resting: dict[str, float] = {}  # host -> the loop time it takes claims again
 
     async def run(self, stop: asyncio.Event, once: bool, poll: float) -> None:
         """Fill every host's free slots, then wait for a job to end, a stop, or the next poll."""
@@ -114,9 +117,13 @@ class _WorkerLoop:
 
     async def _fill(self, stop: asyncio.Event, once: bool) -> tuple[bool, bool]:
         """Claim a job for each free slot of each host; returns whether the queue was found
-        empty and whether a claim failed."""
-        empty = failed = False
+        empty and whether a claim failed (or a host that could not start a run rests)."""
+        empty = failed = rested = False
+        now = asyncio.get_running_loop().time()
         for name in self.names:
+            if self.resting.get(name, now) > now:
+                rested = True  # with --once: the host failed; what it gave back stays queued
+                continue
             slots = self.config.hosts[name].concurrency
             while len(self.busy[name]) < slots and not (stop.is_set() or failed):
                 try:
@@ -141,7 +148,7 @@ class _WorkerLoop:
                 self._say_skipped()
                 self.report(f"{claim.key} {name}: claimed (attempt {claim.lease.token})")
                 self.busy[name].add(asyncio.create_task(self._ship(name, claim)))
-        return empty, failed
+        return empty, failed or rested
 
     def _say_skipped(self) -> None:
         """Say once each why a queued job was left unclaimed (a STALE one: replay it)."""
@@ -170,6 +177,10 @@ class _WorkerLoop:
         return [res]
 
     def _ended(self, res: ShipResult) -> None:
+        if res.requeued:
+            self.resting[res.host] = asyncio.get_running_loop().time() + CLAIM_RETRY
+            self.report(f"{res.key} {res.host}: {res.reason}")
+            return
         verdict = res.status + (f": {res.reason}" if res.reason else "")
         verdict += ", but nothing changed" if res.unchanged else ""
         if not res.won:

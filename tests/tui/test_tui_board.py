@@ -311,6 +311,18 @@ async def test_full_screen_diff(demo: Demo) -> None:
         await d.until(lambda: not isinstance(d.screen, DiffScreen), "the board")
 
 
+async def test_full_screen_diff_of_an_applied_job_shows_the_change_it_made(demo: Demo) -> None:
+    async with run_board(demo.root) as d:
+        await d.select(demo.keys["applied"])
+        assert "the change it made" in plain(d.board.query_one("#detail-diff", Static))
+        await d.press("d")
+        await d.showing(DiffScreen)
+        body = plain(d.screen.query_one("#diff-body", Static))
+        assert "the outputs are in the tree" not in body
+        assert "the change it made" in body and "tests/test_negatives.py  new  +2 -0" in body
+        assert "+ # genjob demo edit" in body
+
+
 async def test_new_job_refuses_a_secret_then_queues(demo: Demo) -> None:
     async with run_board(demo.root) as d:
         b = d.board

@@ -513,3 +513,42 @@ async def test_with_no_job_selected_the_tabs_and_keys_speak_of_no_job(demo: Demo
         assert labels == ["Verify", "Diff", "Timeline"]
         hints = {h.label for h in d.board.query_one(KeyBar).hints}
         assert not hints & {"Diff", "Zoom"} and "Filter" in hints
+
+
+async def test_the_preflight_trusts_this_machines_own_key_in_one_confirmed_step(repo: Layout) -> None:
+    """A receipt signed by this machine's own worker key, pinned nowhere: the preflight names
+    its real file and offers to pin it (one confirm, through the core), after which it verifies."""
+    from corekit import receive
+
+    from core.store.signing import keygen, load_private_key, public_key_path
+
+    keygen()
+    job = mint(repo, "Return two.", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"def main():\n    return 2\n"}, load_private_key())
+    async with run_board(repo.root, key=job.key) as d:
+        await d.press("a")
+        dialog = await d.showing(PreflightDialog)
+        body = plain(dialog.query_one("#preflight-body", Static)).replace("\n", "")
+        assert "this machine's own worker key" in body and str(public_key_path()) in body
+        assert dialog.query_one("#trust", Button).display
+        await d.press("k")
+        await d.showing(ConfirmDialog)
+        assert not list(repo.trusted_keys.glob("*.pub")), "nothing is pinned before the confirm"
+        await d.press("y")
+        again = "the preflight again"
+        await d.until(lambda: isinstance(d.screen, PreflightDialog) and d.screen.preflight.verified, again)
+        assert len(list(repo.trusted_keys.glob("*.pub"))) == 1
+        assert not d.screen.query_one("#trust", Button).display
+        assert d.screen.query_one("#yes", Button).disabled is False
+
+
+async def test_the_preflight_never_offers_to_trust_a_key_not_this_machines_own(demo: Demo) -> None:
+    before = sorted(p.name for p in layout_of(demo).trusted_keys.iterdir())
+    async with run_board(demo.root, key=demo.keys["untrusted"]) as d:
+        await d.press("a")
+        dialog = await d.showing(PreflightDialog)
+        assert dialog.preflight.own_key is None and not dialog.query_one("#trust", Button).display
+        await d.press("k")
+        await d.until(lambda: d.inbox.said("only this machine's own worker key"), "the refusal")
+        assert isinstance(d.screen, PreflightDialog)
+    assert sorted(p.name for p in layout_of(demo).trusted_keys.iterdir()) == before

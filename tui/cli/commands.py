@@ -302,6 +302,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         say(f"! {visible(p)}")
     if r.state is State.INVALID:
         say(f"  it cannot be run or applied; set it aside with: genjob discard {r.key}")
+    for line in d.host_failures:
+        say(f"host    {visible(line)}")
     if d.lease:
         ls = d.lease
         say(
@@ -328,6 +330,8 @@ def show(ctx: click.Context, key: str, as_json: bool) -> None:
         print_checks(d.verification, statuses)
     for diff in d.diffs:
         say(f"--- {visible(diff.path)}: {diff.status} +{diff.added} -{diff.removed}")
+        if diff.note:
+            say(f"    {visible(diff.note)}")
         if diff.text:
             say(_printable_block(diff.text), nl=False)
     print_runs(d.attempts)

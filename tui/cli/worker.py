@@ -199,6 +199,9 @@ def ship_cmd(
     finally:
         if shown is not None:
             shown.close()
+    if res.requeued:
+        _echo_visible(f"{res.key}: {res.reason}; `genjob hosts --probe` tries the host again")
+        sys.exit(1)
     _echo_visible(f"{res.key}: {res.status}" + (f" ({res.reason})" if res.reason else "") + f" on {res.host}")
     if res.unchanged:
         say(f"{res.key}: {NOTHING_CHANGED}; [policy] refuse_no_change = true rejects such a run")

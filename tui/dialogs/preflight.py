@@ -37,6 +37,15 @@ RECHECK = 2.0
 
 
 @dataclass(frozen=True)
+class TrustOwnKey:
+    """The preflight's other answer: pin this machine's own worker key, which signed the
+    receipt (`core.store.signing.trust_own_worker_key`), then look again."""
+
+    path: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
 class Approval:
     """The preflight's answer: apply, and whether to commit too; for a job with best-of-N
     candidates, which one to choose first."""
@@ -47,12 +56,13 @@ class Approval:
     protected: bool = False  # the operator approved writing its protected paths
 
 
-class PreflightDialog(ModalScreen[Approval | None]):
+class PreflightDialog(ModalScreen[Approval | TrustOwnKey | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Apply", id="preflight.yes"),
         Binding("n,escape", "answer(False)", "Cancel", id="preflight.no"),
         Binding("c", "toggle_commit", "Commit too", id="preflight.commit"),
         Binding("p", "toggle_protected", "Write protected paths", id="preflight.protected"),
+        Binding("k", "trust_own_key", "Trust this machine's key", id="preflight.trust"),
     ]
 
     def __init__(self, preflight: Preflight, root: Path | None = None, layout: Layout | None = None) -> None:
@@ -80,6 +90,7 @@ class PreflightDialog(ModalScreen[Approval | None]):
                     yield Button(Text(f"Choose {p.candidate} (y)"), id="yes", variant="primary")
                 else:
                     yield Button("Apply (y)", id="yes", variant="success", disabled=not p.may_apply)
+                yield Button("Trust this machine's key (k)", id="trust", variant="warning")
                 yield Button("Cancel (n)", id="no")
 
     def on_mount(self) -> None:
@@ -95,6 +106,7 @@ class PreflightDialog(ModalScreen[Approval | None]):
         p = self.preflight
         for box in self.query(Checkbox):
             box.display = p.may_apply
+        self.query_one("#trust", Button).display = p.own_key is not None
         if not p.may_choose:
             self.query_one("#yes", Button).disabled = not p.may_apply
 
@@ -143,7 +155,18 @@ class PreflightDialog(ModalScreen[Approval | None]):
                 box.toggle()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.action_answer(event.button.id == "yes")
+        if event.button.id == "trust":
+            self.action_trust_own_key()
+        else:
+            self.action_answer(event.button.id == "yes")
+
+    def action_trust_own_key(self) -> None:
+        """Offered only when this machine's own worker key signed the receipt, unpinned."""
+        p = self.preflight
+        if p.own_key is None or p.own_key_fingerprint is None:
+            self.notify("only this machine's own worker key can be trusted from here", severity="warning")
+            return
+        self.dismiss(TrustOwnKey(p.own_key, p.own_key_fingerprint))
 
     def action_answer(self, value: bool) -> None:
         if value and not self.preflight.verified:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from core.store.config import Config
     from core.store.queue import Claim
-    from tui.dialogs.preflight import Approval
+    from tui.dialogs.preflight import Approval, TrustOwnKey
 
 # What a dialog answers, as `Dispatcher.ask` returns it.
 Answer = TypeVar("Answer")
@@ -434,7 +434,7 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
     in a git work tree (as the preflight offers a commit only there)."""
     from core.read.inspect_job import job_detail
     from core.read.preflight import preflight
-    from tui.dialogs.preflight import Approval, PreflightDialog
+    from tui.dialogs.preflight import Approval, PreflightDialog, TrustOwnKey
 
     if bulk:
         try:
@@ -451,13 +451,37 @@ async def _ask_preflight(d: Dispatcher, keys: list[str], bulk: bool) -> Approval
 
         chosen = await d.ask(CandidatesScreen(d.repo, keys[0]))
         return chosen if isinstance(chosen, Approval) else None
+    while True:
+        try:
+            p = await asyncio.to_thread(lambda: preflight(d.repo, job_detail(d.repo, keys[0])))
+        except GenjobError as exc:
+            d.post_message(Say(str(exc), "error"))
+            return None
+        answer = await d.ask(PreflightDialog(p, d.repo.root, d.repo))
+        if not isinstance(answer, TrustOwnKey):
+            return answer if isinstance(answer, Approval) else None
+        if not await _trust_own_key(d, answer):
+            return None
+
+
+async def _trust_own_key(d: Dispatcher, asked: TrustOwnKey) -> bool:
+    """One confirm, then pin this machine's own worker key for the repository (the core
+    finds the key itself: nothing the board read names it); whether it was pinned."""
+    from core.store.signing import trust_own_worker_key
+
+    body = Text()
+    body.append("Pin this machine's own worker key for this repository?\n\n", style="bold")
+    body.append(f"  {asked.fingerprint}\n  {visible(asked.path)}\n\n")
+    body.append("Receipts it signs then verify here, as after: genjob trust <its .pub file>", style="dim")
+    if not await d.ask(ConfirmDialog("Trust this machine's key", body, yes="Trust it")):
+        return False
     try:
-        p = await asyncio.to_thread(lambda: preflight(d.repo, job_detail(d.repo, keys[0])))
-    except GenjobError as exc:
+        dest, fp = await asyncio.to_thread(trust_own_worker_key, d.repo)
+    except (GenjobError, OSError) as exc:
         d.post_message(Say(str(exc), "error"))
-        return None
-    answer = await d.ask(PreflightDialog(p, d.repo.root, d.repo))
-    return answer if isinstance(answer, Approval) else None
+        return False
+    d.post_message(Say(f"pinned {fp} ({dest.relative_to(d.repo.root)})"))
+    return True
 
 
 async def _approvable(d: Dispatcher, keys: list[str], skipped: int) -> list[str] | None:

@@ -172,6 +172,10 @@ async def _drive_candidates(layout: Layout, run: BoardRun, spread: list[str], wo
 
 def describe(result: ShipResult) -> str:
     """One line about how a ship ended, and the next step."""
+    if result.requeued:
+        return (
+            f"{result.key[:12]}: {result.reason}.\nNext: h shows the host; fix it, then ship the job again."
+        )
     line = f"{result.key[:12]} on {result.host}, attempt {result.attempt}: receipt {result.status}"
     if result.reason:
         line += f" ({result.reason})"

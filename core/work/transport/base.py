@@ -76,8 +76,10 @@ class RunOutcome:
     went to the ``on_result`` given to ``run`` as it arrived; ``error`` is None only when
     the runner exited 0 and the session ended normally. ``preamble`` is what the host
     printed on stdout before the hello (a login shell's banner, at most
-    MAX_PREAMBLE_BYTES), ``hello`` whether the hello came, ``facts`` what the runner said
-    its scheduler gave the run.
+    MAX_PREAMBLE_BYTES), ``hello`` whether the hello came, ``marked`` whether its marker
+    (`core.remote.rules.HELLO` and this run's nonce) did, even in a hello then refused: from
+    then on the run started, and a failure is the run's, not the host's; ``facts`` what the
+    runner said its scheduler gave the run.
     """
 
     result_bytes: int
@@ -87,6 +89,7 @@ class RunOutcome:
     preamble: bytes = b""
     hello: bool = False
     facts: Mapping[str, str] = field(default_factory=dict)
+    marked: bool = False
 
 
 class Transport(Protocol):
@@ -253,6 +256,7 @@ class _Hello:
         self.seen = bytearray()
         self.preamble = b""
         self.facts: dict[str, str] | None = None
+        self.marked = False  # the marker came (the runner started), its line good or not
 
     @property
     def found(self) -> bool:
@@ -262,6 +266,7 @@ class _Hello:
         """What of `chunk` comes after the hello: b"" until it is found. Raises _Refused."""
         self.seen += chunk
         at = self.seen.find(self.marker)
+        self.marked = self.marked or at >= 0
         end = self.seen.find(b"\n", at) if at >= 0 else -1
         if at > MAX_PREAMBLE_BYTES or (at < 0 and len(self.seen) > MAX_PREAMBLE_BYTES + len(self.marker)):
             raise _Refused(
@@ -411,7 +416,7 @@ class _Streams:
         hello = self.hello
         kept = hello.kept()
         return RunOutcome(
-            self.received, bytes(self.tail), status, error, kept, hello.found, hello.facts or {}
+            self.received, bytes(self.tail), status, error, kept, hello.found, hello.facts or {}, hello.marked
         )
 
     async def _feed(self) -> None:

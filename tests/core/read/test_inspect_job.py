@@ -87,12 +87,13 @@ def test_an_output_changed_after_signing_is_marked_unsigned(repo: Layout, signer
     assert detail.verification is not None and not detail.verification.ok
 
 
-def test_an_applied_job_has_no_diffs(repo: Layout, signer: Ed25519PrivateKey) -> None:
+def test_an_applied_jobs_diffs_are_the_change_it_made(repo: Layout, signer: Ed25519PrivateKey) -> None:
     job = mint(repo)
     receive(repo, job.key, {"src/app.py": b"new\n"}, signer)
     apply_job(repo, job.key)
     detail = job_detail(repo, job.key)
-    assert detail.row.state is State.APPLIED and detail.diffs == []
+    [diff] = detail.diffs
+    assert detail.row.state is State.APPLIED and "+new\n" in diff.text and diff.note is None
     assert "applied" in [e["event"] for e in detail.timeline]
 
 

@@ -171,12 +171,29 @@ def test_requeue_refuses_a_live_lease_unless_forced(repo: Layout) -> None:
     assert attempts(repo, key)[-1]["forced"] is True
 
 
+def test_a_refused_claim_says_the_derived_state_not_the_folder(repo: Layout, signer: object) -> None:
+    """A job in running/ is FAILED, RECEIVED or ORPHANED as often as RUNNING: the refusal
+    says what `derive_state` says, as `genjob ls` does."""
+    failed, received, orphaned = (mint(repo, f"job {i}").key for i in range(3))
+    receive(repo, failed, {}, status="aborted")
+    receive(repo, received, {"src/app.py": b"x"})
+    claim(repo, "w1", orphaned, pid=dead_pid())
+    for key, state in ((failed, "FAILED"), (received, "RECEIVED"), (orphaned, "ORPHANED")):
+        with pytest.raises(WrongState, match=f"is {state}, not QUEUED; nothing claimed"):
+            claim(repo, "w2", key)
+        assert take_snapshot(repo).rows[key].state == state
+    with pytest.raises(WrongState, match="is FAILED, with a receipt"):
+        requeue(repo, failed)
+    with pytest.raises(WrongState, match="is FAILED, not RUNNING; nothing to cancel"):
+        request_cancel(repo, failed)
+
+
 def test_requeue_refuses_jobs_not_running_or_with_a_receipt(repo: Layout, signer: object) -> None:
     job = mint(repo)
     with pytest.raises(WrongState, match="is QUEUED; only an ORPHANED job can be requeued"):
         requeue(repo, job.key)
     receive(repo, job.key, {"src/app.py": b"x"})
-    with pytest.raises(WrongState, match="has a receipt already"):
+    with pytest.raises(WrongState, match="is RECEIVED, with a receipt"):
         requeue(repo, job.key, force=True)
 
 
@@ -210,7 +227,7 @@ def test_reject_a_queued_job_and_refuse_a_live_running_one(repo: Layout) -> None
 
 def test_cancel_requests(repo: Layout, signer: object) -> None:
     key = write_jobs(repo, 1)[0]
-    with pytest.raises(WrongState, match="is not running"):
+    with pytest.raises(WrongState, match="is QUEUED, not RUNNING"):
         request_cancel(repo, key)
     claim(repo, "w1")
     assert not cancel_requested(repo, key)

@@ -13,15 +13,25 @@ from pathlib import Path
 import pytest
 from corekit import cli, mint, receive, set_config, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from core.errors import Untrusted, VerificationFailed
+from core.errors import GenjobError, Untrusted, VerificationFailed
 from core.model.models import Job
 from core.review.apply import apply_job
 from core.review.verify import verify
 from core.store.config import load_config, user_config_dir
 from core.store.layout import Layout
 from core.store.ownership import repository_owners, untrusted_because
-from core.store.signing import keygen, load_private_key, operator_keys_dir, public_key_path, trust_repository
+from core.store.signing import (
+    keygen,
+    load_private_key,
+    operator_keys_dir,
+    own_signer_unpinned,
+    public_key_path,
+    trust_anchors,
+    trust_own_worker_key,
+    trust_repository,
+)
 
 OTHER_UID = 54321
 
@@ -145,3 +155,49 @@ def test_files_genjob_makes_are_trusted_whatever_the_umask(tmp_path: Path) -> No
     for path in [layout.config, *layout.trusted_keys.glob("*.pub")]:
         assert untrusted_because(path, layout.gen, owners) is None, path
     assert load_private_key() is not None
+
+
+def own_signed(repo: Layout) -> Job:
+    """A receipt signed by this machine's own worker key (`genjob keygen`), pinned nowhere."""
+    keygen()
+    job = mint(repo, "Return three.", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"def main():\n    return 3\n"}, load_private_key())
+    return job
+
+
+def test_this_machines_own_unpinned_key_is_named_by_its_real_file(repo: Layout) -> None:
+    job = own_signed(repo)
+    detail = signature_check(repo, job)
+    assert "this machine's own worker key" in detail
+    assert f"pin its public key with: genjob trust {public_key_path()}" in detail
+    assert "<its .pub file>" not in detail
+    anchors = trust_anchors(repo.trusted_keys, repo.root)
+    own = own_signer_unpinned(repo.signature(job.key), anchors)
+    assert own is not None and own.path == public_key_path()
+    dest, fp = trust_own_worker_key(repo)
+    assert fp == own.fingerprint and dest.parent == repo.trusted_keys
+    assert verify(repo, job, load_config(repo.config)).ok, "the receipt verifies once it is pinned"
+    assert own_signer_unpinned(repo.signature(job.key), trust_anchors(repo.trusted_keys, repo.root)) is None
+
+
+def test_a_key_that_is_not_this_machines_own_is_never_offered(repo: Layout, tmp_path: Path) -> None:
+    """Another worker's key, and a `.pub` beside this machine's private key that holds
+    another key, are not this machine's own: the message stays generic, nothing is offered."""
+    stranger = Ed25519PrivateKey.generate()
+    job = mint(repo, "Return four.", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"def main():\n    return 4\n"}, stranger)
+    keygen()
+    detail = signature_check(repo, job)
+    assert "<its .pub file>" in detail and "this machine's own" not in detail
+    anchors = trust_anchors(repo.trusted_keys, repo.root)
+    assert own_signer_unpinned(repo.signature(job.key), anchors) is None
+
+    mine = mint(repo, "Return five.", ["src/util.py"])
+    receive(repo, mine.key, {"src/util.py": b"five\n"}, load_private_key())
+    other_pub = stranger.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH)
+    public_key_path().write_bytes(other_pub + b" not-this-machine\n")
+    assert own_signer_unpinned(repo.signature(mine.key), trust_anchors(repo.trusted_keys, repo.root)) is None
+    assert "this machine's own" not in signature_check(repo, mine)
+    with pytest.raises(GenjobError, match="this machine has no worker key whose public half is there"):
+        trust_own_worker_key(repo)
+    assert not list(repo.trusted_keys.glob("*.pub")), "nothing was pinned"

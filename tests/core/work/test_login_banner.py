@@ -161,7 +161,10 @@ async def test_a_worker_keeps_what_the_login_shell_printed_as_evidence(
     shell.prints(BANNERS["text"], quits=True)
     again = mint(repo, "tidy again", ["src/util.py"])
     res = await ship(repo, again.key, "cluster", worker_id="tester")
-    assert res.status == "aborted" and res.reason is not None
+    # The runner never started: the host's fault, so the job is back in the queue.
+    assert res.requeued and res.reason is not None
     assert "genjob's runner never answered (they begin 'Welcome to the cluster!')" in res.reason
-    assert res.reason.endswith(f"; what it printed is kept in .gen/logs/{again.key}/attempt-1.login")
+    assert (
+        f"; what it printed is kept in .gen/logs/{again.key}/attempt-1.login; back in the queue" in res.reason
+    )
     assert (repo.log_dir(again.key) / "attempt-1.login").read_bytes() == BANNERS["text"]

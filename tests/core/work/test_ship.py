@@ -8,8 +8,10 @@ outcome is a receipt; only an `ok` one, signed and verified, lets apply touch th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -33,14 +35,22 @@ from shipkit import (
     worktree,
     write_config,
 )
-from ssh_servers import SSHServer
+from ssh_servers import SSHServer, write_key
 
-from core.errors import BadInput
+from core.errors import BadInput, WrongState
+from core.model.lifecycle import State
 from core.model.models import job_from_bytes
+from core.read.inspect_job import job_detail
+from core.read.snapshot import take_snapshot
 from core.review.apply import apply_job
 from core.store.config import load_config
+from core.store.events import attempts
 from core.store.layout import Layout
+from core.store.queue import HOST_FAILED, MAX_HOST_FAILURES, locate
+from core.work.fleet import NOT_STARTED, fleet
 from core.work.ship import Hosts, ShipResult, ship
+from core.work.transport import LocalTransport
+from tui.render import job_text
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -276,15 +286,18 @@ async def test_unknown_host_key_is_refused_with_its_fingerprint(
     job = mint(repo)
     before = worktree(repo.root)
     res = await ship_job(repo, job.key)
-    assert res.status == "aborted" and res.reason is not None
+    assert res.requeued and res.reason is not None, "a host that is not who it should be ran nothing"
     if isinstance(ssh, CommandHost):
         # OpenSSH prints no fingerprint for a key it does not know; its words are passed on.
         assert "is not known to ssh" in res.reason and "No ED25519 host key is known" in res.reason
     else:
         assert ssh.fingerprint in res.reason and f"is not in {empty}" in res.reason
-    assert finished(repo, job.key)[-1]["reason"] == res.reason
+    [failed] = [r for r in attempts(repo, job.key) if r["event"] == HOST_FAILED]
+    assert failed["reason"] in res.reason and locate(repo, job.key).folder == "queue"
     assert empty.read_text() == "", "a host key is never learned silently"
-    assert_not_applyable(repo, job, before)
+    assert worktree(repo.root) == before and list(repo.out.iterdir()) == []
+    with pytest.raises(WrongState, match="is QUEUED; only a job with a receipt can be applied"):
+        apply_job(repo, job.key)
 
 
 async def test_the_runner_interpreter_is_the_hosts_python_setting(
@@ -311,7 +324,11 @@ async def test_the_runner_interpreter_is_the_hosts_python_setting(
         why = f"bwrap exited with status 1: bwrap: execvp {missing}: No such file or directory"
     else:
         why = f"{missing} not found on the generator host"
-    assert (refused.status, refused.reason) == ("aborted", why)
+    # The runner never started: the host's fault, so the job is back in the queue.
+    assert refused.requeued and refused.reason == (
+        f"attempt 1 on broken did not start: {why}; "
+        f"back in the queue (1 of {MAX_HOST_FAILURES} such failures)"
+    )
 
 
 def test_a_local_host_refuses_a_python_setting(repo: Layout) -> None:
@@ -358,3 +375,96 @@ async def test_a_running_jobs_output_is_kept_in_its_log_while_it_runs(
     res = await run
     assert res.status == "ok"
     assert newest_log_tail(repo, job.key).splitlines()[-2:] == ["started", "finished"]
+
+
+def unstartable(repo: Layout, server: Target) -> Hosts:
+    """Host `gen` on `server`'s transport, whose runner cannot start: its interpreter is
+    missing (for the local transport, one that names no such interpreter)."""
+    missing = "/nonexistent/python3"
+    if server is None:
+        configure(repo, None, "true")
+        pool = Hosts(load_config(repo.config))
+        pool._transports["gen"] = LocalTransport(python=missing)
+        return pool
+    configure(repo, server, "true", python=missing)
+    return Hosts(load_config(repo.config))
+
+
+async def test_a_host_that_cannot_start_the_run_puts_the_job_back_in_the_queue(
+    server: Target, repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    """The host's fault is not the job's: the job goes back to the queue, byte for byte,
+    under its key, with the host's error in its attempt record and the fleet's notes, and
+    no receipt; the MAX_HOST_FAILURES-th such failure ends it FAILED, naming the host."""
+    job = mint(repo)
+    queued = repo.job_file("queue", job.key).read_bytes()
+    before = worktree(repo.root)
+    pool = unstartable(repo, server)
+    try:
+        for n in range(1, MAX_HOST_FAILURES):
+            res = await ship(repo, job.key, "gen", worker_id="tester", hosts=pool)
+            assert res.requeued and (res.attempt, res.won) == (n, True)
+            assert res.reason is not None and res.reason.startswith(f"attempt {n} on gen did not start: ")
+            assert "back in the queue" in res.reason
+            assert repo.job_file("queue", job.key).read_bytes() == queued
+            assert not repo.receipt(job.key).exists() and not repo.lease(job.key).exists()
+            assert take_snapshot(repo, disk_cache=False).rows[job.key].state == State.QUEUED
+            [note] = [v.last_error for v in fleet(repo, load_config(repo.config))]
+            assert note is not None and (note.key, note.attempt, note.status) == (job.key, n, NOT_STARTED)
+            assert note.reason is not None and note.reason.startswith("did not start: ")
+            said = f"attempt {n} on gen did not start: "
+            shown, hosts = cli("show", job.key, root=repo.root), cli("hosts", root=repo.root)
+            assert (
+                f"host    {said}" in shown.output and f"{job.key[:8]} #{n}: did not start: " in hosts.output
+            )
+            assert said in job_text(job_detail(repo, job.key)).plain, "the board's detail pane says it"
+        last = await ship(repo, job.key, "gen", worker_id="tester", hosts=pool)
+    finally:
+        await pool.close()
+    assert not last.requeued and last.status == "aborted" and last.reason is not None
+    assert f"could not start it {MAX_HOST_FAILURES} times" in last.reason and "replay" in last.reason
+    assert take_snapshot(repo, disk_cache=False).rows[job.key].state == State.FAILED
+    failed = [r for r in attempts(repo, job.key) if r["event"] == HOST_FAILED]
+    assert [(r["attempt"], r["host"]) for r in failed] == [
+        (n, "gen") for n in range(1, MAX_HOST_FAILURES + 1)
+    ]
+    assert all(r["reason"] for r in failed)
+    assert_not_applyable(repo, job, before)
+
+
+async def test_an_unreachable_or_refusing_ssh_host_puts_the_job_back(
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """A closed port and a key the server refuses: each a host that cannot be reached."""
+    ssh = needs_ssh(server)
+    inner = ssh.server if isinstance(ssh, CommandHost) else ssh
+    assert inner is not None
+    stranger = tmp_path / "id_stranger"
+    write_key(stranger)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    for broken, said in (
+        (dataclasses.replace(inner, port=closed), "refused"),
+        (dataclasses.replace(inner, identity=stranger), "ermission denied"),
+    ):
+        target = CommandHost(broken) if isinstance(ssh, CommandHost) else broken
+        configure(repo, target, "true")
+        job = mint(repo, f"reach {said}")
+        res = await ship_job(repo, job.key)
+        assert res.requeued and res.reason is not None and said in res.reason, res.reason
+        assert locate(repo, job.key).folder == "queue" and not repo.receipt(job.key).exists()
+
+
+async def test_a_run_that_started_and_failed_is_the_runs_not_the_hosts(
+    server: Target, repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    """Once the runner has said it started, every failure is the run's: a receipt, as ever,
+    even when the host's session dies under it."""
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    configure(repo, server, script(tmp_path, "kill_runner", code))
+    job = mint(repo)
+    res = await ship_job(repo, job.key)
+    assert not res.requeued and res.status in ("aborted", "rejected"), res.reason
+    assert repo.receipt(job.key).exists()
+    assert not [r for r in attempts(repo, job.key) if r["event"] == HOST_FAILED]

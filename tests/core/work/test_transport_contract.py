@@ -245,7 +245,7 @@ async def test_concurrent_jobs_share_the_transport(transport: Transport, tmp_pat
 async def test_nonzero_exit(transport: Transport, tmp_path: Path) -> None:
     gen = script(tmp_path, "fail", "import sys\nprint('it broke', flush=True)\nsys.exit(3)\n")
     outcome, info = await job(transport, tmp_path, gen, ["a.py"], {"a.py": b"a"})
-    assert outcome.error is None
+    assert outcome.error is None and outcome.marked, "the runner started: the failure is the run's"
     assert info is not None and info.exit_code == 3 and not info.ok
     assert "it broke" in info.tail
     assert info.outputs == {"a.py": info.outputs["a.py"]}
@@ -398,7 +398,8 @@ async def test_missing_python(
         outcome, info = await job(transport, tmp_path, "true", ["a.py"])
     finally:
         await transport.close()
-    assert info is None and outcome.error is not None
+    # The runner never said it started: the ship puts the job back (the host's fault).
+    assert info is None and outcome.error is not None and not outcome.marked
     if kind == "command-bwrap":
         # bwrap execs the argv itself and says why it could not, in its own words.
         assert outcome.error == (
@@ -476,7 +477,7 @@ async def test_unreachable_or_refused(kind: str, server: SSHServer | None, tmp_p
     write_key(stranger)
     refused = make_transport(kind, dataclasses.replace(server, identity=stranger))
     outcome, info = await job(refused, tmp_path, "true", ["a.py"])
-    assert info is None and outcome.error is not None
+    assert info is None and outcome.error is not None and not outcome.marked
     if kind == "command-openssh":
         assert outcome.error.startswith("ssh exited with status 255: ")
     else:
@@ -489,6 +490,7 @@ async def test_unreachable_or_refused(kind: str, server: SSHServer | None, tmp_p
     nowhere = make_transport(kind, dataclasses.replace(server, port=closed_port))
     outcome, info = await job(nowhere, tmp_path, "true", ["a.py"], dest="out2")
     assert info is None and outcome.error is not None and "refused" in outcome.error.lower()
+    assert not outcome.marked
 
 
 async def test_local_runs_the_default_generator_command(tmp_path: Path) -> None:
