@@ -64,7 +64,7 @@ def test_a_check_that_fails_on_the_merged_bytes_refuses_the_merge(
     configure(lines, NOT_BOTH)
     _, other = checked_stale_pair(lines, signer)
     receipt = lines.receipt(other).read_bytes()
-    with pytest.raises(ChecksRequired, match=r"required check did not pass on the merged bytes: tests failed"):
+    with pytest.raises(ChecksRequired, match=r"did not pass on the merged bytes: tests failed"):
         apply_merged(lines, other)
     assert (lines.root / "src/lines.py").read_bytes() == TOP
     assert locate(lines, other).folder == "running" and lines.receipt(other).read_bytes() == receipt
