@@ -65,9 +65,10 @@ def _say_pulled(pulled: Pulled) -> None:
 
 
 def _pull(layout: Layout, merge: bool, commit: bool) -> None:
+    from core.plan.replay import replay_unmergeable
     from core.review.ready import pull
 
-    done = pull(layout, merge=merge, commit=commit)
+    done = pull(layout, merge=merge, commit=commit, replay=replay_unmergeable)
     for pulled in done:
         _say_pulled(pulled)
     if not done:
@@ -77,6 +78,7 @@ def _pull(layout: Layout, merge: bool, commit: bool) -> None:
 def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
     """Until SIGTERM or SIGINT: the ready queue, pulled as receipts and checks arrive. The
     writer lock is taken for each pass, so that an apply by hand gets in between them."""
+    from core.plan.replay import replay_unmergeable
     from core.review.ready import watch
     from core.store.config import load_config
 
@@ -88,7 +90,7 @@ def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
         signal.signal(sig, lambda *_: stop.set())
     if load_config(layout.config).policy.auto_apply == "never":
         say('policy.auto_apply = "never": listing what is ready, applying nothing', err=True)
-    watch(layout, _say_pulled, merge=merge, commit=commit, stop=stop)
+    watch(layout, _say_pulled, merge=merge, commit=commit, stop=stop, replay=replay_unmergeable)
 
 
 def _merge(layout: Layout, key: str, commit: bool, protected: bool, sign: bool | None) -> None:
