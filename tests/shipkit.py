@@ -17,11 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from corekit import tree_state
+from corekit import receive, tree_state
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ssh_servers import SSHServer
 
 from core.errors import VerificationFailed
 from core.model.models import Job
+from core.plan.mint import build_job
 from core.remote.rules import HELLO
 from core.remote.runner import write_tar
 from core.review.apply import apply_job
@@ -30,6 +32,8 @@ from core.review.verify import verify
 from core.store.config import load_config
 from core.store.events import attempts
 from core.store.layout import Layout
+from core.store.overlaps import in_flight
+from core.store.queue import enqueue, locate
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = shlex.quote(sys.executable)
@@ -374,3 +378,35 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> No
     if proc.poll() is None:
         proc.send_signal(sig)
     proc.wait(timeout=30)
+
+
+def moved_serialized_jobs(
+    layout: Layout, signer: Ed25519PrivateKey, called: Path, paths: tuple[str, ...] = ("src/app.py",)
+) -> list[str]:
+    """Under `policy.overlapping = "serialize"`, one local host whose generator touches
+    `called`, and a queued job over each of `paths` whose inputs the older job they waited
+    for changed (that one applied): shipped any way, each must be replayed before any
+    model call."""
+    write_config(layout, host_block("local", None, f"touch {shlex.quote(str(called))}; echo x >> src/app.py"))
+    text = layout.config.read_text().replace("[policy]\n", '[policy]\noverlapping = "serialize"\n', 1)
+    layout.config.write_text(text)
+    allow_as_written(layout)
+    older = build_job(layout, "Older.", list(paths))
+    enqueue(layout, older)
+    # Received before the others are minted: minted in the same second, they could sort first.
+    assert receive(layout, older.key, {rel: b"older\n" for rel in paths}, signer).won
+    newer = [build_job(layout, f"Newer over {rel}.", [rel]) for rel in paths]
+    for job in newer:
+        enqueue(layout, job)
+    apply_job(layout, older.key)
+    return [job.key for job in newer]
+
+
+def replayed_before_any_call(layout: Layout, key: str, called: Path) -> str:
+    """That `key` was closed naming its replay, with no model call made; the replay's key."""
+    loc = locate(layout, key)
+    assert loc.folder == "rejected", f"{key} is {loc.folder}"
+    assert not called.exists(), "the generator ran on a stale base"
+    fresh = [k for k, job in in_flight(layout).items() if getattr(job, "replay_of", None) == key]
+    assert len(fresh) == 1
+    return fresh[0]

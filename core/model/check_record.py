@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.model.canonical import canonical, sha256_bytes
 from core.model.models import TextEnum
 
 # A check's name: a TOML key of `[checks.NAME]`, and the name of its record's file.
@@ -58,3 +60,21 @@ class CheckRecord(BaseModel):
 
     def document(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
+
+
+@dataclass(frozen=True)
+class MergedOutputs:
+    """The bytes a merge of a STALE receipt would write, as its checks are bound to them:
+    each output path's hash after the merge, and each allowed path's hash it is laid over
+    (the tree's, for a merged file; the job's input, for the rest)."""
+
+    outputs: dict[str, str]
+    base: dict[str, str | None]
+
+    @property
+    def digest(self) -> str:
+        """What names them: the folder their check records are kept in."""
+        return sha256_bytes(canonical({"base": self.base, "outputs": self.outputs}))
+
+    def checked_by(self, record: CheckRecord) -> bool:
+        return record.outputs == self.outputs and record.base == self.base

@@ -66,3 +66,13 @@ def _v1_replay(layout: Layout, job: JobV1, present: list[str], new: list[str], a
         )
     body = {**fresh.digest_body(), "attempt": job.attempt + 1}
     return JobV1.model_validate({**body, "digest": sha256_bytes(canonical(body))})
+
+
+def replay_unmergeable(layout: Layout, key: str, why: str) -> str:
+    """`policy.auto_replay`: replay `key`, whose STALE receipt could not be merged (`why`),
+    and close it as rejected naming its replay, so that no later pass replays it again.
+    The replay comes first: after a crash between the two, the next pass replays it to the
+    same key (the same tree) and closes it then. Returns the new key."""
+    res = replay(layout, key)
+    reject(layout, key, f"{why}; replayed as {res.key} (policy.auto_replay)", by="auto_replay")
+    return res.key

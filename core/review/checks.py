@@ -27,7 +27,7 @@ from pathlib import Path
 
 from core.errors import BadInput, Stale, VerificationFailed, WrongState
 from core.model.canonical import canonical
-from core.model.check_record import RECORD_SCHEMA, CheckRecord, CheckResult
+from core.model.check_record import RECORD_SCHEMA, CheckRecord, CheckResult, MergedOutputs
 from core.model.models import Job, Receipt
 from core.review import sandbox
 from core.review.candidates import verify_candidate
@@ -70,12 +70,14 @@ class CheckRun:
 
 
 @contextlib.contextmanager
-def _running(layout: Layout, key: str, name: str, timeout: float, candidate: int | None) -> Iterator[None]:
+def _running(
+    layout: Layout, key: str, name: str, timeout: float, candidate: int | None, merged: str | None = None
+) -> Iterator[None]:
     """Hold `<name>.lock` and publish `<name>.run` for the block; WrongState when another
-    run of the same check (on the same receipt or candidate) is under way."""
-    where = layout.check_dir(key, candidate)
+    run of the same check (on the same receipt, candidate or merged bytes) is under way."""
+    where = layout.check_dir(key, candidate, merged=merged)
     with folder(layout.gen) as gen:
-        fd = open_folder(gen, layout.check_parts(key, candidate), str(where), [])
+        fd = open_folder(gen, layout.check_parts(key, candidate, merged=merged), str(where), [])
     with closing(fd):
         lock = os.open(
             f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd
@@ -210,18 +212,22 @@ async def run_check(
     cancel: asyncio.Event | None = None,
     candidate: int | None = None,
     out: Path | None = None,
+    merged: MergedOutputs | None = None,
 ) -> CheckRun:
     """Run check `name` on `job`'s verified `receipt` and keep its record (not when stopped).
 
     With `candidate`, the receipt is that candidate's, its outputs are read from `out`
-    (its `out/` folder) and the record goes to the candidate's own place.
+    (its `out/` folder) and the record goes to the candidate's own place. With `merged`,
+    `receipt` names the merged bytes staged in `out` (`core.review.merge_checks`), and the
+    record, bound to them, goes to their own place.
     The scratch tree is made and removed in a thread, so an event loop (the board's)
     stays responsive on a large repository.
     """
     check = _named(layout, config, name)
     mode = await asyncio.to_thread(scratch_mode, layout, check, name)
     ran = check.run.replace("{paths}", " ".join(shlex.quote(p) for p in sorted(receipt.outputs)))
-    with _running(layout, job.key, name, check.timeout, candidate):
+    at = merged.digest if merged is not None else None
+    with _running(layout, job.key, name, check.timeout, candidate, at):
         tree = scratch_tree(layout, job, receipt, mode, config.limits.max_file_bytes, out=out)
         made = await asyncio.to_thread(tree.__enter__)
         try:
@@ -243,7 +249,7 @@ async def run_check(
             sandbox=check.sandbox,
             scratch=mode,
             outputs=dict(made.outputs),
-            base=dict(made.base),
+            base=dict(merged.base if merged is not None else made.base),
             result=CheckResult.TIMED_OUT
             if finished.timed_out
             else CheckResult.PASSED
@@ -258,13 +264,15 @@ async def run_check(
             head=await asyncio.to_thread(_head, layout.root),
             by=bounded(actor()),
         )
-        await asyncio.to_thread(_keep, layout, record, candidate)
+        await asyncio.to_thread(_keep, layout, record, candidate, at)
     return CheckRun(name, finished, record, how.describe, mode)
 
 
-def _keep(layout: Layout, record: CheckRecord, candidate: int | None) -> None:
-    write_record(layout, record, candidate)
-    of = {"candidate": candidate} if candidate is not None else {}
+def _keep(layout: Layout, record: CheckRecord, candidate: int | None, merged: str | None) -> None:
+    write_record(layout, record, candidate, merged=merged)
+    of: dict[str, object] = {"candidate": candidate} if candidate is not None else {}
+    if merged is not None:
+        of["merged"] = merged
     record_event(
         layout,
         "checked",

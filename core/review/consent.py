@@ -92,6 +92,11 @@ def describe(config: Config) -> list[str]:
             )
         elif setting == "policy.auto_merge":
             lines.append("sets policy.auto_merge to true: apply --ready merges stale receipts unasked")
+        elif setting == "policy.auto_replay":
+            lines.append(
+                "sets policy.auto_replay to true: apply --ready replays a job it cannot merge (a model call "
+                f"unasked), up to {value} replay(s) down one job's chain"
+            )
         else:
             lines.append(f"lowers {setting} to {value} (a larger bound on what a host may send back)")
     return lines

@@ -30,9 +30,9 @@ from typing import Any
 
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
 from core.model.canonical import loads_strict, read_bytes, sha256_bytes
+from core.model.check_record import MergedOutputs
 from core.model.models import Job, Receipt
 from core.model.protected import ProtectedPaths, require_approval
-from core.model.standing import PASSED
 from core.review.apply import (
     Applied,
     Target,
@@ -40,8 +40,8 @@ from core.review.apply import (
     _record,
     _refuse_journal,
 )
-from core.review.check_status import require_checks
 from core.review.commit import check_commit_ready, git_commit
+from core.review.merge_checks import require_merged_checks, run_merged_checks
 from core.review.verify import Verification, verify
 from core.review.writer_lock import writer
 from core.store.blobs import KEEP_LIMIT, read_blob, read_tree_file
@@ -204,13 +204,6 @@ def plan_merge(layout: Layout, job: Job, v: Verification, config: Config) -> Mer
     return plan
 
 
-def _checks_on_receipt(layout: Layout, job: Job, config: Config, v: Verification) -> None:
-    """Every required check passed on the receipt's exact outputs over the job's base (the
-    tree moved on since: that is what the merge is for)."""
-    judged = [dataclasses.replace(c, status=PASSED) if c.name == "base" else c for c in v.checks]
-    require_checks(layout, job, config, dataclasses.replace(v, checks=judged))
-
-
 def _merges_dir(layout: Layout, key: str) -> Path:
     return layout.gen / "merges" / key
 
@@ -263,32 +256,24 @@ def apply_merged(
     sign: bool | None = None,
     how: str = "operator",
 ) -> Applied:
-    """Merge `key`'s STALE receipt over the tree and apply the result (see the module).
+    """Merge `key`'s STALE receipt over the tree and apply the result (see the module),
+    once every required check passed on the merged bytes (`core.review.merge_checks`).
 
     `how` is recorded as who approved it: "operator", or "auto_merge" for `apply --ready`."""
     with writer(layout):
         config = load_config(layout.config)
+        if config.policy.require_checks:
+            _check_merge(layout, key, config)
         with flocked(layout.lock):
-            loc = locate(layout, key)
+            loc = _mergeable(layout, key)
             if loc.folder == "applied":
                 return Applied(key, [], True, loc.path, None)
-            if loc.folder != "running" or os.path.lexists(layout.journal_file(key)):
-                interrupted = "an apply of it was interrupted: genjob recover finishes it"
-                why = interrupted if loc.folder == "running" else f"is {said_state(layout, key)}"
-                raise WrongState(f"{key}: {why}; only a STALE receipt can be merged")
             signed = config.policy.sign_commits if sign is None else sign
             if commit:
                 check_commit_ready(layout, sign=signed)
             v = verify(layout, loc.job, config)
-            plan = plan_merge(layout, loc.job, v, config)
-            if plan.conflicts:
-                paths = ", ".join(sorted(plan.conflicts))
-                raise MergeConflict(
-                    f"{key}: the three-way merge conflicts in {paths}; nothing was written. "
-                    f"Replay it over the tree as it is: genjob replay {key}",
-                    plan.conflicts,
-                )
-            _checks_on_receipt(layout, loc.job, config, v)
+            plan = _clean_plan(layout, loc.job, v, config)
+            require_merged_checks(layout, loc.job, merged_outputs(loc.job, plan), config)
             require_approval(key, [t.path for t in plan.targets], config.policy.protected_paths, protected)
             assert v.receipt is not None  # plan_merge refused a receipt that was not read
             info = _provenance(layout, loc.job, plan.merged, how)
@@ -307,6 +292,59 @@ def apply_merged(
             sha = git_commit(layout, loc.job, changed, sign=signed, trailers_after=merged_over_trailers(info))
             return dataclasses.replace(result, commit=sha)
         return result
+
+
+def _mergeable(layout: Layout, key: str) -> Located:
+    """Where `key` is: applied already, or in `running/` with no apply of it interrupted."""
+    loc = locate(layout, key)
+    if loc.folder == "applied":
+        return loc
+    if loc.folder != "running" or os.path.lexists(layout.journal_file(key)):
+        interrupted = "an apply of it was interrupted: genjob recover finishes it"
+        why = interrupted if loc.folder == "running" else f"is {said_state(layout, key)}"
+        raise WrongState(f"{key}: {why}; only a STALE receipt can be merged")
+    return loc
+
+
+def _clean_plan(layout: Layout, job: Job, v: Verification, config: Config) -> MergePlan:
+    """The merge of `job`'s receipt over the tree; MergeConflict when any file conflicts."""
+    plan = plan_merge(layout, job, v, config)
+    if plan.conflicts:
+        paths = ", ".join(sorted(plan.conflicts))
+        raise MergeConflict(
+            f"{job.key}: the three-way merge conflicts in {paths}; nothing was written. "
+            f"Replay it over the tree as it is: genjob replay {job.key}",
+            plan.conflicts,
+        )
+    return plan
+
+
+def merged_outputs(job: Job, plan: MergePlan) -> MergedOutputs:
+    """The bytes `plan` would write, as checks on them are bound to them."""
+    base = {rel: job.input_digest(rel) for rel in job.allowed_paths}
+    base.update({t.path: t.before for t in plan.targets})
+    return MergedOutputs({t.path: t.after for t in plan.targets}, base)
+
+
+def _check_merge(layout: Layout, key: str, config: Config) -> None:
+    """Run the required checks that have not yet run on the bytes the merge of `key` would
+    write, staged for them and dropped after; the checks run outside the state lock (they
+    may take minutes), under the writer lock the caller holds, so the tree does not move
+    under them by an apply. A merge that cannot be planned is left for the caller to refuse."""
+    with flocked(layout.lock):
+        loc = _mergeable(layout, key)
+        if loc.folder == "applied":
+            return
+        v = verify(layout, loc.job, config)
+        plan = _clean_plan(layout, loc.job, v, config)
+        assert v.receipt is not None  # plan_merge refused a receipt that was not read
+        _stage_merge(layout, loc.job, v.receipt, plan.merged, config.limits.max_file_bytes)
+    try:
+        merged = merged_outputs(loc.job, plan)
+        run_merged_checks(layout, loc.job, v.receipt, merged, _merges_dir(layout, key), config)
+    finally:
+        with flocked(layout.lock):
+            _drop_stage(layout, key)
 
 
 # --- after a crash -------------------------------------------------------------------

@@ -23,6 +23,8 @@ The rules, applied in this order (each is reported):
     command, the operator's own from the config they allowed, outside the state lock.
  R8 an applied job whose commit did not happen (git refused it, or the apply was killed)
     is committed now with the same trailers (`core.review.commit`), or its line says why not.
+ R9 the input bytes kept from mint (`.gen/blobs/`) that no job that could still be merged
+    uses are removed (`core.store.blobs.collect`), and the line says how many bytes that freed.
 A copy is removed only when its digest equals the winner's; a copy with other content
 is never deleted but moved aside to `.gen/logs/<key>/` and reported.
 
@@ -47,7 +49,7 @@ from core.model.models import KEY_RE
 from core.review.apply import apply_job
 from core.review.commit import commit_applied, commit_state
 from core.review.writer_lock import writer
-from core.store.blobs import blobs_dir
+from core.store.blobs import blobs_dir, collect
 from core.store.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
 from core.store.events import record_event
 from core.store.evidence import set_aside
@@ -99,6 +101,7 @@ def _recover(layout: Layout) -> Recovery:
             where = str(folder.relative_to(layout.root))
             out.attempt("R6", where, functools.partial(_sweep_temps, layout, folder))
         out.attempt("R6", "staging", functools.partial(_sweep_staging, layout))
+        out.attempt("R9", "blobs", functools.partial(_collect_blobs, layout))
     for key in _orphaned(layout):
         out.attempt("R7", key, functools.partial(_clean_up_after, layout, key, out.left))
     for key in _uncommitted(layout):
@@ -210,6 +213,13 @@ def _clean_up_after(layout: Layout, key: str, left: list[str]) -> list[str]:
     for cleanup in clean_up(layout, key):
         (done if cleanup.ok else left).append(f"R7 {key}: {cleanup.line}")
     return done
+
+
+def _collect_blobs(layout: Layout) -> list[str]:
+    done = collect(layout)
+    if not done.blobs:
+        return []
+    return [f"R9 removed {done.blobs} kept input(s) no job in flight uses, freeing {done.freed} bytes"]
 
 
 def _sweep_strays(layout: Layout) -> list[str]:

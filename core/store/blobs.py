@@ -5,18 +5,29 @@ A three-way merge needs the bytes a job was minted on long after the tree moved 
 counts only when its bytes hash to its name, and is read through no link. Blobs are the
 operator's (0600 in a 0700 folder: they are copies of the repository's files), written
 durably under a temp name and linked into place whole, never replaced.
+
+A blob is collected (`collect`, run by `genjob recover`) once no job that could still be
+merged uses it: none in `queue/` or `running/` (QUEUED, RUNNING, ORPHANED, RECEIVED,
+STALE) names it as an input. A mint holds the blobs folder's lock shared from keeping its
+inputs until its job is in `queue/` (`keeping`); collection holds it exclusively while it
+lists the jobs and removes blobs, so a blob kept for a job being minted is never taken
+for unused. Each blob goes by one unlink: a collection killed midway leaves the rest,
+referenced or not, for the next one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import BadInput
-from core.model.canonical import sha256_bytes
-from core.model.models import Job
+from core.model.canonical import read_bytes, sha256_bytes
+from core.model.models import KEY_RE, Job, job_from_bytes
 from core.remote.rules import DEFAULT_LIMITS
 from core.store.durable import create_exclusive_at
 from core.store.layout import Layout
@@ -74,18 +85,26 @@ def read_tree_file(root: int, rel: str, limit: int) -> bytes | None:
             return None
 
 
-def keep_inputs(layout: Layout, job: Job, limit: int = KEEP_LIMIT) -> list[str]:
+@contextlib.contextmanager
+def keeping(layout: Layout, job: Job, limit: int = KEEP_LIMIT) -> Iterator[list[str]]:
     """Keep the bytes of each text input of `job` up to `limit` that the tree still holds
-    at its input hash; the hashes kept. An input that moved since it was hashed is not
-    kept (a merge over it says so)."""
-    wanted = {h for rel in job.allowed_paths if (h := job.input_digest(rel)) is not None}
-    if not wanted:
-        return []
+    at its input hash, and hold the blobs folder's lock shared until the block ends (the
+    job is written into `queue/` in it); yields the hashes kept. An input that moved since
+    it was hashed is not kept (a merge over it says so)."""
+    if all(job.input_digest(rel) is None for rel in job.allowed_paths):
+        yield []
+        return
     blobs = _open_blobs(layout, create=True)
     assert blobs is not None
+    with closing(blobs):
+        fcntl.flock(blobs, fcntl.LOCK_SH)
+        yield _keep_into(layout, blobs, job, limit)
+
+
+def _keep_into(layout: Layout, blobs: int, job: Job, limit: int) -> list[str]:
     kept = []
     root = open_dir(layout.root)
-    with closing(root), closing(blobs):
+    with closing(root):
         for rel in job.allowed_paths:
             digest = job.input_digest(rel)
             if digest is None:
@@ -119,3 +138,57 @@ def read_blob(layout: Layout, digest: str, limit: int = DEFAULT_LIMITS.max_file_
     if sha256_bytes(data) != digest:
         raise BadInput(f"{where}: its bytes do not hash to its name; it is not used")
     return data
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What a collection removed: how many blobs, and their bytes."""
+
+    blobs: int
+    freed: int
+
+
+def mergeable_inputs(layout: Layout) -> set[str]:
+    """The input hashes of every job that could still be merged: each job document in
+    `queue/`, then in `running/`. In that order a claim's rename between the two listings
+    is seen in one of them; a job goes back into `queue/` only under the state lock, which
+    the caller holds. A document that does not load names nothing (it cannot be merged)."""
+    used: set[str] = set()
+    for folder in ("queue", "running"):
+        try:
+            names = os.listdir(layout.gen / folder)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            key = name[: -len(".json")]
+            if not name.endswith(".json") or not KEY_RE.fullmatch(key):
+                continue
+            path = layout.job_file(folder, key)
+            try:
+                job = job_from_bytes(read_bytes(path), str(path))
+            except (BadInput, OSError):
+                continue
+            used.update(h for rel in job.allowed_paths if (h := job.input_digest(rel)) is not None)
+    return used
+
+
+def collect(layout: Layout) -> Collected:
+    """Remove every blob no job that could still be merged uses (see the module); the
+    caller holds the state lock and the writer lock (no merge is reading a base)."""
+    blobs = _open_blobs(layout, create=False)
+    if blobs is None:
+        return Collected(0, 0)
+    removed = freed = 0
+    with closing(blobs):
+        fcntl.flock(blobs, fcntl.LOCK_EX)  # no mint is between keeping its inputs and its job
+        used = mergeable_inputs(layout)
+        for name in sorted(os.listdir(blobs)):
+            if not _SHA256.fullmatch(name) or name in used:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                size = os.stat(name, dir_fd=blobs, follow_symlinks=False).st_size
+                os.unlink(name, dir_fd=blobs)
+                removed, freed = removed + 1, freed + size
+        if removed:
+            os.fsync(blobs)
+    return Collected(removed, freed)

@@ -1,4 +1,4 @@
-"""Check records on disk: `.gen/checks/<key>/[candidate-<n>/]<name>.json`, each sealed by
+"""Check records on disk: `.gen/checks/<key>/[candidate-<n>/|merged-<digest>/]<name>.json`, each sealed by
 the genjob that wrote it (`core.store.seal`), and the `.run` file that says a run is
 under way.
 """
@@ -28,9 +28,11 @@ _SEAL = "check record"
 MAX_RECORD_BYTES = 4 << 20
 
 
-def read_record(layout: Layout, key: str, name: str, candidate: int | None = None) -> CheckRecord | None:
-    """The record of check `name` on `key`'s receipt (or its candidate `candidate`'s);
-    None when there is none.
+def read_record(
+    layout: Layout, key: str, name: str, candidate: int | None = None, *, merged: str | None = None
+) -> CheckRecord | None:
+    """The record of check `name` on `key`'s receipt (or its candidate `candidate`'s, or
+    the merged bytes named `merged`); None when there is none.
 
     A record is a claim that policy acts on, so like an apply journal it counts only if
     no one but the repository's owner could have written it, and only if genjob wrote it
@@ -38,10 +40,10 @@ def read_record(layout: Layout, key: str, name: str, candidate: int | None = Non
     record that does not parse, is reached through a link or fails either test raises
     BadInput.
     """
-    path = layout.check_record(key, name, candidate)
+    path = layout.check_record(key, name, candidate, merged=merged)
     try:
         with folder(layout.gen) as gen:
-            fd = open_folder(gen, layout.check_parts(key, candidate), str(path.parent))
+            fd = open_folder(gen, layout.check_parts(key, candidate, merged=merged), str(path.parent))
     except FileNotFoundError:
         return None
     with closing(fd):
@@ -76,14 +78,16 @@ def _sealed_part(layout: Layout, path: Path, obj: object) -> bytes:
     return str(path.relative_to(layout.gen)).encode() + b"\0" + canonical(obj)
 
 
-def write_record(layout: Layout, record: CheckRecord, candidate: int | None = None) -> Path:
-    """Write a record (of the job's receipt, or of its candidate `candidate`), sealed,
-    atomically and durably, through real folders only."""
-    where = layout.check_dir(record.key, candidate)
+def write_record(
+    layout: Layout, record: CheckRecord, candidate: int | None = None, *, merged: str | None = None
+) -> Path:
+    """Write a record (of the job's receipt, of its candidate `candidate`, or of the merged
+    bytes named `merged`), sealed, atomically and durably, through real folders only."""
+    where = layout.check_dir(record.key, candidate, merged=merged)
     with folder(layout.gen) as gen:
-        fd = open_folder(gen, layout.check_parts(record.key, candidate), str(where), [])
+        fd = open_folder(gen, layout.check_parts(record.key, candidate, merged=merged), str(where), [])
     with closing(fd):
-        path = layout.check_record(record.key, record.name, candidate)
+        path = layout.check_record(record.key, record.name, candidate, merged=merged)
         doc = record.document()
         doc["seal"] = seal(_SEAL, _sealed_part(layout, path, doc))
         atomic_write_at(fd, path.name, canonical(doc), path)

@@ -52,6 +52,8 @@ from core.store.pins import read_pins
 MAX_CONFIG_BYTES = 1 << 20
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+# The most replays `policy.auto_replay` may make down one job's chain: each is a model call.
+MAX_AUTO_REPLAYS = 10
 
 _CONFIG_TEMPLATE = """\
 # genjob configuration. Everything here is local policy; nothing in it is shipped.
@@ -78,6 +80,11 @@ commit_on_approve = false
 # Let `genjob apply --ready` three-way merge a STALE receipt over the tree unasked, when
 # every required check passed on it (`genjob apply KEY --merge` does it by hand).
 # auto_merge = false
+# Let `genjob apply --ready` replay a job whose STALE receipt it could not merge (the merge
+# conflicts, or cannot say what the tree's change meant to it): a new model call, made at
+# most auto_replay_attempts times down one job's chain of replays.
+# auto_replay = false
+# auto_replay_attempts = 1
 # Checks (see [checks.NAME] below) that must have passed on a receipt's exact outputs
 # before apply writes them.
 # require_checks = ["tests"]
@@ -225,6 +232,11 @@ class Policy(BaseModel):
     # Whether `apply --ready` merges a STALE receipt over the tree unasked, when every
     # required check passed on it. Lowers the default, as auto_apply.
     auto_merge: bool = False
+    # Whether `apply --ready` replays a job whose STALE receipt it could not merge (a new
+    # model call, unasked), and how many replays it makes down one job's chain of replays
+    # at most. Lowers the default, as auto_apply (the cap is part of what is consented to).
+    auto_replay: bool = False
+    auto_replay_attempts: Annotated[int, Field(ge=1, le=MAX_AUTO_REPLAYS)] = 1
 
 
 # The `[limits]` table: the names and defaults of `core.remote.rules.Limits` (their one home, shipped
@@ -649,6 +661,8 @@ def _lowered(config: Config) -> dict[str, object]:
         lowered["policy.auto_apply"] = config.policy.auto_apply
     if config.policy.auto_merge:
         lowered["policy.auto_merge"] = True
+    if config.policy.auto_replay:
+        lowered["policy.auto_replay"] = config.policy.auto_replay_attempts
     unprotected = sorted(set(DEFAULT_PROTECTED) - set(config.policy.protected_paths))
     if unprotected:
         lowered["policy.protected_paths"] = unprotected
@@ -699,6 +713,7 @@ def _held_back(declared: Config, path: Path, pinned: str | None) -> Config:
             "protected_paths": protected,
             "auto_apply": "never",
             "auto_merge": False,
+            "auto_replay": False,
         }
     )
     limits = Limits(**{n: min(v, getattr(DEFAULT_LIMITS, n)) for n, v in declared.limits.as_dict().items()})

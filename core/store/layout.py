@@ -179,16 +179,21 @@ class Layout:
     def journal_file(self, key: str) -> Path:
         return self.journal / f"{key}.json"
 
-    def check_parts(self, key: str, candidate: int | None = None) -> list[str]:
+    def check_parts(self, key: str, candidate: int | None = None, *, merged: str | None = None) -> list[str]:
         """Where the check records of `key` live, below `.gen/`: `checks/<key>/` for the
-        job's receipt, `checks/<key>/candidate-<n>/` for its candidate n's."""
+        job's receipt, `checks/<key>/candidate-<n>/` for its candidate n's, and
+        `checks/<key>/merged-<digest>/` for the bytes a merge of it would write."""
+        if merged is not None:
+            return ["checks", key, f"merged-{merged}"]
         return ["checks", key] + ([f"candidate-{candidate}"] if candidate is not None else [])
 
-    def check_dir(self, key: str, candidate: int | None = None) -> Path:
-        return self.gen.joinpath(*self.check_parts(key, candidate))
+    def check_dir(self, key: str, candidate: int | None = None, *, merged: str | None = None) -> Path:
+        return self.gen.joinpath(*self.check_parts(key, candidate, merged=merged))
 
-    def check_record(self, key: str, name: str, candidate: int | None = None) -> Path:
-        return self.check_dir(key, candidate) / f"{name}.json"
+    def check_record(
+        self, key: str, name: str, candidate: int | None = None, *, merged: str | None = None
+    ) -> Path:
+        return self.check_dir(key, candidate, merged=merged) / f"{name}.json"
 
     @cached_property
     def candidates(self) -> Path:

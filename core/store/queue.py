@@ -23,7 +23,7 @@ from core.model import freshness
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.freshness import LeaseState
 from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
-from core.store.blobs import keep_inputs
+from core.store.blobs import keeping
 from core.store.config import load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.store.events import attempts, claims, record_attempt, record_event
@@ -126,8 +126,9 @@ def enqueue(layout: Layout, job: Job) -> Enqueued:
                 )
             return Enqueued(key, path, False, folder)
     path = layout.job_file("queue", key)
-    keep_inputs(layout, job)  # before the job exists: a job is never without its base's bytes
-    if not create_exclusive(make_folder(path.parent, layout.gen) / path.name, job_bytes(job)):
+    with keeping(layout, job):  # before the job exists: a job is never without its base's bytes
+        created = create_exclusive(make_folder(path.parent, layout.gen) / path.name, job_bytes(job))
+    if not created:
         return enqueue(layout, job)
     record_event(layout, "minted", key, schema=job.schema_name, digest=job.digest)
     return Enqueued(key, path, True, "queue")

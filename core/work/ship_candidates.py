@@ -22,7 +22,7 @@ from core.store.candidate_store import OUT, CandidateCommitted, Holder, commit_c
 from core.store.config import candidate_hosts, load_config
 from core.store.events import actor, record_attempt
 from core.store.layout import Layout
-from core.store.queue import Claim, Claimer
+from core.store.queue import Claim, Claimer, Replayer
 from core.store.receipts import make_receipt
 from core.store.tree import make_folder
 from core.work.bundle import ResultInfo
@@ -66,10 +66,12 @@ async def ship_candidates(
     worker_id: str | None = None,
     hosts: Hosts | None = None,
     on_candidate: OnCandidate | None = None,
+    replay: Replayer | None = None,
 ) -> list[ShipResult]:
     """Claim the requested job (or take its claim) and run it as candidates over the
     hosts named; see `candidate_hosts` for how many and where. Raises before the claim
-    for what an operator must fix first; after it, every candidate ends in a receipt."""
+    for what an operator must fix first; after it, every candidate ends in a receipt.
+    `replay`: how a serialized job whose inputs moved is minted again before its claim."""
     config = hosts.config if hosts else load_config(layout.config)
     pool = hosts or Hosts(config)
     names = [pool.pick(n) for n in request.host_names] or [pool.pick(None)]
@@ -79,7 +81,7 @@ async def ship_candidates(
     try:
         claim = request.claimed
         if claim is None:
-            claimer = Claimer(layout, worker, config.policy.lease_ttl)
+            claimer = Claimer(layout, worker, config.policy.lease_ttl, replay=replay)
             claim = await asyncio.to_thread(claimer.claim, request.key)
         shipment = Shipment(layout, claim, spread[0], pool, key_pair, worker)
         return await run_candidates(shipment, spread, cancel, on_candidate=on_candidate)

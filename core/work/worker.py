@@ -264,9 +264,11 @@ async def ship_batch(
     claimed: Mapping[str, Claim] | None = None,
     on_event: Callable[[BatchEvent], None] | None = None,
     cancel: asyncio.Event | None = None,
+    replay: Replayer | None = None,
 ) -> list[ShipResult]:
     """Ship each of `keys` (claiming it, or taking it from `claimed`) across `host_names`
-    (default: the default host), each host running at most its `concurrency` at once.
+    (default: the default host), each host running at most its `concurrency` at once;
+    `replay` mints a serialized job whose inputs moved again before its claim.
 
     A job that cannot be claimed is reported and skipped; setting `cancel` stops the jobs
     in flight (each ends in an `aborted` receipt) and starts no more.
@@ -276,7 +278,7 @@ async def ship_batch(
     names = [pool.pick(n) for n in host_names] if host_names else [pool.pick(None)]
     key_pair = signing_key(config)
     worker = worker_id or actor()
-    claimer = Claimer(layout, worker, config.policy.lease_ttl)
+    claimer = Claimer(layout, worker, config.policy.lease_ttl, replay=replay)
     held = dict(claimed or {})
     todo = deque(keys)
     stop = cancel or asyncio.Event()

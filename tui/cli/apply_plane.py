@@ -67,9 +67,10 @@ def _say_pulled(pulled: Pulled) -> None:
 
 
 def _pull(layout: Layout, merge: bool, commit: bool) -> None:
+    from core.plan.replay import replay_unmergeable
     from core.review.ready import pull
 
-    done = pull(layout, merge=merge, commit=commit)
+    done = pull(layout, merge=merge, commit=commit, replay=replay_unmergeable)
     for pulled in done:
         _say_pulled(pulled)
     if not done:
@@ -79,6 +80,7 @@ def _pull(layout: Layout, merge: bool, commit: bool) -> None:
 def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
     """Until SIGTERM or SIGINT: the ready queue, pulled as receipts and checks arrive. The
     writer lock is taken for each pass, so that an apply by hand gets in between them."""
+    from core.plan.replay import replay_unmergeable
     from core.review.ready import receipt_order, watch
     from core.store.config import load_config
     from core.store.notify import Notifier
@@ -102,7 +104,7 @@ def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
         news(pulled)
 
     try:
-        watch(layout, report, merge=merge, commit=commit, stop=stop)
+        watch(layout, report, merge=merge, commit=commit, stop=stop, replay=replay_unmergeable)
     finally:
         notifier.close(NOTIFY_DRAIN)
 

@@ -226,6 +226,7 @@ def _ship_candidates(
     layout: Layout, key: str, names: list[str], how_many: int | None, worker_id: str | None
 ) -> None:
     """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
+    from core.plan.overlaps import replay_waiting
     from core.read.candidate_view import views
     from core.work.ship import ShipResult
     from core.work.ship_candidates import CandidateRequest, ship_candidates
@@ -239,7 +240,12 @@ def _ship_candidates(
 
     results = run_until_signal(
         lambda stop: ship_candidates(
-            layout, CandidateRequest(key, names, how_many), stop, worker_id=worker_id, on_candidate=ended
+            layout,
+            CandidateRequest(key, names, how_many),
+            stop,
+            worker_id=worker_id,
+            on_candidate=ended,
+            replay=replay_waiting,
         )
     )
     if not all(r.won for r in results):

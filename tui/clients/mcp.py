@@ -203,10 +203,11 @@ def make_server(layout: Layout, limits: AgentLimits) -> MCPServer:
 
         @server.tool(description="Ship a queued job to a generator host (the operator's config allows it).")
         async def ship_job(key: str, host: str | None = None) -> dict[str, Any]:
+            from core.plan.overlaps import replay_waiting
             from core.work.ship import ship  # asyncssh and the transports: only when shipping is allowed
 
             try:
-                res = await ship(layout, key, host)
+                res = await ship(layout, key, host, replay=replay_waiting)
             except GenjobError as exc:
                 raise ToolError(str(exc)) from None
             return {

@@ -90,6 +90,7 @@ class BulkShipDialog(ModalScreen[str]):
 
     @work(exclusive=True, group="bulk-ship", exit_on_error=False)
     async def _ship(self) -> None:
+        from core.plan.overlaps import replay_waiting
         from core.work.worker import ship_batch  # asyncssh is slow to import: only when shipping
 
         try:
@@ -101,6 +102,7 @@ class BulkShipDialog(ModalScreen[str]):
                 claimed=self.claimed,
                 on_event=self._progress,
                 cancel=self.cancel,
+                replay=replay_waiting,
             )
         except GenjobError as exc:
             self._finish(Text(visible(str(exc)), style="bold red"))

@@ -102,6 +102,7 @@ class BoardRun:
 
 async def drive(layout: Layout, run: BoardRun, worker_id: str) -> None:
     """Ship `run`'s job (as candidates when the host or policy asks), keeping `run` told."""
+    from core.plan.overlaps import replay_waiting
     from core.work.ship import ship  # asyncssh is slow to import: only when shipping
 
     run.set_status(Text(f"claiming and shipping to {run.where}…", style="bold"))
@@ -118,6 +119,7 @@ async def drive(layout: Layout, run: BoardRun, worker_id: str) -> None:
             cancel=run.cancel,
             worker_id=worker_id,
             claimed=run.claimed,
+            replay=replay_waiting,
         )
     except GenjobError as exc:
         run.finish(Text(visible(str(exc)), style="bold red"), False)
@@ -146,6 +148,7 @@ def _plan(layout: Layout, host: str | None) -> tuple[list[str], set[str]]:
 
 async def _drive_candidates(layout: Layout, run: BoardRun, spread: list[str], worker_id: str) -> None:
     """Best-of-N: a line in the output as each candidate ends; then `a` compares them."""
+    from core.plan.overlaps import replay_waiting
     from core.work.ship_candidates import CandidateRequest, ship_candidates
 
     run.set_status(Text(f"running {len(spread)} candidates on {visible(spread[0])}…", style="bold"))
@@ -162,6 +165,7 @@ async def _drive_candidates(layout: Layout, run: BoardRun, spread: list[str], wo
         run.cancel,
         worker_id=worker_id,
         on_candidate=ended,
+        replay=replay_waiting,
     )
     ok = sum(1 for r in results if r.status == ReceiptStatus.OK and r.won)
     line = f"{len(results)} candidates of {run.key[:12]}: {ok} came back ok."

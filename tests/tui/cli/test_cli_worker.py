@@ -21,7 +21,9 @@ from shipkit import (
     genjob,
     hang_once,
     host_block,
+    moved_serialized_jobs,
     read_report,
+    replayed_before_any_call,
     script,
     sleeper,
     start_genjob,
@@ -34,6 +36,7 @@ from ssh_servers import SSHServer
 from core.model.lifecycle import State
 from core.read.snapshot import take_snapshot
 from core.store.layout import Layout
+from core.store.queue import locate
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -215,3 +218,27 @@ def test_generator_output_never_reaches_the_terminal_raw(
         assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
     assert "owned" in res.stderr and "café\n" in res.stderr, "a character split across chunks stays whole"
     assert f"{job.key}: rejected (src/" in res.stdout and "red: file created outside" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args", [("ship", "{key}"), ("ship", "{key}", "--candidates", "2")], ids=["ship", "ship-candidates"]
+)
+def test_every_cli_ship_replays_a_moved_serialized_job_before_any_call(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    called = tmp_path / "called"
+    [key] = moved_serialized_jobs(repo, signer, called)
+    genjob(*(a.format(key=key) for a in args), cwd=repo.root)
+    replayed_before_any_call(repo, key, called)
+
+
+def test_the_worker_ships_the_replay_of_a_moved_serialized_job_not_the_job(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    [key] = moved_serialized_jobs(repo, signer, tmp_path / "called")
+    genjob("worker", "--once", cwd=repo.root)
+    closed = locate(repo, key)
+    assert closed.folder == "rejected" and not repo.receipt(key).exists()
+    fresh = str(closed.record).split("replayed as ")[1][:32]
+    assert locate(repo, fresh).job.replay_of == key  # type: ignore[union-attr]
+    assert repo.receipt(fresh).exists()

@@ -15,6 +15,7 @@ from corekit import mint, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from shipkit import moved_serialized_jobs, replayed_before_any_call
 
 from core.errors import GenjobError
 from core.plan.mint import build_job
@@ -153,6 +154,18 @@ async def test_shipping_is_a_tool_only_when_the_operator_allows_it(repo: Layout)
     async with agent(repo) as session:
         names = {t.name for t in (await session.list_tools()).tools}
     assert "ship_job" in names
+
+
+async def test_the_ship_tool_replays_a_moved_serialized_job_before_any_call(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    called = tmp_path / "called"
+    [key] = moved_serialized_jobs(repo, signer, called)
+    operator_config("[mcp]\nallow_ship = true\n")
+    async with agent(repo) as session:
+        said = await refused(session, "ship_job", key=key)
+    fresh = replayed_before_any_call(repo, key, called)
+    assert f"replayed as {fresh}" in said
 
 
 def test_a_repository_cannot_raise_the_agents_limits(repo: Layout) -> None:
