@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -46,20 +47,6 @@ class GenjobApp(App[None]):
         self.run_worker(lambda: keep_theme(self.theme), thread=True, group="prefs")
 
     # -- notifications (`tui.notes`) --------------------------------------------------------
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = True,
-    ) -> None:
-        """Textual's notify, the message fitted to a toast's width (a plain one only)."""
-        if not markup:
-            message = fit_message(message, toast_text_width(self.size.width))
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
-
     def on_notify(self, event: Notify) -> None:
         """A dialog's own note goes into the dialog; any other waits while a dialog is on top."""
         event.prevent_default()
@@ -73,7 +60,6 @@ class GenjobApp(App[None]):
     def on_board_note(self, event: BoardNote) -> None:
         """A note of the board's: a toast now, or once the dialog on top has closed."""
         note = event.notification
-        note.message = fit_message(note.message, toast_text_width(self.size.width))
         if dialog_on_top(self.screen):
             self._held_notes.append(note)
         else:
@@ -90,7 +76,9 @@ class GenjobApp(App[None]):
                 self._unnotify(live, refresh=False)
             else:
                 self._repeats[live.identity] = (was, count)
-        shown = counted_note(note, times) if times > 1 else note
+        shown = counted_note(note, times) if times > 1 else dataclasses.replace(note)
+        if not shown.markup:
+            shown.message = fit_message(shown.message, toast_text_width(self.size.width))
         self._repeats = {k: v for k, v in self._repeats.items() if k in self._live_identities()}
         self._repeats[shown.identity] = (what, times)
         self._notifications.add(shown)

@@ -56,7 +56,7 @@ def cut_left(word: str, width: int) -> str:
 def fit_line(line: str, width: int) -> str:
     """One line of a message with every word that would not fit on a line of its own cut
     (from the left); when the line is too long for one line, its paths are shortened
-    (longest first, to their last components) until it fits or they cannot give more."""
+    (longest first, to their last two components) until it fits or they cannot give more."""
     words = [cut_left(w, width) for w in line.split(" ")]
     over = len(" ".join(words)) - width
     paths = sorted((i for i, w in enumerate(words) if "/" in w.strip(ELLIPSIS)), key=lambda i: -len(words[i]))
@@ -64,7 +64,7 @@ def fit_line(line: str, width: int) -> str:
         if over <= 0:
             break
         word = words[i]
-        name = word.rstrip("/:,.;)").rsplit("/", 1)[-1]
+        name = "/".join(word.rsplit("/", 2)[-2:])
         keep = max(len(word) - over, len(name) + 2)
         if keep < len(word):
             words[i] = cut_left(word, keep)

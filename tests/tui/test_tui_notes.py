@@ -91,10 +91,13 @@ async def test_a_dialogs_own_note_is_written_into_the_dialog(demo: Demo) -> None
 def test_a_long_path_is_cut_from_the_left_keeping_its_name() -> None:
     width = toast_text_width(80)
     path = "src/" + "deeply/nested/" * 6 + "module_with_a_long_name.py"
-    line = fit_line(f"refused: {path} is outside the job", width)
+    line = fit_line(f"refused: {path} changed", width)
     assert len(line) <= width
     cut = line.split()[1]
     assert cut.startswith("…/") and cut.endswith("/module_with_a_long_name.py")
+    # A line that cannot fit still names the file and the folder it is in.
+    long = fit_line(f"refused: {path} changed since the job was minted, so it must be replayed", width)
+    assert long.split()[1] == "…/nested/module_with_a_long_name.py"
 
 
 def test_a_word_too_long_for_any_line_is_cut_too() -> None:
