@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
 from textual.app import App, SystemCommand
+from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import Screen
 
 from core.store.layout import Layout, find_root
+from tui.notes import BoardNote, counted_note, dialog_on_top, fit_message, toast_text_width, write_into_dialog
 from tui.prefs import keep_theme, kept_theme
 from tui.screens.board import BoardScreen
 from tui.text import use_theme
@@ -28,16 +31,77 @@ class GenjobApp(App[None]):
         theme = kept_theme()
         if theme in self.available_themes:
             self.theme = theme
+        # Notes held while a dialog is on top, and what each shown note is a repeat of.
+        self._held_notes: list[Notification] = []
+        self._repeats: dict[str, tuple[tuple[str, SeverityLevel, str], int]] = {}
 
     def on_mount(self) -> None:
         use_theme(self.get_css_variables())  # styled already: no CSS refresh before the first frame
         self.theme_changed_signal.subscribe(self, lambda _: self._theme_changed())
+        self.screen_change_signal.subscribe(self, self._screen_changed)
         self.push_screen(BoardScreen(self.repo, self.readonly))
 
     def _theme_changed(self) -> None:
         use_theme(self.get_css_variables())
         self.refresh_css()
         self.run_worker(lambda: keep_theme(self.theme), thread=True, group="prefs")
+
+    # -- notifications (`tui.notes`) --------------------------------------------------------
+    def on_notify(self, event: Notify) -> None:
+        """A dialog's own note goes into the dialog; any other waits while a dialog is on top."""
+        event.prevent_default()
+        note = event.notification
+        if dialog_on_top(self.screen):
+            if not write_into_dialog(self.screen, note.title, note.message, note.severity):
+                self._held_notes.append(note)
+            return
+        self._show_note(note)
+
+    def on_board_note(self, event: BoardNote) -> None:
+        """A note of the board's: a toast now, or once the dialog on top has closed."""
+        note = event.notification
+        if dialog_on_top(self.screen):
+            self._held_notes.append(note)
+        else:
+            self._show_note(note)
+
+    def _show_note(self, note: Notification) -> None:
+        """Show `note`, in place of a toast it repeats (counted) and of an earlier refusal."""
+        what = (note.title, note.severity, note.message)
+        times = 1
+        for live in list(self._notifications):
+            was, count = self._repeats.pop(live.identity, ((live.title, live.severity, live.message), 1))
+            if was == what or was[:2] == ("", "warning") == what[:2]:
+                times = count + 1 if was == what else 1
+                self._unnotify(live, refresh=False)
+            else:
+                self._repeats[live.identity] = (was, count)
+        shown = counted_note(note, times) if times > 1 else dataclasses.replace(note)
+        if not shown.markup:
+            shown.message = fit_message(shown.message, toast_text_width(self.size.width))
+        self._repeats = {k: v for k, v in self._repeats.items() if k in self._live_identities()}
+        self._repeats[shown.identity] = (what, times)
+        self._notifications.add(shown)
+        self._refresh_notifications()
+
+    def _live_identities(self) -> set[str]:
+        return {n.identity for n in self._notifications}
+
+    def _screen_changed(self, screen: Screen[object]) -> None:
+        """A dialog opened: the toasts shown wait for it to close. It closed: they and the
+        notes held meanwhile are shown again, for their whole time."""
+        if dialog_on_top(screen):
+            for live in list(self._notifications):
+                (title, severity, message), _ = self._repeats.pop(
+                    live.identity, ((live.title, live.severity, live.message), 1)
+                )
+                self._unnotify(live, refresh=False)
+                self._held_notes.append(Notification(message, title, severity, live.timeout))
+            self._refresh_notifications()
+            return
+        held, self._held_notes = self._held_notes, []
+        for note in held:
+            self._show_note(Notification(note.message, note.title, note.severity, note.timeout))
 
     async def action_quit(self) -> None:
         """`q` and `ctrl+q`: the board asks first while it runs jobs or holds claims."""

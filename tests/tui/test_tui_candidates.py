@@ -58,7 +58,11 @@ async def test_a_on_a_job_with_candidates_compares_them_and_approves_the_one_pic
         ]
         assert cells(table, 0)[5] == "1 file(s) +1 -2"
         assert cells(table, 0)[4] == "-", "no checks configured"
-        assert "the generator exited with status 5" in cells(table, 2)[7]
+        assert cells(table, 2)[7].endswith("…"), "the reason is cut to fit 80 columns"
+        reason = screen.query_one("#cand-reason", Static)
+        table.move_cursor(row=2)
+        await d.until(lambda: "the generator exited with status 5" in plain(reason), "its whole reason")
+        table.move_cursor(row=0)
         body = screen.query_one("#cand-diff", Static)
         await d.until(lambda: "+ from a" in plain(body), "candidate 1's diff against the tree")
         assert "candidate 1 against the tree" in plain(body) and "- def main():" in plain(body)
@@ -158,3 +162,20 @@ async def test_t_runs_the_highlighted_candidates_checks_and_the_marks_show_each_
         assert d.inbox.said("candidate 2: 1 check(s) passed")
         assert not repo.check_record(key, "says_b").exists(), "a candidate's record is its own"
         assert d.state_of(key) == "RECEIVED"
+
+
+async def test_the_candidates_columns_fit_80_columns_and_a_rejected_ones_reason_shows(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    key = await three_candidates(repo, tmp_path)
+    async with run_board(repo.root, (80, 24), key=key) as d:
+        await d.press("a")
+        screen = await d.showing(CandidatesScreen)
+        table = screen.query_one(DataTable)
+        await d.until(lambda: table.row_count == 3, "a row per candidate")
+        await d.pilot.pause()
+        assert table.virtual_size.width <= 80, [str(c.label) for c in table.columns.values()]
+        await d.press("down", "down")
+        reason = screen.query_one("#cand-reason", Static)
+        await d.until(lambda: "the generator exited with status 5" in plain(reason), "the whole reason")
+        assert reason.region.height >= 1 and screen.region.contains_region(reason.region)

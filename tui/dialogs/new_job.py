@@ -1,4 +1,11 @@
-"""A new job: the instruction in an editor and the files it may touch, picked from the tree."""
+"""A new job: the instruction in an editor and the files it may touch, picked from the tree.
+
+On a 24-line terminal everything fits without scrolling: the instruction box shrinks,
+the inputs lose their borders, and the file list takes the rest (several rows). Tab goes
+instruction, file list, file filter, new files, then the buttons; a letter typed on the
+list goes to the filter. A refusal is written just above the buttons, and the field at
+fault is marked and takes the focus.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Input, Label, SelectionList, Static, TextArea
 
 from core.errors import GenjobError
@@ -19,10 +27,30 @@ from core.model.terminal import visible
 from core.plan.submit import repo_files, submit_job
 from core.store.layout import Layout
 from core.store.queue import Enqueued
-from tui.dialogs import fit_to_terminal
+from tui.dialogs import SHORT_TERMINAL, fit_to_terminal
 from tui.text import literal
 
 MAX_SHOWN = 500
+
+
+class FileList(SelectionList[str]):
+    """The files to pick; a printable key other than space goes to the filter box."""
+
+    def on_key(self, event: events.Key) -> None:
+        if event.is_printable and event.character not in (None, " "):
+            box = self.screen.query_one("#file-filter", Input)
+            box.insert_text_at_cursor(event.character)
+            box.focus()
+            event.stop()
+
+
+def field_at_fault(message: str, new_paths: list[str]) -> str:
+    """The id of the field a refusal is about: the instruction, a new file, or the files picked."""
+    if message.startswith("instruction"):
+        return "instruction"
+    if any(message.startswith(f"{p}:") or f"'{p}'" in message for p in new_paths):
+        return "new-paths"
+    return "files"
 
 
 class NewJobDialog(ModalScreen[Enqueued | None]):
@@ -40,25 +68,26 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
         self.chosen: set[str] = set()
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog wide tall"):
+        with Vertical(classes="dialog wide tall", id="newjob"):
             yield Static("New job", classes="dialog-title")
-            # Scrolls on a short terminal: tab moves through the fields, each scrolled into view.
-            with VerticalScroll(id="newjob-scroll"):
-                yield Label("Instruction (the generator gets it as a file, never as shell text)")
-                yield TextArea(id="instruction", soft_wrap=True, show_line_numbers=False)
-                yield Label("Files the job may change (space picks; type to filter)")
-                yield Input(placeholder="filter files", id="file-filter")
-                yield SelectionList[str](id="files")
-                yield Input(
-                    placeholder="new files the job creates, comma separated (optional)", id="new-paths"
-                )
-                yield Static("", id="newjob-error")
+            yield Label("Instruction (the generator gets it as a file, never as shell text)")
+            yield TextArea(id="instruction", soft_wrap=True, show_line_numbers=False)
+            yield Label("Files the job may change (space picks; type to filter)")
+            yield FileList(id="files")
+            yield Input(placeholder="filter files", id="file-filter", select_on_focus=False)
+            yield Input(placeholder="new files the job creates, comma separated (optional)", id="new-paths")
+            yield Static("", id="newjob-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Queue (ctrl+s)", id="submit", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
         fit_to_terminal(self)
+        short = self.app.size.height < SHORT_TERMINAL
+        self.set_class(short, "short")
+        for box in self.query("Input, TextArea"):
+            if isinstance(box, (Input, TextArea)):
+                box.compact = short
         self.query_one("#instruction", TextArea).focus()
         self._load_files()
 
@@ -68,9 +97,10 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
 
     @dataclass
     class Refused(Message):
-        """Queueing failed: the reason stays in the dialog."""
+        """Queueing failed: the reason stays in the dialog, by the field at fault."""
 
         text: str
+        field: str | None = None
 
     @dataclass
     class Queued(Message):
@@ -122,20 +152,26 @@ class NewJobDialog(ModalScreen[Enqueued | None]):
         self._error(Text("checking for secrets and queueing…", style="dim"))
         self._submit(instruction, sorted(self.chosen), new)
 
-    def _error(self, text: Text) -> None:
+    def _error(self, text: Text, field: str | None = None) -> None:
         self.query_one("#newjob-error", Static).update(text)
+        for widget in self.query(".-fault"):
+            widget.remove_class("-fault")
+        if field is not None:
+            faulty: Widget = self.query_one(f"#{field}")
+            faulty.add_class("-fault")
+            faulty.focus()
 
     @work(thread=True, exclusive=True, group="newjob-submit")
     def _submit(self, instruction: str, paths: list[str], new: list[str]) -> None:
         try:
             res = submit_job(self.repo, instruction, paths, new)
         except (GenjobError, OSError) as exc:
-            self.post_message(self.Refused(str(exc)))
+            self.post_message(self.Refused(str(exc), field_at_fault(str(exc), new)))
             return
         self.post_message(self.Queued(res))
 
     def on_new_job_dialog_refused(self, message: Refused) -> None:
-        self._error(Text(visible(message.text), style="bold red"))
+        self._error(Text(visible(message.text), style="bold red"), message.field)
 
     def on_new_job_dialog_queued(self, message: Queued) -> None:
         self.dismiss(message.res)

@@ -55,6 +55,7 @@ from tui.messages import (
     Trouble,
     VerdictsFound,
 )
+from tui.notes import board_note
 from tui.services.actions import STATES_FOR, TABLE, Dispatcher, may
 from tui.services.check_runner import CheckRunner
 from tui.services.feed import TIME_SENSITIVE, BoardFeed
@@ -837,4 +838,4 @@ class BoardScreen(Screen[None]):
     def _say(self, message: str, title: str = "", severity: SeverityLevel = "information") -> None:
         """A notification showing `message` literally (it may quote a job's own text)."""
         shown = visible(in_repo(message, self.repo.root), keep_newlines=True)
-        self.notify(shown, title=title, severity=severity, markup=False)
+        self.app.post_message(board_note(shown, title, severity, self.app.NOTIFICATION_TIMEOUT))

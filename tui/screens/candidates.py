@@ -41,9 +41,30 @@ from tui import render
 from tui.dialogs.preflight import Approval
 from tui.widgets.key_bar import Hint, KeyBar
 
-COLUMNS = ("#", "host", "status", "verifies", "checks", "change", "signature", "why not")
-# A signer's fingerprint is cut to this many characters: the columns after it fit at 80.
-SIGNER_SHOWN = 20
+COLUMNS = ("#", "host", "status", "verify", "checks", "change", "signer", "why not")
+# A signer's fingerprint and the reason are cut to this many characters, so that every
+# column fits at 80; the line under the table shows the highlighted one's reason whole.
+SIGNER_SHOWN = 10
+WHY_SHOWN = 12
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def why_not(c: CandidateView) -> str:
+    """Why a candidate may not be approved: how its run ended, else its first failed check."""
+    return c.reason or (c.failures[0] if c.failures else "")
+
+
+def reason_line(c: CandidateView) -> Text:
+    """The line under the table: the highlighted candidate's whole reason (and every failure)."""
+    text = Text(f"candidate {c.number} on {visible(c.host or '?')}: ", style="bold")
+    reasons = [r for r in (c.reason, *c.failures) if r]
+    if not reasons:
+        text.append("nothing against it" if c.ok else c.status, style="green" if c.ok else "red")
+    text.append("; ".join(visible(r) for r in reasons), style="red")
+    return text
 
 
 def checks_cell(c: CandidateView, running: bool) -> Text:
@@ -64,9 +85,7 @@ def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False)
     verifies = Text("yes" if c.ok else "no", style="bold green" if c.ok else "bold red")
     if c.signer:
         signer = visible(c.signer)
-        if len(signer) > SIGNER_SHOWN:
-            signer = signer[: SIGNER_SHOWN - 1] + "…"
-        signature = Text(signer, style="green", no_wrap=True)
+        signature = Text(_cut(signer, SIGNER_SHOWN), style="green", no_wrap=True)
     else:
         signature = Text("unsigned" if not c.signed else "not trusted", style="red")
     change = Text("-", style="dim")
@@ -74,7 +93,6 @@ def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False)
         change = Text(f"{c.files} file(s) ")
         change.append(f"+{c.added}", style="green")
         change.append(f" -{c.removed}", style="red")
-    why = c.reason or (c.failures[0] if c.failures else "")
     return (
         number,
         Text(visible(c.host or "?")),
@@ -83,7 +101,7 @@ def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False)
         checks_cell(c, running),
         change,
         signature,
-        Text(visible(why), style="dim", overflow="ellipsis", no_wrap=True),
+        Text(_cut(visible(why_not(c)), WHY_SHOWN), style="dim", no_wrap=True),
     )
 
 
@@ -142,6 +160,7 @@ class CandidatesScreen(Screen[Approval | None]):
     def compose(self) -> ComposeResult:
         yield Static(Text(f"{self.key}  reading its candidates…", style="dim"), id="cand-title")
         yield DataTable(id="cand-table", cursor_type="row")
+        yield Static(id="cand-reason")
         with VerticalScroll(id="cand-scroll"):
             yield Static(id="cand-diff")
         yield KeyBar(id="cand-keys")
@@ -209,11 +228,18 @@ class CandidatesScreen(Screen[Approval | None]):
         self._title(title)
         if shown:
             table.move_cursor(row=min(row, len(shown) - 1))
+            self._show_reason()
             self._load_diff()
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self) -> None:
+        self._show_reason()
         self._load_diff()
+
+    def _show_reason(self) -> None:
+        row = self.query_one(DataTable).cursor_row
+        shown = reason_line(self.shown[row]) if 0 <= row < len(self.shown) else Text("")
+        self.query_one("#cand-reason", Static).update(shown)
 
     def _load_diff(self) -> None:
         """Read the highlighted candidate's diff (against the pinned one, if another), off the loop."""

@@ -28,7 +28,15 @@ from core.work.fleet import HostView, Note, fleet
 from tui.widgets.key_bar import Hint, KeyBar
 
 REFRESH = 2.0
-COLUMNS = ("host", "transport", "target", "conc", "now", "round trip", "last error")
+COLUMNS = ("host", "transport", "target", "conc", "now", "rtt", "last error")
+# Cells cut (with …) to this many characters so that every column fits at 80 columns; the
+# line under the table shows the highlighted host's target and last error whole.
+TARGET_SHOWN = 12
+ERROR_SHOWN = 18
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def host_cells(view: HostView, now: float) -> tuple[Text, ...]:
@@ -36,16 +44,33 @@ def host_cells(view: HostView, now: float) -> tuple[Text, ...]:
     busy = len(view.running)
     rtt = Text("-", style="dim")
     if view.rtt is not None and view.rtt_at is not None:
-        rtt = Text(f"{view.rtt:.2f}s ({age(now - view.rtt_at)} ago)")
+        rtt = Text(f"{view.rtt:.2f}s {age(now - view.rtt_at)}")
+    error = host_error(view, now)
+    if len(error.plain) > ERROR_SHOWN:
+        error = error[: ERROR_SHOWN - 1] + Text("…", style=error.style)
     return (
         Text(visible(view.name), style="bold"),
         _transport(view),
-        Text(visible(view.target), overflow="ellipsis", no_wrap=True),
+        Text(_cut(visible(view.target), TARGET_SHOWN), no_wrap=True),
         Text(str(view.concurrency), justify="right"),
         Text(str(busy), justify="right", style="bold yellow" if busy else "dim"),
         rtt,
-        _missing(view) or _error(view.last_error, view.last_ok, now),
+        error,
     )
+
+
+def host_error(view: HostView, now: float) -> Text:
+    """The host's last error (or what it lacks) whole, as the line under the table shows it."""
+    return _missing(view) or _error(view.last_error, view.last_ok, now)
+
+
+def host_detail(view: HostView, now: float) -> Text:
+    """The line under the table: the highlighted host, its whole target and last error."""
+    text = Text(visible(view.name), style="bold")
+    text.append(f"  {visible(view.target)}\n", style="dim")
+    text.append("last error: ")
+    text.append_text(host_error(view, now))
+    return text
 
 
 def _missing(view: HostView) -> Text | None:
@@ -69,7 +94,7 @@ def _error(error: Note | None, ok: Note | None, now: float) -> Text:
     what = "probe" if error.key is None else f"{error.key[:8]} #{error.attempt}"
     # An error older than the last success is history: shown, not alarming.
     style = "dim" if ok is not None and ok.at > error.at else "red"
-    return Text(f"{age(now - error.at)} ago, {what}: {visible(error.reason or error.status)}", style=style)
+    return Text(f"{age(now - error.at)} {what}: {visible(error.reason or error.status)}", style=style)
 
 
 class FleetScreen(Screen[None]):
@@ -103,6 +128,7 @@ class FleetScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title")
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="fleet-detail")
         yield KeyBar(id="fleet-keys")
 
     def on_mount(self) -> None:
@@ -156,6 +182,14 @@ class FleetScreen(Screen[None]):
         if views:
             table.move_cursor(row=min(cursor, len(views) - 1))
         self._title()
+        self._show_detail()
+
+    @on(DataTable.RowHighlighted)
+    def _show_detail(self) -> None:
+        row = self.query_one(DataTable).cursor_row
+        view = self.views[row] if 0 <= row < len(self.views) else None
+        detail = host_detail(view, time.time()) if view else Text("")
+        self.query_one("#fleet-detail", Static).update(detail)
 
     @work(exclusive=True, group="fleet-probe")
     async def action_probe(self) -> None:
