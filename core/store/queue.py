@@ -338,7 +338,7 @@ def renew_claim(layout: Layout, key: str, worker: str, pid: int, ttl: float | No
     with flocked(layout.lock):
         folder = next((f for f in JOB_FOLDERS if layout.job_file(f, key).exists()), None)
         if folder != "running":
-            where = f"is {FOLDER_STATE[folder]}" if folder else "has no job file"
+            where = f"is {said_state(layout, key)}" if folder else "has no job file"
             raise WrongState(f"{key}: {where}, not claimed; nothing renewed (`genjob claim` claims a job)")
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; its lease needs no heartbeat")
