@@ -112,7 +112,7 @@ def parse_job(data: bytes, path: str, folder: str, key: str) -> tuple[JobSummary
     """A job document (or the record holding one) as its summary and rejection reason, or its fault."""
 
     def strict() -> tuple[JobSummary, str]:
-        from core.store.queue import read_job_file
+        from core.store.job_state import read_job_file
 
         job, record = read_job_file(Path(path), folder)
         return docscan.summary_of(job), _rejection(record)

@@ -88,9 +88,10 @@ from core.store.durable import (
 )
 from core.store.events import actor, record_event
 from core.store.evidence import set_aside
+from core.store.job_state import read_job_file, said_state
 from core.store.layout import Layout
 from core.store.ownership import repository_owners, require_trusted
-from core.store.queue import Located, locate, read_job_file, said_state
+from core.store.queue import Located, locate
 from core.store.tree import (
     closing,
     copy_hashing,

@@ -47,9 +47,10 @@ from core.store.config import Config, load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, move
 from core.store.events import record_attempt, record_event
 from core.store.evidence import set_aside
+from core.store.job_state import said_state
 from core.store.layout import Layout
 from core.store.lease import read_lease
-from core.store.queue import check_key, locate, said_state
+from core.store.queue import check_key, locate
 from core.store.tree import make_folder
 
 if TYPE_CHECKING:

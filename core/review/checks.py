@@ -38,8 +38,9 @@ from core.store.check_records import _process_start, write_record
 from core.store.config import Check, Config, load_config
 from core.store.durable import atomic_write_at, folder
 from core.store.events import actor, bounded, record_event
+from core.store.job_state import said_state
 from core.store.layout import Layout
-from core.store.queue import locate, said_state
+from core.store.queue import locate
 from core.store.tree import closing, open_folder
 
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC

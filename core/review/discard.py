@@ -17,8 +17,9 @@ from core.errors import BadInput, NotFound, WrongState
 from core.store.durable import flocked
 from core.store.events import record_event
 from core.store.evidence import set_aside
+from core.store.job_state import read_job_file
 from core.store.layout import JOB_FOLDERS, Layout
-from core.store.queue import check_key, read_job_file
+from core.store.queue import check_key
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,11 @@ from core.store.blobs import KEEP_LIMIT, read_blob, read_tree_file
 from core.store.config import Config, load_config
 from core.store.durable import flocked
 from core.store.events import record_event
+from core.store.job_state import said_state
 from core.store.layout import Layout
 from core.store.overlaps import moved_inputs
 from core.store.ownership import repository_owners, require_trusted
-from core.store.queue import Located, locate, said_state
+from core.store.queue import Located, locate
 from core.store.tree import closing, make_folder, open_dir, open_folder
 
 _MARKERS = ("<<<<<<< ", "=======", "||||||| ", ">>>>>>> ")

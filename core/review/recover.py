@@ -53,9 +53,10 @@ from core.store.blobs import blobs_dir, collect
 from core.store.durable import TMP_PREFIX, environment_fault, flocked, remove_stale_temps
 from core.store.events import record_event
 from core.store.evidence import set_aside
+from core.store.job_state import read_job_file
 from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import read_lease
-from core.store.queue import lease_state, locate, read_job_file
+from core.store.queue import lease_state, locate
 from core.store.scheduler import clean_up
 
 # A run's staging folder in `.gen/out/`: `.tmp-<key>-<attempt>`, or with `-c<n>` for a candidate.

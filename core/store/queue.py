@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongState
 from core.model import freshness
-from core.model.canonical import canonical, loads_strict, read_bytes
+from core.model.canonical import canonical, read_bytes
 from core.model.freshness import LeaseState
-from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes, job_from_obj
+from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes
 from core.store.blobs import keeping
 from core.store.config import load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.store.events import attempts, claims, record_attempt, record_event
+from core.store.job_state import read_job_file, said_state
 from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.store.overlaps import in_flight, moved_inputs, waits_for
@@ -48,34 +49,10 @@ class Located:
     also_in: tuple[str, ...] = ()
 
 
-def said_state(layout: Layout, key: str) -> str:
-    """The state `key` is in now, for a message that refuses it: derived by the one rule
-    (`core.store.job_state`), never read off the folder alone."""
-    from core.store.job_state import job_state  # it reads job files with this module
-
-    return job_state(layout, key).value
-
-
 def check_key(key: str) -> str:
     if not KEY_RE.fullmatch(key):
         raise BadInput(f"{key!r}: not a job key (32 lower-case hex characters)")
     return key
-
-
-def read_job_file(path: Path, folder: str) -> tuple[Job, dict[str, Any] | None]:
-    """Load a job document, or an applied/rejected record holding one."""
-    data = read_bytes(path)
-    if folder in ("applied", "rejected"):
-        obj = loads_strict(data, str(path))
-        if not isinstance(obj, dict) or "job" not in obj:
-            raise BadInput(f'{path}: a {folder} record must hold the job under "job"')
-        job = job_from_obj(obj["job"], f"{path} (job)")
-        record = {k: v for k, v in obj.items() if k != "job"}
-    else:
-        job, record = job_from_bytes(data, str(path)), None
-    if job.key != path.stem:
-        raise BadInput(f"{path}: file name does not match its key {job.key}")
-    return job, record
 
 
 def locate(layout: Layout, key: str) -> Located:
