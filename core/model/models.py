@@ -235,3 +235,9 @@ def receipt_from_obj(obj: Any, source: str) -> Receipt:
 
 def receipt_from_bytes(data: bytes, source: str) -> Receipt:
     return receipt_from_obj(loads_strict(data, source), source)
+
+
+def check_key(key: str) -> str:
+    if not KEY_RE.fullmatch(key):
+        raise BadInput(f"{key!r}: not a job key (32 lower-case hex characters)")
+    return key

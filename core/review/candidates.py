@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from core.errors import BadInput, Stale, VerificationFailed, WrongState
 from core.model.canonical import read_bytes
-from core.model.models import Job
+from core.model.models import Job, check_key
 from core.review.apply import Applied, apply_job
 from core.review.check_status import ChecksRequired, stale_because
 from core.review.commit import check_commit_ready
@@ -50,7 +50,7 @@ from core.store.evidence import set_aside
 from core.store.job_state import said_state
 from core.store.layout import Layout
 from core.store.lease import read_lease
-from core.store.queue import check_key, locate
+from core.store.queue import locate
 from core.store.tree import make_folder
 
 if TYPE_CHECKING:

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import BadInput, NotFound, WrongState
+from core.model.models import check_key
 from core.store.durable import flocked
 from core.store.events import record_event
 from core.store.evidence import set_aside
 from core.store.job_state import read_job_file
 from core.store.layout import JOB_FOLDERS, Layout
-from core.store.queue import check_key
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from core.errors import BadInput, NotFound
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
-from core.model.models import Job, Receipt, receipt_from_bytes
+from core.model.models import Job, Receipt, check_key, receipt_from_bytes
 from core.store.config import check_candidate_count
 from core.store.durable import atomic_write, flocked, fsync_dir, move
 from core.store.events import attempts, record_attempt, record_event
 from core.store.evidence import set_aside
 from core.store.layout import Layout
-from core.store.queue import check_key, holds_lease
+from core.store.lease import holds_lease
 from core.store.receipts import ReceiptFiles
 from core.store.tree import make_folder
 

@@ -101,3 +101,20 @@ def lease_verdict(layout: Layout, key: str, now: float | None = None) -> freshne
     except FileNotFoundError:
         claimed = None
     return freshness.judge_absent(claimed, now)
+
+
+def own_lease(layout: Layout, key: str, token: int, worker: str) -> Lease | None:
+    """The lease of running job `key` when `worker` holds it at fencing `token`, else None."""
+    if not layout.job_file("running", key).exists():
+        return None
+    try:
+        lease = read_lease(layout, key)
+    except BadInput:
+        return None
+    if lease is None or lease.token != token or lease.worker != worker:
+        return None
+    return lease
+
+
+def holds_lease(layout: Layout, key: str, token: int, worker: str) -> bool:
+    return own_lease(layout, key, token, worker) is not None

@@ -22,14 +22,14 @@ from core.errors import BadInput, KeyConflict, NotFound, NothingToClaim, WrongSt
 from core.model import freshness
 from core.model.canonical import canonical, read_bytes
 from core.model.freshness import LeaseState
-from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes
+from core.model.models import KEY_RE, Job, JobV1, check_key, job_bytes, job_from_bytes
 from core.store.blobs import keeping
 from core.store.config import load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.store.events import attempts, claims, record_attempt, record_event
 from core.store.job_state import read_job_file, said_state
 from core.store.layout import JOB_FOLDERS, Layout
-from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
+from core.store.lease import Lease, lease_verdict, new_lease, own_lease, read_lease, write_lease
 from core.store.overlaps import in_flight, moved_inputs, waits_for
 from core.store.tree import make_folder
 
@@ -47,12 +47,6 @@ class Located:
     job: Job
     record: dict[str, Any] | None = None  # the apply or rejection record, when final
     also_in: tuple[str, ...] = ()
-
-
-def check_key(key: str) -> str:
-    if not KEY_RE.fullmatch(key):
-        raise BadInput(f"{key!r}: not a job key (32 lower-case hex characters)")
-    return key
 
 
 def locate(layout: Layout, key: str) -> Located:
@@ -295,7 +289,7 @@ def claim(
 def heartbeat(layout: Layout, key: str, token: int, worker: str) -> bool:
     """Renew our lease; False when it is no longer ours (requeued, reclaimed or gone)."""
     with flocked(layout.lock):
-        lease = _own_lease(layout, key, token, worker)
+        lease = own_lease(layout, key, token, worker)
         if lease is None:
             return False
         write_lease(layout, key, lease.model_copy(update={"heartbeat": time.time()}))
@@ -345,22 +339,6 @@ def renew_claim(layout: Layout, key: str, worker: str, pid: int, ttl: float | No
         return renewed
 
 
-def _own_lease(layout: Layout, key: str, token: int, worker: str) -> Lease | None:
-    if not layout.job_file("running", key).exists():
-        return None
-    try:
-        lease = read_lease(layout, key)
-    except BadInput:
-        return None
-    if lease is None or lease.token != token or lease.worker != worker:
-        return None
-    return lease
-
-
-def holds_lease(layout: Layout, key: str, token: int, worker: str) -> bool:
-    return _own_lease(layout, key, token, worker) is not None
-
-
 def lease_state(layout: Layout, key: str, now: float | None = None) -> LeaseState:
     """The state of the lease of `key`, a job in running/, by the one rule (`core.model.freshness`)."""
     return lease_verdict(layout, key, now).state
@@ -381,7 +359,7 @@ def release(layout: Layout, key: str, token: int, worker: str) -> Path:
     queue, byte for byte, and the attempt is recorded as released."""
     check_key(key)
     with flocked(layout.lock):
-        if _own_lease(layout, key, token, worker) is None:
+        if own_lease(layout, key, token, worker) is None:
             raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); nothing released")
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; nothing released")
@@ -421,7 +399,7 @@ def give_back(layout: Layout, key: str, token: int, worker: str, host: str, reas
     WrongState when the lease is no longer this worker's or a receipt exists."""
     check_key(key)
     with flocked(layout.lock):
-        if _own_lease(layout, key, token, worker) is None:
+        if own_lease(layout, key, token, worker) is None:
             raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); not put back")
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; not put back")

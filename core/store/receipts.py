@@ -19,7 +19,7 @@ from core.store.durable import atomic_write, create_exclusive, flocked, move
 from core.store.events import record_attempt, record_event
 from core.store.evidence import keep, set_aside
 from core.store.layout import Layout
-from core.store.queue import holds_lease
+from core.store.lease import holds_lease
 from core.store.signing import sign_receipt
 from core.store.tree import make_folder
 

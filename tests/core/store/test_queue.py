@@ -17,13 +17,12 @@ from core.model.lifecycle import State
 from core.read.snapshot import take_snapshot
 from core.store.events import attempts
 from core.store.layout import Layout
-from core.store.lease import lease_verdict, read_lease
+from core.store.lease import holds_lease, lease_verdict, read_lease
 from core.store.queue import (
     Claimer,
     cancel_requested,
     claim,
     heartbeat,
-    holds_lease,
     lease_state,
     locate,
     reject,
