@@ -138,7 +138,7 @@ def small_limits(layout: Layout, key: str, signer: Ed25519PrivateKey) -> None:
 
 def config_case(text: str, *fault: str) -> Case:
     def make(layout: Layout, signer: Ed25519PrivateKey) -> tuple[list[str], list[str]]:
-        v2 = v2_job("Waiting.", {"src/app.py": None})
+        v2 = v2_job("Waiting.", {"src/app.py": sha((layout.root / "src/app.py").read_bytes())})
         (layout.queue / f"{v2.key}.json").write_bytes(job_bytes(v2))
         set_config(layout, text)
         return ["claim", "--worker", "w1"], [str(layout.config), *fault]
@@ -151,7 +151,7 @@ def fifo_case(where: Callable[[Layout, str], Path], args: list[str], *fault: str
     to a queued job whose key replaces KEY in `args`."""
 
     def make(layout: Layout, signer: Ed25519PrivateKey) -> tuple[list[str], list[str]]:
-        v2 = v2_job("Waiting.", {"src/app.py": None})
+        v2 = v2_job("Waiting.", {"src/app.py": sha((layout.root / "src/app.py").read_bytes())})
         (layout.queue / f"{v2.key}.json").write_bytes(job_bytes(v2))
         path = where(layout, v2.key)
         path.unlink(missing_ok=True)

@@ -163,6 +163,7 @@ COMMANDS: dict[str, Callable[[Template], list[str]]] = {
     "apply (journal)": lambda t: ["apply", t.jobs.journal],
     "reject": lambda t: ["reject", t.jobs.received, "--reason", "no"],
     "cancel": lambda t: ["cancel", t.jobs.running],
+    "heartbeat": lambda t: ["heartbeat", t.jobs.running, "--worker", "w1"],
     "replay": lambda t: ["replay", t.jobs.rejected],
     "recover": lambda t: ["recover"],
     "keygen": lambda t: ["keygen", "--force"],

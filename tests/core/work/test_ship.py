@@ -336,7 +336,7 @@ def test_a_local_host_refuses_a_python_setting(repo: Layout) -> None:
         write_config(repo, host_block("gen", None, "true", python="/usr/bin/python3"))
 
 
-async def test_an_input_changed_since_minting_aborts_before_shipping(
+async def test_an_input_changed_since_minting_is_refused_before_any_claim(
     repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
@@ -344,11 +344,13 @@ async def test_an_input_changed_since_minting_aborts_before_shipping(
     job = mint(repo)
     (repo.root / "src/app.py").write_bytes(b"edited by hand\n")
     before = worktree(repo.root)
-    res = await ship_job(repo, job.key)
-    assert res.status == "aborted"
-    assert res.reason == "src/app.py: changed since the job was minted; replay the job"
+    with pytest.raises(WrongState, match="is STALE: its inputs changed since it was minted"):
+        await ship_job(repo, job.key)
     assert not marker.exists(), "nothing was shipped"
-    assert_not_applyable(repo, job, before)
+    assert (repo.queue / f"{job.key}.json").exists(), "the job stays queued, byte for byte"
+    assert not repo.attempts_file(job.key).exists(), "no attempt was spent"
+    assert not repo.receipt(job.key).exists()
+    assert worktree(repo.root) == before
 
 
 async def test_a_running_jobs_output_is_kept_in_its_log_while_it_runs(
