@@ -16,12 +16,12 @@ from core.errors import BadInput, NotFound
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job, Receipt, receipt_from_bytes
+from core.store import queue
 from core.store.config import check_candidate_count
 from core.store.durable import atomic_write, flocked, fsync_dir, move
 from core.store.events import attempts, record_attempt, record_event
 from core.store.evidence import set_aside
 from core.store.layout import Layout
-from core.store.queue import check_key, holds_lease
 from core.store.receipts import ReceiptFiles
 from core.store.tree import make_folder
 
@@ -92,7 +92,7 @@ def count(layout: Layout, key: str) -> int:
 def load(layout: Layout, key: str, number: int) -> Candidate:
     """Candidate `number` of `key`; NotFound when there is none. A receipt that does not
     load gives a Candidate with its error, never an exception."""
-    path = layout.candidate(check_key(key), number)
+    path = layout.candidate(queue.check_key(key), number)
     if not path.is_dir() or path.is_symlink():
         have = ", ".join(map(str, numbers(layout, key))) or "none"
         raise NotFound(f"{key}: no candidate {number} (candidates: {have})")
@@ -175,7 +175,7 @@ def commit_candidate(
     atomic_write(staged / RECEIPT, body)
     key = job.key
     with flocked(layout.lock):
-        if not holds_lease(layout, key, holder.token, holder.worker) or layout.receipt(key).exists():
+        if not queue.holds_lease(layout, key, holder.token, holder.worker) or layout.receipt(key).exists():
             return _keep_late(layout, key, number, holder.token, staged)
         final = _publish(layout, key, number, staged, receipt, run, holder)
         closed = all(layout.candidate(key, n).is_dir() for n in batch)

@@ -15,11 +15,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.canonical import canonical, read_bytes
 from core.model.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
+from core.store import queue
 from core.store.durable import atomic_write, create_exclusive, flocked, move
 from core.store.events import record_attempt, record_event
 from core.store.evidence import keep, set_aside
 from core.store.layout import Layout
-from core.store.queue import holds_lease
 from core.store.signing import sign_receipt
 from core.store.tree import make_folder
 
@@ -70,7 +70,7 @@ def commit_receipt(
     body = canonical(receipt.document())
     sig, ssh_sig = sign_receipt(key, body) if key is not None else (None, None)
     with flocked(layout.lock):
-        if not holds_lease(layout, job.key, token, worker) or layout.receipt(job.key).exists():
+        if not queue.holds_lease(layout, job.key, token, worker) or layout.receipt(job.key).exists():
             return Committed(False, _keep_late(layout, job.key, token, body, sig, staged_out))
         if staged_out is not None:
             final = layout.out_dir(job.digest)
