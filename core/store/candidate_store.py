@@ -16,13 +16,12 @@ from core.errors import BadInput, NotFound
 from core.model.canonical import canonical, loads_strict, read_bytes
 from core.model.contract import ReceiptStatus
 from core.model.models import Job, Receipt, receipt_from_bytes
-from core.store import queue
+from core.store import queue, receipts
 from core.store.config import check_candidate_count
 from core.store.durable import atomic_write, flocked, fsync_dir, move
 from core.store.events import attempts, record_attempt, record_event
 from core.store.evidence import set_aside
 from core.store.layout import Layout
-from core.store.receipts import ReceiptFiles
 from core.store.tree import make_folder
 
 if TYPE_CHECKING:
@@ -52,8 +51,8 @@ class Candidate:
     run: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def files(self) -> ReceiptFiles:
-        return ReceiptFiles(self.path / RECEIPT, self.path / SIGNATURE, self.path / OUT)
+    def files(self) -> receipts.ReceiptFiles:
+        return receipts.ReceiptFiles(self.path / RECEIPT, self.path / SIGNATURE, self.path / OUT)
 
     @property
     def status(self) -> ReceiptStatus | Literal["invalid"]:

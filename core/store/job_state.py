@@ -16,10 +16,9 @@ from core.model.contract import ReceiptStatus
 from core.model.lifecycle import Facts, State, derive_state
 from core.model.models import Job, job_from_bytes, job_from_obj
 from core.model.paths import regular_file_inside
-from core.store import candidate_store
+from core.store import candidate_store, receipts
 from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import lease_verdict
-from core.store.receipts import load_receipt
 
 
 def read_job_file(path: Path, folder: str) -> tuple[Job, dict[str, Any] | None]:
@@ -62,7 +61,7 @@ def job_state(layout: Layout, key: str) -> State:
 
 def _receipt_status(layout: Layout, key: str) -> str | None:
     try:
-        receipt = load_receipt(layout, key)
+        receipt = receipts.load_receipt(layout, key)
     except (BadInput, OSError):
         return "invalid"
     return None if receipt is None else receipt.status.value

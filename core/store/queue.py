@@ -23,11 +23,11 @@ from core.model import freshness
 from core.model.canonical import canonical, read_bytes
 from core.model.freshness import LeaseState
 from core.model.models import KEY_RE, Job, JobV1, job_bytes, job_from_bytes
+from core.store import job_state
 from core.store.blobs import keeping
 from core.store.config import load_config
 from core.store.durable import atomic_write, create_exclusive, flocked, fsync_dir, move, rename
 from core.store.events import attempts, claims, record_attempt, record_event
-from core.store.job_state import read_job_file, said_state
 from core.store.layout import JOB_FOLDERS, Layout
 from core.store.lease import Lease, lease_verdict, new_lease, read_lease, write_lease
 from core.store.overlaps import in_flight, moved_inputs, waits_for
@@ -63,7 +63,7 @@ def locate(layout: Layout, key: str) -> Located:
         raise NotFound(f"{key}: no such job in {layout.gen}")
     folder = found[0]
     path = layout.job_file(folder, key)
-    job, record = read_job_file(path, folder)
+    job, record = job_state.read_job_file(path, folder)
     return Located(key, folder, path, job, record, tuple(found[1:]))
 
 
@@ -95,7 +95,7 @@ def enqueue(layout: Layout, job: Job) -> Enqueued:
     for folder in JOB_FOLDERS:
         path = layout.job_file(folder, key)
         if path.exists():
-            existing, _ = read_job_file(path, folder)
+            existing, _ = job_state.read_job_file(path, folder)
             if not same_work(existing, job):
                 raise KeyConflict(
                     f"{path}: key {key} is already used by digest {existing.digest[:16]}…; "
@@ -176,7 +176,9 @@ class Claimer:
             claimed = self._try(check_key(key))
             if claimed is None:
                 locate(self.layout, key)  # NotFound for a key in no folder
-                raise WrongState(f"{key}: is {said_state(self.layout, key)}, not QUEUED; nothing claimed")
+                raise WrongState(
+                    f"{key}: is {job_state.said_state(self.layout, key)}, not QUEUED; nothing claimed"
+                )
             return claimed
         self.skipped = {}
         skipped = self.skipped
@@ -315,7 +317,7 @@ def renew_claim(layout: Layout, key: str, worker: str, pid: int, ttl: float | No
     with flocked(layout.lock):
         folder = next((f for f in JOB_FOLDERS if layout.job_file(f, key).exists()), None)
         if folder != "running":
-            where = f"is {said_state(layout, key)}" if folder else "has no job file"
+            where = f"is {job_state.said_state(layout, key)}" if folder else "has no job file"
             raise WrongState(f"{key}: {where}, not claimed; nothing renewed (`genjob claim` claims a job)")
         if layout.receipt(key).exists():
             raise WrongState(f"{key}: has a receipt already; its lease needs no heartbeat")
@@ -455,9 +457,11 @@ def requeue(layout: Layout, key: str, force: bool = False) -> Changed:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder != "running":
-            raise WrongState(f"{key}: is {said_state(layout, key)}; only an ORPHANED job can be requeued")
+            raise WrongState(
+                f"{key}: is {job_state.said_state(layout, key)}; only an ORPHANED job can be requeued"
+            )
         if layout.receipt(key).exists():
-            state = said_state(layout, key)
+            state = job_state.said_state(layout, key)
             raise WrongState(f"{key}: is {state}, with a receipt; reject or replay it instead")
         state = lease_state(layout, key)
         if state.live and not force:
@@ -480,7 +484,7 @@ def reject(layout: Layout, key: str, reason: str, by: str = "operator") -> Path:
     with flocked(layout.lock):
         loc = locate(layout, key)
         if loc.folder in ("applied", "rejected"):
-            raise WrongState(f"{key}: is {said_state(layout, key)} already")
+            raise WrongState(f"{key}: is {job_state.said_state(layout, key)} already")
         if layout.journal_file(key).exists():
             raise WrongState(f"{key}: an apply was interrupted; run `genjob recover` to finish it first")
         live = lease_state(layout, key).live
@@ -505,7 +509,7 @@ def request_cancel(layout: Layout, key: str) -> Changed:
     no worker holds it any more (ORPHANED), its host's cleanup runs for what it left."""
     check_key(key)
     if not layout.job_file("running", key).exists() or layout.receipt(key).exists():
-        raise WrongState(f"{key}: is {said_state(layout, key)}, not RUNNING; nothing to cancel")
+        raise WrongState(f"{key}: is {job_state.said_state(layout, key)}, not RUNNING; nothing to cancel")
     path = layout.cancel_request(key)
     atomic_write(path, canonical({"at": time.time()}))
     record_event(layout, "cancel_requested", key)
