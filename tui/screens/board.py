@@ -595,7 +595,7 @@ class BoardScreen(Screen[None]):
                     b = by_id["approve" if action == "apply" else action]
                     hints.append(Hint(b.key_display or b.key, b.description, b.action))
         selected = self.table.cursor_key is not None
-        for ident in ("diff", "zoom", "filter", "ready", "new", "hosts"):
+        for ident in ("diff", "zoom", "filter", "new", "hosts", "ready"):
             if (self.readonly and ident in self.CHANGES) or (ident in ("diff", "zoom") and not selected):
                 continue
             b = by_id[ident]
