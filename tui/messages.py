@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from core.model.standing import Standing
     from core.read.board_view import BoardListing
     from core.read.inspect_job import JobDetail
+    from core.read.plane_view import PlaneView
     from core.read.snapshot import JobRow
     from core.store.queue import Claim
     from core.work.ship import ShipResult
@@ -72,6 +73,14 @@ class VerdictsFound(Message):
     """Whether each received job's receipt verifies now (None: cannot tell)."""
 
     verdicts: dict[str, bool | None]
+
+
+@dataclass
+class PlaneRead(Message):
+    """The apply plane as read now: the ready jobs in the order a pass takes them, and the
+    overlaps of the jobs in flight (`core.read.plane_view`)."""
+
+    plane: PlaneView | None  # None: it could not be read (the config)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from tui.text import STATE_STYLES, in_repo, literal, state_text
 
 if TYPE_CHECKING:
     from core.read.inspect_job import JobDetail
-    from core.read.preflight import Preflight
+    from core.read.preflight import MergePreflight, Preflight
     from core.review.diff import FileDiff
     from core.review.verify import Verification
     from tui.services.check_runner import LiveCheck
@@ -67,6 +67,55 @@ def title_text(detail: JobDetail) -> Text:
     text.append_text(state_text(row.state))
     text.append(f"  {row.schema}" if row.schema else "", LABEL)
     return text
+
+
+def unmergeable_text(p: MergePreflight) -> Text:
+    """Why a STALE receipt cannot be merged: the conflicting hunks, or why no merge can be made."""
+    head = Text()
+    if p.refused is not None:
+        head.append("No merge can be made: ", BAD)
+        head.append(literal(p.refused))
+        return head
+    if p.conflicts:
+        head.append(
+            f"The three-way merge conflicts in {len(p.conflicts)} file(s); nothing would be written.\n", BAD
+        )
+        for path, hunk in sorted(p.conflicts.items()):
+            head.append("\n")
+            head.append(literal(path, Style(color="cyan", bold=True)))
+            head.append("\n")
+            head.append(literal("\n".join(hunk)))
+            head.append("\n")
+    return head
+
+
+def merge_text(p: MergePreflight) -> Group:
+    """A STALE receipt's clean merge: what merges, the checks that run first, the merged diff."""
+    head = Text()
+    merged = ", ".join(p.merged) or "none"
+    head.append("The tree moved on since the job was minted; the receipt merges clean over it ", OK)
+    head.append("(git merge-file: base the job's input, ours the tree, theirs the receipt).\n")
+    head.append("merged   ", LABEL)
+    head.append(literal(merged, Style(color="cyan")))
+    head.append("\nchecks   ", LABEL)
+    if p.checks:
+        head.append(literal(", ".join(p.checks)))
+        head.append(" run on the merged bytes first; nothing is written unless they pass\n")
+    else:
+        head.append("none required\n")
+    head.append("\n")
+    return Group(head, diffs_text(list(p.diffs)))
+
+
+def plane_text(lines: Sequence[str]) -> Text:
+    """What the apply plane says of a job (`core.read.plane_view.PlaneView.lines`): its
+    place in the apply queue or why a pass leaves it, and each job in flight it overlaps."""
+    text = Text()
+    for line in lines:
+        text.append("∩ " if line.startswith("overlaps ") else "→ ", WARN)
+        text.append(literal(line))
+        text.append("\n")
+    return text + Text("\n") if lines else text
 
 
 def job_text(detail: JobDetail, now: float | None = None, root: Path | None = None) -> Text:

@@ -111,6 +111,9 @@ class BoardView:
         self._sorted: set[State] = set()
         self._others: dict[str, None] = {}  # rows kept of jobs not the operator's, oldest first
         self._shown: list[str] | None = None  # with a text: the keys it passes, in order
+        # The ready filter: only these keys, in this order (the order `apply --ready` takes them).
+        self.only: tuple[str, ...] | None = None
+        self._at: dict[str, int] = {}  # under `only`: each shown key's index
 
     @property
     def unread(self) -> int:
@@ -153,7 +156,12 @@ class BoardView:
         return [s for s in STATE_ORDER if not self.states or s in self.states]
 
     def _filtered(self) -> list[str]:
-        """With a text: the jobs it matches, and whole the states whose name it matches."""
+        """With a text: the jobs it matches, and whole the states whose name it matches;
+        under `only`, those of its keys the states and the text pass, in its order."""
+        if self._shown is None and self.only is not None:
+            selected = set(self._selected())
+            self._shown = [k for k in self.only if self.where.get(k) in selected and self._passes(k)]
+            self._at = {k: i for i, k in enumerate(self._shown)}
         if self._shown is None:
             by_state: dict[State, list[str]] = {state: [] for state in STATE_ORDER}
             for key in self.matched:
@@ -164,11 +172,23 @@ class BoardView:
                 self._shown += self._group(state) if whole else sorted(by_state[state], key=self._order_key)
         return self._shown
 
+    def _passes(self, key: str) -> bool:
+        return not self.text or key in self.matched or self.text in self.where[key].value.casefold()
+
+    @property
+    def listed(self) -> bool:
+        """Whether the jobs shown are a list of their own (a text or the ready filter)."""
+        return bool(self.text) or self.only is not None
+
+    def keys_in(self, state: State) -> list[str]:
+        """The keys in `state`'s group (not sorted)."""
+        return self._groups[state]
+
     def __len__(self) -> int:
-        return len(self._filtered()) if self.text else sum(len(self._groups[s]) for s in self._selected())
+        return len(self._filtered()) if self.listed else sum(len(self._groups[s]) for s in self._selected())
 
     def key_at(self, index: int) -> str:
-        if self.text:
+        if self.listed:
             return self._filtered()[index]
         for state in self._selected():
             if index < len(self._groups[state]):
@@ -180,6 +200,9 @@ class BoardView:
         state = self.where.get(key)
         if state is None or state not in self._selected():
             return None
+        if self.only is not None:
+            self._filtered()
+            return self._at.get(key)
         if self.text:
             shown = self._filtered()
             at = bisect.bisect_left(shown, self._order_key(key), key=self._order_key)
@@ -231,10 +254,18 @@ class BoardView:
             del self._others[oldest], self.rows[oldest]
         self._shown = None
 
-    def set_filter(self, states: Iterable[State] | None = None, text: str | None = None) -> None:
-        """Change the filter; a new text starts from the jobs it matches by name or row read."""
+    def set_filter(
+        self,
+        states: Iterable[State] | None = None,
+        text: str | None = None,
+        only: tuple[str, ...] | bool | None = False,
+    ) -> None:
+        """Change the filter; a new text starts from the jobs it matches by name or row read.
+        `only`: the keys of the ready filter, in order (None: off; False: as it was)."""
         if states is not None:
             self.states = frozenset(states)
+        if only is not False:
+            self.only = only if isinstance(only, tuple) else None
         if text is not None and text.strip().casefold() != self.text:
             needle = self.text = text.strip().casefold()
             self.matched = {k for k in self.where if k.startswith(needle)} if needle else set()

@@ -13,13 +13,16 @@ from dataclasses import dataclass, field
 from core.errors import GenjobError
 from core.model.standing import PASSED, CheckStatus
 from core.read.inspect_job import JobDetail
-from core.review.diff import DiffStatus
+from core.review.diff import DiffStatus, FileDiff, diff_bytes, file_diff
+from core.review.merge import MergePlan, plan_merge
 from core.review.verify import verify
+from core.store.blobs import read_tree_file
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
 from core.store.repo import is_git_work_tree
 from core.store.signing import TrustedKey, own_signer_unpinned, trust_anchors
+from core.store.tree import closing, open_dir
 
 
 @dataclass(frozen=True)
@@ -139,3 +142,59 @@ def receipt_verdict(layout: Layout, key: str) -> bool | None:
         return verify(layout, located.job, load_config(layout.config)).ok
     except (GenjobError, OSError):
         return None
+
+
+@dataclass(frozen=True)
+class MergePreflight:
+    """What `genjob apply KEY --merge` would do with a STALE receipt now: the diff each
+    output would make to the tree as it is (merged three-way where the tree moved), or the
+    hunks that conflict, or why no merge can be made at all (`refused`)."""
+
+    key: str
+    diffs: tuple[FileDiff, ...] = ()
+    merged: tuple[str, ...] = ()  # the paths merged three-way; the other outputs go as they are
+    conflicts: dict[str, list[str]] = field(default_factory=dict)
+    refused: str | None = None
+    # The required checks, which run on the merged bytes before anything is written.
+    checks: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """Every output merges clean: "Merge and apply" is offered."""
+        return self.refused is None and not self.conflicts
+
+
+def merge_preflight(layout: Layout, key: str) -> MergePreflight:
+    """The merge preflight of `key` (see `MergePreflight`); it writes nothing and takes no
+    lock: `core.review.merge.apply_merged` plans the merge again under the writer lock."""
+    config = load_config(layout.config)
+    job = locate(layout, key).job
+    try:
+        plan = plan_merge(layout, job, verify(layout, job, config), config)
+    except GenjobError as exc:
+        return MergePreflight(key, refused=str(exc))
+    checks = tuple(config.policy.require_checks)
+    if plan.conflicts:
+        return MergePreflight(key, merged=tuple(sorted(plan.merged)), conflicts=plan.conflicts, checks=checks)
+    return MergePreflight(
+        key,
+        _merged_diffs(layout, job.digest, plan, config.limits.max_file_bytes),
+        tuple(sorted(plan.merged)),
+        checks=checks,
+    )
+
+
+def _merged_diffs(layout: Layout, digest: str, plan: MergePlan, limit: int) -> tuple[FileDiff, ...]:
+    """The diff of each target from the tree now: to its merged bytes, or to the receipt's
+    output where the tree did not move."""
+    diffs = []
+    root = open_dir(layout.root)
+    with closing(root):
+        for t in plan.targets:
+            merged = plan.merged.get(t.path)
+            if merged is None:
+                diffs.append(file_diff(layout.root, layout.out_dir(digest), t.path, t.after))
+                continue
+            ours = read_tree_file(root, t.path, limit)
+            diffs.append(diff_bytes(t.path, ours, merged.data))
+    return tuple(diffs)

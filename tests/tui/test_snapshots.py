@@ -23,7 +23,6 @@ from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.new_job import NewJobDialog
-from tui.dialogs.next_step import NextStepDialog
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
@@ -138,10 +137,14 @@ async def discard_confirm(d: Driver, demo: Demo) -> None:
     await d.showing(ConfirmDialog)
 
 
-async def stale_offer(d: Driver, demo: Demo) -> None:
+async def stale_merge(d: Driver, demo: Demo) -> None:
+    """`a` on the demo's STALE job: its receipt merges clean over the tree, so the preflight
+    offers Merge and apply with the merged diff."""
+    from tui.dialogs.preflight import MergeDialog
+
     await on_job(d, demo.keys["stale"])
     await d.press("a")
-    await d.showing(NextStepDialog)
+    await d.showing(MergeDialog)
 
 
 async def host_picker(d: Driver, demo: Demo) -> None:
@@ -202,7 +205,7 @@ STILL: list[tuple[str, Steps]] = [
     ("requeue-confirm", requeue_confirm),
     ("stop-confirm", stop_confirm),
     ("discard-confirm", discard_confirm),
-    ("stale-offer", stale_offer),
+    ("stale-merge", stale_merge),
     ("host-picker", host_picker),
     ("new-job", new_job),
     ("bulk-confirm", bulk_confirm),

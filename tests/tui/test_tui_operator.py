@@ -21,7 +21,6 @@ from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import EVERY_HOST, HostPicker
 from tui.dialogs.new_job import NewJobDialog
-from tui.dialogs.next_step import NextStepDialog
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
@@ -190,13 +189,15 @@ async def test_bulk_ship_asks_once_and_ships_each_with_a_summary(demo: Demo) -> 
         await d.until(lambda: all(d.state_of(k) == "RECEIVED" for k in keys), "three receipts")
 
 
-async def test_approve_on_a_stale_job_explains_and_offers_replay(demo: Demo) -> None:
+async def test_approve_on_a_stale_job_offers_its_clean_merge_or_a_replay(demo: Demo) -> None:
+    from tui.dialogs.preflight import MergeDialog
+
     key = demo.keys["stale"]
     async with run_board(demo.root, key=key) as d:
         await d.press("a")
-        dialog = await d.showing(NextStepDialog)
-        body = plain(dialog.query_one("#nextstep-body", Static))
-        assert "is STALE" in body and "calc/cli.py" in body and "Replay" in body
+        dialog = await d.showing(MergeDialog)
+        body = plain(dialog.query_one("#merge-body", Static))
+        assert "merges clean" in body and "calc/cli.py" in body
         await d.press("R")
         await d.until(lambda: d.table.cursor_key not in (None, key), "the replayed job")
         new = d.table.cursor_key
@@ -349,7 +350,7 @@ async def test_readonly_hides_every_change_from_keys_help_and_palette(demo: Demo
         status = plain(d.board.query_one("#status", Static))
         assert "READ-ONLY: changes are off" in status
         labels = {h.label for h in d.board.query_one(KeyBar).hints}
-        assert labels == {"Diff", "Zoom", "Filter", "Hosts"}
+        assert labels == {"Diff", "Zoom", "Filter", "Hosts", "Ready"}  # each only reads
         await d.press("space")
         await d.until(lambda: d.inbox.said("read-only board: nothing to mark jobs for"), "the refusal")
         assert not d.table.marks

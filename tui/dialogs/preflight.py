@@ -1,5 +1,9 @@
 """The approve preflight: paths, lines, signature, base, checks; `y` applies, `n` cancels.
 
+For a STALE receipt that merges clean over the tree as it is, `MergeDialog` shows the
+merged diff and offers "Merge and apply" (`core.review.merge.apply_merged`, run by the
+board in a thread) or a replay; one that conflicts is offered a replay, with its hunks.
+
 For a best-of-N candidate whose required checks have not run (they run on a chosen
 receipt), `y` chooses it without applying.
 
@@ -27,10 +31,10 @@ from textual.widgets import Button, Checkbox, Static
 
 from core.errors import GenjobError
 from core.model.standing import CheckState
-from core.read.preflight import Preflight
+from core.read.preflight import MergePreflight, Preflight
 from core.store.layout import Layout
 from tui.dialogs import fit_to_terminal
-from tui.render import preflight_text
+from tui.render import merge_text, preflight_text
 
 # How often (s) an open preflight reads its job again while one of its checks runs.
 RECHECK = 2.0
@@ -189,3 +193,39 @@ class PreflightDialog(ModalScreen[Approval | TrustOwnKey | None]):
             )
             return
         self.dismiss(Approval(self.commit, protected=self.protected) if value else None)
+
+
+class MergeDialog(ModalScreen[str | None]):
+    """The preflight of a STALE receipt that merges clean over the tree as it is: the
+    merged diff; `y` merges and applies it (the required checks run on the merged bytes
+    first), `R` replays it instead, `n` cancels. Answers "merge", "replay" or None."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer('merge')", "Merge and apply", id="merge.yes"),
+        Binding("R", "answer('replay')", "Replay", id="merge.replay"),
+        Binding("n,escape", "answer('')", "Cancel", id="merge.no"),
+    ]
+
+    def __init__(self, preflight: MergePreflight) -> None:
+        super().__init__()
+        self.preflight = preflight
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Static("Approve: stale, merges clean", classes="dialog-title")
+            with VerticalScroll(classes="dialog-body"):
+                yield Static(merge_text(self.preflight), id="merge-body")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Merge and apply (y)", id="merge", variant="success")
+                yield Button("Replay (R)", id="replay")
+                yield Button("Cancel (n)", id="cancel")
+
+    def on_mount(self) -> None:
+        fit_to_terminal(self)
+        self.query_one("#merge", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_answer("" if event.button.id == "cancel" else str(event.button.id))
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer or None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
@@ -47,6 +47,7 @@ from tui.messages import (
     DetailLoaded,
     FeedStatus,
     NamesListed,
+    PlaneRead,
     PolicyRead,
     RowsChanged,
     RunEnded,
@@ -61,16 +62,19 @@ from tui.services.check_runner import CheckRunner
 from tui.services.feed import TIME_SENSITIVE, BoardFeed
 from tui.services.notices import Notices
 from tui.text import counted, in_repo
-from tui.widgets.counts import DIGITS, CountsBar
+from tui.widgets.counts import DIGITS, READY_KEY, CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
 from tui.widgets.key_bar import Hint, KeyBar
 
 if TYPE_CHECKING:
+    from core.read.plane_view import PlaneView
     from core.store.queue import Enqueued
     from tui.dialogs.quit import QuitChoice
 
 DETAIL_DEBOUNCE = 0.12
+# The states of the jobs in flight: a change among them may change the apply plane.
+IN_FLIGHT = frozenset({State.QUEUED, State.RUNNING, State.ORPHANED, State.RECEIVED, State.STALE})
 NARROW = 140
 # Relative times tick this often (s); a running job's detail is read again every RELOAD.
 TICK = 1.0
@@ -158,6 +162,13 @@ class BoardScreen(Screen[None]):
         ),
         Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter jobs by text", id="filter"),
         Binding(
+            READY_KEY,
+            "toggle_ready",
+            "Ready",
+            tooltip="Show or hide only the jobs apply --ready would apply now, in its order",
+            id="ready",
+        ),
+        Binding(
             "left", "tab(-1)", "Prev tab", key_display="←", tooltip="The detail's previous tab", id="tab-prev"
         ),
         Binding(
@@ -219,6 +230,11 @@ class BoardScreen(Screen[None]):
         # Where each judged job's receipt and checks stand, and the checks that run unsandboxed.
         self.standings: dict[str, Standing] = {}
         self.unsandboxed: tuple[str, ...] = ()
+        # The apply plane as last read (None: not yet), and whether something it depends on
+        # changed since: the tick then reads it again, in a thread, one read at a time.
+        self.plane: PlaneView | None = None
+        self._plane_dirty = True
+        self._plane_reading = False
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -262,6 +278,25 @@ class BoardScreen(Screen[None]):
         row = self.view.rows.get(key) if key else None
         if row is not None and row.state is State.RUNNING and time.monotonic() - self._loaded_at > RELOAD:
             self._schedule_detail()
+        if self._plane_dirty and not self._plane_reading:
+            self._plane_dirty, self._plane_reading = False, True
+            self._read_plane()
+
+    @work(thread=True, group="plane", exit_on_error=False)
+    def _read_plane(self) -> None:
+        """The apply plane, read off the loop (it verifies every receipt and reads every
+        job in flight); a config that cannot be read leaves the last one shown."""
+        from core.read.plane_view import plane_view
+
+        try:
+            plane: PlaneView | None = plane_view(self.repo)
+        except (GenjobError, OSError):
+            plane = None
+        self.post_message(PlaneRead(plane))
+
+    def _plane_moved(self) -> None:
+        """Something the apply plane depends on changed: the next tick reads it again."""
+        self._plane_dirty = True
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < NARROW, "narrow")
@@ -287,6 +322,7 @@ class BoardScreen(Screen[None]):
     def _names_listed(self, message: NamesListed) -> None:
         """Every job by name: the list starts again from them (the rows read stay)."""
         self.view.set_listing(message.listing)
+        self._plane_moved()
         self._refilter()
 
     @on(JobTable.WindowShown)
@@ -312,6 +348,10 @@ class BoardScreen(Screen[None]):
             selected is not None and selected in changed and changed[selected] != self.view.rows.get(selected)
         )
         before = {key: self.view.where.get(key) for key in changed}
+        if any(b in IN_FLIGHT for b in before.values()) or any(
+            r is not None and r.state in IN_FLIGHT for r in changed.values()
+        ):
+            self._plane_moved()
         table.apply(changed)
         self.query_one(Notices).rows_changed(before, changed)
         self._show_counts()
@@ -340,6 +380,7 @@ class BoardScreen(Screen[None]):
     def _checks_found(self, message: ChecksFound) -> None:
         before = {k: self.standings.get(k) for k in message.standings}
         self.standings.update(message.standings)
+        self._plane_moved()
         self._show_check_marks(message.standings)
         self.checks.consider(message.standings)
         selected = self.table.cursor_key
@@ -393,6 +434,7 @@ class BoardScreen(Screen[None]):
         self.query_one(Notices).check_ended(message.key, message.name, message.passed, message.text)
         self._show_check_marks([message.key])
         self._preflight_moved(message.key)
+        self._plane_moved()
         self.feed.judge([message.key])
         if message.key == self.table.cursor_key:
             self.query_one(DetailPane).show_checks(self.checks.live_for(message.key))
@@ -415,6 +457,7 @@ class BoardScreen(Screen[None]):
         self.config_error = message.config_error
         self.config_held = message.config_held
         self.trusted_keys = message.trusted_keys
+        self._plane_moved()
         self.table.set_protected(message.protected)
         pane = self.query_one(DetailPane)
         pane.signature_required = self.signature_required
@@ -422,6 +465,29 @@ class BoardScreen(Screen[None]):
             self.call_later(pane.build)
         self._show_status()
         self._show_empty()
+
+    @on(PlaneRead)
+    def _plane_read(self, message: PlaneRead) -> None:
+        """The ready jobs' places in the queue and the overlaps, on the list and in the
+        detail; the ready filter follows the new order."""
+        self._plane_reading = False
+        plane = message.plane
+        if plane is None:
+            return
+        self.plane = plane
+        self.table.set_plane({k: i for i, k in enumerate(plane.ready, 1)}, frozenset(plane.overlaps))
+        if self.view.only is not None:
+            self.view.set_filter(only=plane.ready)
+            self._refilter()
+        else:
+            self._show_counts()
+        self._show_plane()
+
+    def _show_plane(self) -> None:
+        """What the apply plane says of the job under the cursor, atop its Job tab."""
+        key = self.table.cursor_key
+        lines = self.plane.lines(key) if self.plane is not None and key is not None else []
+        self.query_one(DetailPane).set_plane(lines)
 
     @on(Trouble)
     def _trouble(self, message: Trouble) -> None:
@@ -486,6 +552,8 @@ class BoardScreen(Screen[None]):
         lines: list[tuple[str, bool]] = []
         if self.scanning:
             lines.append(("reading .gen/…", False))
+        elif self.view.where and self.view.only is not None and not self.view.text and not self.view.states:
+            lines.append(("No job is ready for apply --ready now: p shows every job again.", False))
         elif self.view.where and self.searching is not None:
             lines.append((f"searching… {self.searching[0]:,} of {self.searching[1]:,} jobs read", False))
         elif self.view.where:
@@ -527,7 +595,7 @@ class BoardScreen(Screen[None]):
                     b = by_id["approve" if action == "apply" else action]
                     hints.append(Hint(b.key_display or b.key, b.description, b.action))
         selected = self.table.cursor_key is not None
-        for ident in ("diff", "zoom", "filter", "new", "hosts"):
+        for ident in ("diff", "zoom", "filter", "new", "hosts", "ready"):
             if (self.readonly and ident in self.CHANGES) or (ident in ("diff", "zoom") and not selected):
                 continue
             b = by_id[ident]
@@ -556,6 +624,7 @@ class BoardScreen(Screen[None]):
     def _cursor_moved(self, event: JobTable.CursorMoved) -> None:
         if event.key is not None:
             self.query_one(DetailPane).show_loading(event.key)
+        self._show_plane()
         self._schedule_detail()
         self._show_keys()
 
@@ -591,7 +660,22 @@ class BoardScreen(Screen[None]):
         self._refilter()
 
     def _show_counts(self) -> None:
-        self.query_one(CountsBar).set_counts(self.view.counts, self.view.states, self.view.unread)
+        bar = self.query_one(CountsBar)
+        bar.set_counts(self.view.counts, self.view.states, self.view.unread)
+        bar.set_ready(None if self.plane is None else len(self.plane.ready), self.view.only is not None)
+
+    @on(CountsBar.ReadyToggled)
+    def _ready_chip(self) -> None:
+        self.action_toggle_ready()
+
+    def action_toggle_ready(self) -> None:
+        """Show only the jobs `genjob apply --ready` would apply now, in the order it would
+        take them (again: every job)."""
+        if self.plane is None:
+            self._say("the apply plane is still being read", severity="warning")
+            return
+        self.view.set_filter(only=None if self.view.only is not None else self.plane.ready)
+        self._refilter()
 
     def _refilter(self) -> None:
         self.table.apply(None)
@@ -650,7 +734,7 @@ class BoardScreen(Screen[None]):
         self.table.clear_marks()
         box.value = ""
         box.display = False
-        self.view.set_filter(states=(), text="")
+        self.view.set_filter(states=(), text="", only=None)
         self._search()
         self._refilter()
         self._focus_list()
@@ -758,7 +842,7 @@ class BoardScreen(Screen[None]):
         if may(d, action, key, state):
             return [key], 0
         if action == "apply" and state is State.STALE:
-            d.offer_replay(key)
+            d.offer_merge(key)
         elif action == "ship" and state is State.RUNNING:
             self._say(
                 f"{key[:12]}: is RUNNING, held by another worker; {NEXT_STEP[state]}", severity="warning"
@@ -789,6 +873,7 @@ class BoardScreen(Screen[None]):
         if message.select is not None:
             self._select_when_seen = message.select
         self.feed.refresh_keys(message.keys)
+        self._plane_moved()
         self.table.clear_marks()
         self._show_keys()
 

@@ -47,7 +47,9 @@ def marks_legend() -> str:
     return (
         "In the list, a received job's state ends in its receipt's verification (RECEIVED ✔ verifies, "
         f"RECEIVED ✘ does not); CHK has one mark per check, in the config's order: {checks}. "
-        "⚑: the job may write a protected path."
+        "⚑: the job may write a protected path. #1, #2…: the place genjob apply --ready would take "
+        "the job in now (p shows only those, in that order). ∩: the job's allowed paths overlap another "
+        "job in flight (its Job tab names each, with the paths)."
     )
 
 

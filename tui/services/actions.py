@@ -255,21 +255,27 @@ class Dispatcher(Widget):
         return failed
 
     @work(group="actions", exit_on_error=False)
-    async def offer_replay(self, key: str) -> None:
-        """`a` on a STALE job: say which inputs moved on, and offer to replay it (R)."""
-        from core.read.inspect_job import job_detail
+    async def offer_merge(self, key: str) -> None:
+        """`a` on a STALE job: its merge preflight, read off the loop. A clean merge is
+        offered as "Merge and apply" (or a replay); one that conflicts, or cannot be made,
+        shows why and offers the replay."""
+        from core.read.preflight import merge_preflight
         from tui.dialogs.next_step import NextStepDialog
+        from tui.dialogs.preflight import MergeDialog
+        from tui.render import unmergeable_text
 
         try:
-            detail = await asyncio.to_thread(job_detail, self.repo, key)
+            p = await asyncio.to_thread(merge_preflight, self.repo, key)
         except GenjobError as exc:
             self.post_message(Say(str(exc), "error"))
             return
-        checks = {c.name: c for c in detail.verification.checks} if detail.verification else {}
-        base = checks.get("base")
-        body = Text(f"{key} is STALE: its receipt can never be applied.\n\n", style="bold")
-        body.append("The tree moved on since the job was minted: ")
-        body.append(visible(base.detail if base else "an input changed"), style="yellow")
+        if p.clean:
+            answer = await self.ask(MergeDialog(p))
+            if answer is not None:
+                self.dispatch(answer, [key], False)
+            return
+        body = Text(f"{key} is STALE: the tree moved on since the job was minted.\n\n", style="bold")
+        body.append_text(unmergeable_text(p))
         body.append(
             "\n\nApply writes only over the exact files the generator saw. Replay mints the same "
             "instruction again over the tree as it is now (a new job, queued); this one stays "
@@ -558,6 +564,17 @@ def _apply(d: Dispatcher, key: str, approval: Approval) -> str:
     return line + (f", committed {res.commit[:12]}" if res.commit else "")
 
 
+def _merge(d: Dispatcher, key: str, _: Any) -> str:
+    """Merge a STALE receipt over the tree and apply it: run in a thread (the required checks
+    run on the merged bytes first, with an event loop of their own)."""
+    from core.review.merge import apply_merged
+
+    res = apply_merged(d.repo, key)
+    if res.already:
+        return f"{key[:12]}: applied already"
+    return f"merged and applied {key[:12]}: {len(res.changed)} file(s) changed"
+
+
 def _discard(d: Dispatcher, key: str, _: Any) -> str:
     from core.review.discard import discard
 
@@ -661,6 +678,7 @@ TABLE: dict[str, JobAction] = {
     "reject": JobAction("reject", ask=_ask_reason, call=_reject),
     "requeue": JobAction("requeue", ask=_ask_requeue, call=_requeue),
     "replay": JobAction("replay", call=_replay),
+    "merge": JobAction("merge", call=_merge),
     "cancel": JobAction("cancel", ask=_ask_cancel, call=_cancel),
     "discard": JobAction("discard", ask=_ask_discard, call=_discard),
 }
@@ -671,6 +689,7 @@ TABLE: dict[str, JobAction] = {
 STATES_FOR: dict[str, frozenset[State]] = {
     **ACTIONS,
     "discard": DISCARDABLE,
+    "merge": frozenset({State.STALE}),
     "checks": frozenset({State.RECEIVED}),
     "stop_checks": frozenset(State),
 }

@@ -50,6 +50,8 @@ class DetailPane(Vertical):
         self._tabs: TabbedContent | None = None  # once `build` has mounted them
         self._building = False
         self._active = f"tab-{TABS[0][0]}"  # the tab to show once they are mounted (`build`)
+        # What the apply plane says of the shown job, atop its Job tab (set by the board).
+        self.plane: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no job selected"), id="detail-title")
@@ -80,8 +82,15 @@ class DetailPane(Vertical):
         if self.detail is None or self._tabs is None:
             return
         now = time.time()
-        self._body("job").update(render.job_text(self.detail, now, self.root))
+        job = render.plane_text(self.plane) + render.job_text(self.detail, now, self.root)
+        self._body("job").update(job)
         self._body("lease").update(render.lease_text(self.detail, now))
+
+    def set_plane(self, lines: list[str]) -> None:
+        """What the apply plane says of the shown job: its queue place, why it is left, its overlaps."""
+        if lines != self.plane:
+            self.plane = lines
+            self.tick()
 
     def step_tab(self, step: int) -> None:
         """Show the next (or previous) tab, wrapping around."""

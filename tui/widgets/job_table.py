@@ -38,6 +38,8 @@ from tui.text import STATE_STYLES, counted
 
 # After RECEIVED: whether the receipt verifies now (unknown until checked).
 VERDICT = {None: "", True: " ✔", False: " ✘"}
+# A job whose allowed paths overlap another job in flight (`core.store.overlaps`).
+OVERLAP_MARK = "∩"
 # Rendered rows kept for reuse; rows shift on screen far more often than they change.
 STRIP_CACHE = 512
 
@@ -129,6 +131,10 @@ class JobTable(ScrollView, can_focus=True):
         self.check_column = False
         # `policy.protected_paths`: a job that may write one is marked (`core.model.protected`).
         self.protected: tuple[str, ...] = ()
+        # The apply plane: where `apply --ready` takes each ready job (1 first), and the jobs
+        # in flight that overlap another.
+        self.queue: dict[str, int] = {}
+        self.overlapping: frozenset[str] = frozenset()
         # What an empty list says instead (set by the screen): lines, and whether each warns.
         self.empty: list[tuple[str, bool]] = []
         self._rows_drawn = False
@@ -322,8 +328,21 @@ class JobTable(ScrollView, can_focus=True):
             self._strips.clear()
             self.refresh()
 
+    def set_plane(self, queue: dict[str, int], overlapping: frozenset[str]) -> None:
+        """The ready jobs' places in the apply queue, and the jobs that overlap another."""
+        if (queue, overlapping) != (self.queue, self.overlapping):
+            self.queue, self.overlapping = queue, overlapping
+            self._strips.clear()
+            self.refresh()
+
     def _flag(self, row: JobRow) -> str:
-        return f"{PROTECTED_MARK} " if flagged(row.allowed_paths, self.protected) else ""
+        """The marks before a row's instruction: its place in the apply queue, an overlap,
+        a protected path."""
+        at = self.queue.get(row.key)
+        marks = [f"#{at}"] if at else []
+        marks += [OVERLAP_MARK] if row.key in self.overlapping else []
+        marks += [PROTECTED_MARK] if flagged(row.allowed_paths, self.protected) else []
+        return "".join(f"{m} " for m in marks)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._line_styles = self._styles()  # once per frame, not once per line
