@@ -18,7 +18,7 @@ from core.model.presets import spend_of
 from core.model.protected import PROTECTED_HINT, PROTECTED_MARK
 from core.model.standing import FAILED, PASSED, CheckState, CheckStatus
 from core.model.terminal import age, visible
-from tui.text import STATE_STYLES, in_repo, literal, state_text
+from tui.text import STATE_STYLES, counted, in_repo, literal, state_text
 
 if TYPE_CHECKING:
     from core.read.inspect_job import JobDetail
@@ -78,7 +78,9 @@ def unmergeable_text(p: MergePreflight) -> Text:
         return head
     if p.conflicts:
         head.append(
-            f"The three-way merge conflicts in {len(p.conflicts)} file(s); nothing would be written.\n", BAD
+            f"The three-way merge conflicts in {counted(len(p.conflicts), 'file')}; "
+            "nothing would be written.\n",
+            BAD,
         )
         for path, hunk in sorted(p.conflicts.items()):
             head.append("\n")
@@ -428,7 +430,7 @@ def diffs_text(diffs: list[FileDiff], applied: bool = False) -> Group | Text:
         return Text("no outputs to diff (no receipt, or it names no files)", LABEL)
     added = sum(d.added for d in diffs)
     removed = sum(d.removed for d in diffs)
-    head = Text(f"{len(diffs)} file(s)  ", Style(bold=True))
+    head = Text(f"{counted(len(diffs), 'file')}  ", Style(bold=True))
     if applied:
         head = Text.assemble(("applied: the change it made, from its apply record\n", LABEL), head)
     head.append(f"+{added}", Style(color="green"))
@@ -521,7 +523,7 @@ def preflight_text(p: Preflight, root: Path | None = None) -> Group:
         text.append("  ⚠ not what the worker signed\n" if not c.signed else "\n", BAD)
     if not p.changes:
         text.append("  (no output files)\n", LABEL)
-    text.append(f"  {len(p.changes)} file(s), ", Style(bold=True))
+    text.append(f"  {counted(len(p.changes), 'file')}, ", Style(bold=True))
     text.append(f"+{p.added}", Style(color="green", bold=True))
     text.append(f" -{p.removed}", Style(color="red", bold=True))
     text.append(" lines\n")

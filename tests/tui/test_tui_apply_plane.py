@@ -125,6 +125,6 @@ async def test_a_stale_receipt_that_conflicts_shows_its_hunks_and_offers_replay(
         await d.press("a")
         dialog = await d.showing(NextStepDialog)
         body = plain(dialog.query_one("#nextstep-body", Static))
-        assert "conflicts in 1 file(s)" in body and ">>>>>>> receipt" in body and "clash" in body
+        assert "conflicts in 1 file;" in body and ">>>>>>> receipt" in body and "clash" in body
         await d.press("escape")
     assert (lines.root / "src/lines.py").read_bytes() == before

@@ -90,14 +90,20 @@ class CountsBar(Widget):
         """The widest form that fits: full names and every state, then short names, then
         three letters, then compact numbers. Every form keeps each state's digit and count."""
         width = self.size.width
+        last = len(FORMS) - 1
         for form in range(len(FORMS)):
-            text, spans, ready = self._form(form)
-            if text.cell_len <= width or form == len(FORMS) - 1:
-                self._spans, self._ready_span = spans, ready
-                return text
+            # The states' labels outrank the ready chip: a form that fits only without the
+            # chip is shown so before a narrower form drops the labels.
+            for chip in (True, False) if form < last else (True,):
+                text, spans, ready = self._form(form, chip)
+                if text.cell_len <= width or form == last:
+                    self._spans, self._ready_span = spans, ready
+                    return text
         raise AssertionError("unreachable")
 
-    def _form(self, form: int) -> tuple[Text, list[tuple[int, int, State]], tuple[int, int] | None]:
+    def _form(
+        self, form: int, chip: bool = True
+    ) -> tuple[Text, list[tuple[int, int, State]], tuple[int, int] | None]:
         labels, zeros, sep, total, compact = FORMS[form]
         bars = sep == " │ "
         text = Text(" ", no_wrap=True, overflow="ellipsis")
@@ -119,7 +125,7 @@ class CountsBar(Widget):
                 text.append(f"{labels[state]} ", style)
             text.append(_number(n) if compact else f"{n:,}", Style(bold=bool(n)))
             spans.append((start, text.cell_len, state))
-        ready = self._ready_chip(form, text)
+        ready = self._ready_chip(form, text) if chip else None
         if total:
             unread = f", {self.unread:,} by name only" if self.unread else ""
             text.append(
