@@ -56,6 +56,7 @@ async def screenshot(d: Driver, running: bool = False) -> str:
     await d.until(lambda: all(k in board.table.checks for k in received), "the list's check marks")
     if not running:
         await d.until(lambda: not board.checks.live, "the checks under way to end")
+    await d.until(lambda: board.plane_settled, "the apply plane read after its last change")
     for widget in d.screen.query("Input, TextArea"):
         if isinstance(widget, (Input, TextArea)):
             widget.cursor_blink = False

@@ -57,7 +57,7 @@ async def test_the_ready_filter_shows_apply_ready_s_queue_in_its_order(
 ) -> None:
     first = received(lines, signer, "Top.", edit(1, "top"), 1_000)
     second = received(lines, signer, "Bottom.", edit(12, "bottom"), 2_000)
-    async with run_board(lines.root) as d:
+    async with run_board(lines.root, (160, 35)) as d:
         await plane_read(d)
         assert d.board.plane is not None and d.board.plane.ready == (first, second)
         assert "#1 " in row_of(d, first) and "#2 " in row_of(d, second)

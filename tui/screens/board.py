@@ -294,6 +294,11 @@ class BoardScreen(Screen[None]):
             plane = None
         self.post_message(PlaneRead(plane))
 
+    @property
+    def plane_settled(self) -> bool:
+        """Whether the apply plane shown was read after the last change it depends on."""
+        return not self._plane_dirty and not self._plane_reading
+
     def _plane_moved(self) -> None:
         """Something the apply plane depends on changed: the next tick reads it again."""
         self._plane_dirty = True

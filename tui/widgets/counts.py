@@ -90,15 +90,16 @@ class CountsBar(Widget):
         """The widest form that fits: full names and every state, then short names, then
         three letters, then compact numbers. Every form keeps each state's digit and count."""
         width = self.size.width
-        last = len(FORMS) - 1
-        for form in range(len(FORMS)):
-            # The states' labels outrank the ready chip: a form that fits only without the
-            # chip is shown so before a narrower form drops the labels.
-            for chip in (True, False) if form < last else (True,):
-                text, spans, ready = self._form(form, chip)
-                if text.cell_len <= width or form == last:
-                    self._spans, self._ready_span = spans, ready
-                    return text
+        labelled = [f for f in range(len(FORMS)) if FORMS[f][0] is not None]
+        bare = [f for f in range(len(FORMS)) if FORMS[f][0] is None]
+        # The states' labels outrank the ready chip: every labelled form is tried with the
+        # chip, then without it, before a form drops the labels.
+        tries = [(f, True) for f in labelled] + [(f, False) for f in labelled] + [(f, True) for f in bare]
+        for n, (form, chip) in enumerate(tries):
+            text, spans, ready = self._form(form, chip)
+            if text.cell_len <= width or n == len(tries) - 1:
+                self._spans, self._ready_span = spans, ready
+                return text
         raise AssertionError("unreachable")
 
     def _form(
