@@ -357,15 +357,23 @@ def _back_in_queue(layout: Layout, key: str, src: Path) -> Path:
 def release(layout: Layout, key: str, token: int, worker: str) -> Path:
     """Give back a claim this worker holds and has not run: the job goes back to the
     queue, byte for byte, and the attempt is recorded as released."""
+    return _put_back(layout, key, token, worker, event="released", refused="nothing released")
+
+
+def _put_back(
+    layout: Layout, key: str, token: int, worker: str, *, event: str, refused: str, **facts: str
+) -> Path:
+    """Move a claim this worker holds, with no receipt yet, back to the queue, and record
+    `event` (with `facts`) for its attempt; WrongState ending in `refused` otherwise."""
     check_key(key)
     with flocked(layout.lock):
         if own_lease(layout, key, token, worker) is None:
-            raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); nothing released")
+            raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); {refused}")
         if layout.receipt(key).exists():
-            raise WrongState(f"{key}: has a receipt already; nothing released")
+            raise WrongState(f"{key}: has a receipt already; {refused}")
         dst = _back_in_queue(layout, key, layout.job_file("running", key))
-        record_attempt(layout, key, "released", attempt=token, worker=worker)
-        record_event(layout, "released", key, worker=worker, attempt=token)
+        record_attempt(layout, key, event, attempt=token, worker=worker, **facts)
+        record_event(layout, event, key, worker=worker, attempt=token, **facts)
         return dst
 
 
@@ -397,16 +405,9 @@ def give_back(layout: Layout, key: str, token: int, worker: str, host: str, reas
     """Put back in the queue, byte for byte, a claim whose host could not start it (the
     runner never said it had started): the attempt is recorded with the host's error.
     WrongState when the lease is no longer this worker's or a receipt exists."""
-    check_key(key)
-    with flocked(layout.lock):
-        if own_lease(layout, key, token, worker) is None:
-            raise WrongState(f"{key}: its lease is no longer {worker}'s (attempt {token}); not put back")
-        if layout.receipt(key).exists():
-            raise WrongState(f"{key}: has a receipt already; not put back")
-        dst = _back_in_queue(layout, key, layout.job_file("running", key))
-        record_attempt(layout, key, HOST_FAILED, attempt=token, worker=worker, host=host, reason=reason)
-        record_event(layout, HOST_FAILED, key, worker=worker, attempt=token, host=host, reason=reason)
-        return dst
+    return _put_back(
+        layout, key, token, worker, event=HOST_FAILED, refused="not put back", host=host, reason=reason
+    )
 
 
 @dataclass(frozen=True)
