@@ -3,12 +3,10 @@ job's place in that queue, the overlap mark, and a STALE receipt's merge preflig
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from boardkit import Driver, plain, run_board
-from corekit import git, receive
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from lineskit import commit_lines, edit, received
 from textual.widgets import Static
 
 from core.plan.mint import build_job
@@ -20,28 +18,10 @@ from tui.dialogs.preflight import MergeDialog
 from tui.widgets.counts import CountsBar
 from tui.widgets.job_table import OVERLAP_MARK
 
-LINES = b"".join(f"line {i}\n".encode() for i in range(1, 13))
-
-
-def edit(line: int, to: str) -> bytes:
-    return LINES.replace(f"line {line}\n".encode(), f"{to}\n".encode())
-
 
 @pytest.fixture
 def lines(repo: Layout) -> Layout:
-    (repo.root / "src/lines.py").write_bytes(LINES)
-    git(repo.root, "add", "src/lines.py")
-    git(repo.root, "commit", "-q", "-m", "lines")
-    return repo
-
-
-def received(layout: Layout, signer: Ed25519PrivateKey, instruction: str, out: bytes, at: int) -> str:
-    """A job over src/lines.py, received with `out`, its receipt dated `at` (the queue's order)."""
-    job = build_job(layout, instruction, ["src/lines.py"])
-    enqueue(layout, job)
-    assert receive(layout, job.key, {"src/lines.py": out}, signer).won
-    os.utime(layout.receipt(job.key), (at, at))
-    return job.key
+    return commit_lines(repo)
 
 
 async def plane_read(d: Driver) -> None:

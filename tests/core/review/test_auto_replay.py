@@ -6,45 +6,28 @@ import json
 import os
 
 import pytest
-from corekit import cli, git, receive, set_config
+from corekit import cli, receive, set_config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from lineskit import commit_lines, edit, received
 
 from core.errors import BadInput
 from core.model.models import JobV2
-from core.plan.mint import build_job
 from core.plan.replay import replay_unmergeable
 from core.review.consent import consent
 from core.review.ready import pull
 from core.store.blobs import blobs_dir
 from core.store.config import DEFAULT_CONFIG, load_config
 from core.store.layout import Layout
-from core.store.queue import enqueue, locate
-
-LINES = b"".join(f"line {i}\n".encode() for i in range(1, 13))
-
-
-def edit(base: bytes, line: int, to: str) -> bytes:
-    return base.replace(f"line {line}\n".encode(), f"{to}\n".encode())
+from core.store.queue import locate
 
 
 @pytest.fixture
 def lines(repo: Layout) -> Layout:
-    (repo.root / "src/lines.py").write_bytes(LINES)
-    git(repo.root, "add", "src/lines.py")
-    git(repo.root, "commit", "-q", "-m", "lines")
-    return repo
+    return commit_lines(repo)
 
 
 def policy(layout: Layout, *settings: str) -> None:
     set_config(layout, DEFAULT_CONFIG.replace("[policy]\n", "[policy]\n" + "".join(settings), 1))
-
-
-def received(layout: Layout, signer: Ed25519PrivateKey, instruction: str, out: bytes, at: int) -> str:
-    job = build_job(layout, instruction, ["src/lines.py"])
-    enqueue(layout, job)
-    assert receive(layout, job.key, {"src/lines.py": out}, signer).won
-    os.utime(layout.receipt(job.key), (at, at))
-    return job.key
 
 
 def receive_as_is(layout: Layout, key: str, signer: Ed25519PrivateKey, out: bytes, at: int) -> None:
@@ -53,8 +36,8 @@ def receive_as_is(layout: Layout, key: str, signer: Ed25519PrivateKey, out: byte
 
 
 def clashing_pair(layout: Layout, signer: Ed25519PrivateKey) -> tuple[str, str]:
-    late = received(layout, signer, "Late.", edit(LINES, 1, "uno"), 2_000_000_000)
-    early = received(layout, signer, "Early.", edit(LINES, 1, "one"), 1_900_000_000)
+    late = received(layout, signer, "Late.", edit(1, "uno"), 2_000_000_000)
+    early = received(layout, signer, "Early.", edit(1, "one"), 1_900_000_000)
     return early, late
 
 
@@ -84,7 +67,7 @@ def test_a_replay_whose_chain_reached_the_cap_is_left_saying_so(
     _, late = clashing_pair(lines, signer)
     fresh = pull(lines, replay=replay_unmergeable)[1].why.split("replayed as ")[1].split()[0]
     now = (lines.root / "src/lines.py").read_bytes()
-    receive_as_is(lines, fresh, signer, edit(now, 2, "dos").replace(b"one\n", b"uno\n"), 2_100_000_000)
+    receive_as_is(lines, fresh, signer, edit(2, "dos", base=now).replace(b"one\n", b"uno\n"), 2_100_000_000)
     received(lines, signer, "Again.", now.replace(b"one\n", b"eins\n"), 2_050_000_000)
     done = {p.key: p for p in pull(lines, replay=replay_unmergeable)}
     assert done[fresh].done == "left"
@@ -98,7 +81,7 @@ def test_a_higher_cap_replays_again_down_the_chain(lines: Layout, signer: Ed2551
     clashing_pair(lines, signer)
     fresh = pull(lines, replay=replay_unmergeable)[1].why.split("replayed as ")[1].split()[0]
     now = (lines.root / "src/lines.py").read_bytes()
-    receive_as_is(lines, fresh, signer, edit(now, 2, "dos").replace(b"one\n", b"uno\n"), 2_100_000_000)
+    receive_as_is(lines, fresh, signer, edit(2, "dos", base=now).replace(b"one\n", b"uno\n"), 2_100_000_000)
     received(lines, signer, "Again.", now.replace(b"one\n", b"eins\n"), 2_050_000_000)
     done = {p.key: p for p in pull(lines, replay=replay_unmergeable)}
     assert done[fresh].done == "replayed" and "(auto_replay, 2 of 2)" in done[fresh].why
@@ -106,8 +89,8 @@ def test_a_higher_cap_replays_again_down_the_chain(lines: Layout, signer: Ed2551
 
 def test_a_stale_receipt_whose_base_is_not_kept_is_replayed(lines: Layout, signer: Ed25519PrivateKey) -> None:
     policy(lines, *ON)
-    late = received(lines, signer, "Late.", edit(LINES, 12, "twelve"), 2_000_000_000)
-    received(lines, signer, "Early.", edit(LINES, 1, "one"), 1_900_000_000)
+    late = received(lines, signer, "Late.", edit(12, "twelve"), 2_000_000_000)
+    received(lines, signer, "Early.", edit(1, "one"), 1_900_000_000)
     for blob in blobs_dir(lines).iterdir():
         blob.unlink()
     done = {p.key: p for p in pull(lines, replay=replay_unmergeable)}

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from corekit import cli, git, receive, set_config, tree_files
+from corekit import cli, receive, set_config, tree_files
 from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from lineskit import LINES, commit_lines, edit, received
 
 from core.model.lifecycle import State
 from core.plan.mint import build_job
@@ -24,29 +24,11 @@ from core.store.layout import Layout
 from core.store.queue import enqueue, locate
 
 GENJOB = str(Path(sys.executable).parent / "genjob")
-LINES = b"".join(f"line {i}\n".encode() for i in range(1, 13))
-
-
-def edit(line: int, to: str) -> bytes:
-    return LINES.replace(f"line {line}\n".encode(), f"{to}\n".encode())
 
 
 @pytest.fixture
 def lines(repo: Layout) -> Layout:
-    (repo.root / "src/lines.py").write_bytes(LINES)
-    git(repo.root, "add", "src/lines.py")
-    git(repo.root, "commit", "-q", "-m", "lines")
-    return repo
-
-
-def received(layout: Layout, signer: Ed25519PrivateKey, instruction: str, out: bytes, at: int) -> str:
-    """A job over src/lines.py minted on the tree as it is, received with `out`, its receipt
-    dated `at` (the queue's order)."""
-    job = build_job(layout, instruction, ["src/lines.py"])
-    enqueue(layout, job)
-    assert receive(layout, job.key, {"src/lines.py": out}, signer).won
-    os.utime(layout.receipt(job.key), (at, at))
-    return job.key
+    return commit_lines(repo)
 
 
 def policy(layout: Layout, *settings: str) -> None:
