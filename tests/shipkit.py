@@ -33,6 +33,7 @@ from core.store.config import load_config
 from core.store.events import attempts
 from core.store.layout import Layout
 from core.store.overlaps import in_flight
+from core.store.procfs import stat_fields
 from core.store.queue import enqueue, locate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -410,3 +411,20 @@ def replayed_before_any_call(layout: Layout, key: str, called: Path) -> str:
     fresh = [k for k, job in in_flight(layout).items() if getattr(job, "replay_of", None) == key]
     assert len(fresh) == 1
     return fresh[0]
+
+
+def children_named(pid: int, name: str) -> list[int]:
+    """The processes named `name` whose parent is `pid` (a genjob's `srun` or `docker`
+    clients, each started in a session of its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(entry.name)
+        try:
+            comm = (entry / "comm").read_text().rstrip("\n")
+        except OSError:
+            continue
+        if fields is not None and comm == name and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found

@@ -26,7 +26,17 @@ import pytest
 from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from dockerkit import DOCKER_GROUP, IMAGE, DockerDaemon, mounts, put_kubectl_first, run_daemon
-from shipkit import genjob, script, sleeper, start_genjob, stop_process, toml_str, wait_for, write_config
+from shipkit import (
+    children_named,
+    genjob,
+    script,
+    sleeper,
+    start_genjob,
+    stop_process,
+    toml_str,
+    wait_for,
+    write_config,
+)
 
 from core.model.lifecycle import State
 from core.read.snapshot import take_snapshot
@@ -212,22 +222,6 @@ async def test_a_cancel_ends_the_containers_process(line: str, docker: DockerDae
         assert "sleep infinity" in docker.processes(container), "the container runs on"
 
 
-def docker_clients(pid: int) -> list[int]:
-    """The `docker` clients a genjob started (each in a session of its own)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name == "docker" and int(rest[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.parametrize("client", ["frozen", "killed"])
 def test_a_container_its_killed_worker_left_is_removed_by_the_hosts_cleanup(
     repo: Layout, signer: Ed25519PrivateKey, docker: DockerDaemon, tmp_path: Path, client: str
@@ -246,7 +240,7 @@ def test_a_container_its_killed_worker_left_is_removed_by_the_hosts_cleanup(
     try:
         wait_for(report.exists, "the generator to start")
         wait_for(lambda: bool([r for r in attempts(repo, job.key) if r.get("event") == STARTED]), "the facts")
-        clients = docker_clients(worker.pid)
+        clients = children_named(worker.pid, "docker")
         assert clients, "docker runs the container"
         for pid in clients:
             os.kill(pid, signal.SIGSTOP if client == "frozen" else signal.SIGKILL)

@@ -20,6 +20,7 @@ from corekit import cli, mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import (
     alive,
+    children_named,
     genjob,
     hostile_host,
     read_report,
@@ -104,22 +105,6 @@ async def test_slurms_ids_are_recorded_shown_and_passed_as_named(
     assert f"run     attempt 1 on hpc: slurm_job_id={facts['slurm_job_id']} slurm_step_id=0" in shown
 
 
-def srun_children(pid: int) -> list[int]:
-    """The `srun` processes a genjob started (each in a session of its own)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name == "srun" and int(rest[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.parametrize("trigger", ["requeue", "recover", "cancel"])
 def test_a_step_its_killed_worker_left_is_cancelled_by_the_hosts_cleanup(
     repo: Layout, signer: Ed25519PrivateKey, slurm: SlurmCluster, tmp_path: Path, trigger: str
@@ -136,7 +121,7 @@ def test_a_step_its_killed_worker_left_is_cancelled_by_the_hosts_cleanup(
     try:
         pids, _workdir = read_report(report)
         wait_for(lambda: bool(started(repo, job.key)), "the run's facts in the attempt records")
-        clients = srun_children(worker.pid)
+        clients = children_named(worker.pid, "srun")
         assert clients, "srun runs the step"
         for pid in clients:
             os.kill(pid, signal.SIGSTOP)
