@@ -4,8 +4,10 @@ the next reads only the files replaced since.
 Line 1 is the head: this machine's seal (`core.store.seal`) of the rest of the line, a
 space, and a JSON object: the format, the `.gen/` and device it is of, the sha256 of line
 2, and the policy read from the config with the stamps of the files it came from (so a
-plain `genjob ls` need not load the config's models). Line 2 is a JSON array with one
-array per key: the inodes its job file and receipt had, then its `KeyFacts`.
+plain `genjob ls` need not load the config's models). Line 2 is a JSON array: the values
+that recur (folder sets, schemas, paths, statuses, workers), then one column per field of
+the keys' `KeyFacts` and of the inodes their job files and receipts had, a recurring value
+given by its place. Columns decode several times faster than an array per key.
 
 It saves work and decides nothing: nothing that verifies or applies a job reads it. It is
 read only when it is the operator's own (it and its folders up to `.gen/` owned by this
@@ -28,8 +30,9 @@ from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because
 from core.store.seal import seal, sealed_here
 
-FORMAT = "genjob listing index 2"
+FORMAT = "genjob listing index 4"
 NAME = "listing.jsonl"
+COLUMNS = 16
 
 
 class Policy(NamedTuple):
@@ -49,20 +52,47 @@ class Index(NamedTuple):
     inodes: dict[str, tuple[int, int]]  # of each key's job file and receipt, as they were read
 
 
-def _load(entries: list[list[Any]], inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
-    """What the entries give back; equal sets of folders or paths come back as one tuple."""
-    shared: dict[tuple[str, ...], tuple[str, ...]] = {}
-    known: dict[str, KeyFacts] = {}
-    for entry in entries:
-        key, ino, receipt_ino, folders, modified, job = entry[:6]
-        folders = shared.setdefault(tuple(folders), tuple(folders))
-        if job is not None:
-            schema, digest, text, paths, pairs, created = job
-            paths = shared.setdefault(tuple(paths), tuple(paths))
-            job = JobSummary(schema, digest, text, paths, tuple(map(tuple, pairs)), created)
-        facts = KeyFacts._make([folders, modified, job, *entry[6:10], tuple(entry[10])])
-        known[key], inodes[key] = facts, (ino, receipt_ino)
-    return known
+def _load(body: Any, inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
+    """The facts the columns give back, each shared value one object however many keys hold it."""
+    values, columns = body
+    shared = [tuple(tuple(v) if type(v) is list else v for v in x) if type(x) is list else x for x in values]
+    keys, inos, receipt_inos, modified, invalid, digests, texts, created, *refs = columns
+    folders, rejections, statuses, workers, problems, schemas, paths, inputs = (
+        list(map(shared.__getitem__, column)) for column in refs
+    )
+    jobs = [
+        JobSummary(*job) if job[0] is not None else None
+        for job in zip(schemas, digests, texts, paths, inputs, created, strict=True)
+    ]
+    inodes.update(zip(keys, zip(inos, receipt_inos, strict=True), strict=True))
+    facts = zip(folders, modified, jobs, rejections, invalid, statuses, workers, problems, strict=True)
+    return dict(zip(keys, map(KeyFacts._make, facts), strict=True))
+
+
+def _dump(index: Index) -> bytes:
+    at: dict[str, int] = {}
+
+    def ref(value: object) -> int:
+        return at.setdefault(json.dumps(value, separators=(",", ":")), len(at))
+
+    rows = []
+    for key, f in index.known.items():
+        schema, digest, text, paths, inputs, created = f.job or (None,) * 6  # a null schema: no job
+        recurring = (
+            f.folders,
+            f.rejection,
+            f.receipt,
+            f.receipt_worker,
+            f.receipt_problems,
+            schema,
+            paths,
+            inputs,
+        )
+        rows.append(
+            (key, *index.inodes[key], f.modified, f.invalid, digest, text, created, *map(ref, recurring))
+        )
+    columns = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * COLUMNS
+    return f"[[{','.join(at)}],".encode() + json.dumps(columns, separators=(",", ":")).encode() + b"]"
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -82,7 +112,7 @@ def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
             head = json.loads(head_bytes)
             if (head["format"], head["gen"], head["device"]) != (FORMAT, gen, os.stat(gen).st_dev):
                 return None
-            body = fh.read() if facts else b"[]"
+            body = fh.read() if facts else b""
         if facts and hashlib.sha256(body).hexdigest() != head["body"]:
             return None
         policy = None
@@ -90,16 +120,14 @@ def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
             required, fault, unsandboxed, held, protected = head["policy"]
             policy = Policy(required, fault, tuple(unsandboxed), held, tuple(protected))
         inodes: dict[str, tuple[int, int]] = {}
-        return Index(policy, head["stamps"], _load(json.loads(body), inodes), inodes)
-    except (OSError, ValueError, TypeError, KeyError, GenjobError):
+        return Index(policy, head["stamps"], _load(json.loads(body), inodes) if facts else {}, inodes)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, GenjobError):
         return None
 
 
 def write_index(path: Path, gen: str, index: Index) -> None:
     """Replace the index at `path` (its folder made already)."""
-    # [key, inodes, then the facts, the job summary (or null) nested as arrays]
-    entries = [[key, *index.inodes[key], *got] for key, got in index.known.items()]
-    body = json.dumps(entries, separators=(",", ":")).encode()
+    body = _dump(index)
     head = {
         "format": FORMAT,
         "gen": gen,

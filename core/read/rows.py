@@ -276,22 +276,18 @@ class RowMaker:
         """The row of `key`, which has a lease file or a candidates folder if so said; with
         `attempts`, its attempts file is read too."""
         folders, job, receipt = facts.folders, facts.job or NO_JOB, facts.receipt
-        problems = [*([facts.invalid] if facts.invalid else []), *facts.receipt_problems]
+        problems = [facts.invalid, *facts.receipt_problems] if facts.invalid else [*facts.receipt_problems]
         fresh = None
         if facts.job and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK):
             stale = [p for p, want in job.inputs if self._tree_hash(p) != want]
             fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
         count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)
-        batch = ("ok" if ok else "failed") if count else None
-
-        def state_with(lease: LeaseState | None) -> State:
-            return _state(folders, lease, receipt, fresh, facts.invalid is not None or None, batch)
-
+        rest = (fresh, facts.invalid is not None or None, ("ok" if ok else "failed") if count else None)
         verdict, worker = None, facts.receipt_worker
         if folders == ("running",):
-            verdict, holder = self._lease(key, leased, state_with)
+            verdict, holder = self._lease(key, leased, lambda lease: _state(folders, lease, receipt, *rest))
             worker = holder or worker
-        state = state_with(verdict.state if verdict else None)
+        state = _state(folders, verdict.state if verdict else None, receipt, *rest)
         if state is State.INCONSISTENT:
             problems.append(inconsistency_rule(frozenset(folders), receipt is not None))
         elif state is State.ORPHANED and verdict is not None:
