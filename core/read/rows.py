@@ -9,7 +9,6 @@ row shown in full). A file that does not parse makes its job INVALID; nothing ra
 from __future__ import annotations
 
 import functools
-import json
 import os
 import stat
 import time
@@ -26,9 +25,9 @@ from core.model.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.model.paths import lstat_inside
 from core.read import docscan
 from core.read.docscan import JobSummary, LeaseFacts, ReceiptFacts
+from core.store.events import last_claim
 from core.store.layout import Layout
 
-ATTEMPTS_BYTES = 64 * 1024 * 1024
 # A file changed this recently may change again within its mtime's granularity without its
 # identity changing: what was read from it is used but not kept (git's "racily clean").
 RACY_NS = 2_000_000_000
@@ -150,21 +149,6 @@ def parse_lease(data: bytes, path: str) -> LeaseFacts | str:
     return _checked(data, path, docscan.quick_lease, strict)  # type: ignore[no-any-return]
 
 
-def count_claims(data: bytes) -> tuple[int, str]:
-    """(claims, the worker of the last claim naming one) in an attempts file: evidence, not
-    a contract, so a line that does not parse is skipped."""
-    claims, worker = 0, ""
-    for line in data.splitlines():
-        if b'"event":"claimed"' in line:
-            claims += 1
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            worker = str(obj.get("worker") or worker) if isinstance(obj, dict) else worker
-    return claims, worker
-
-
 def read_facts(
     gen: str, key: str, folders: tuple[str, ...], *, receipt: bool, racy_ns: int
 ) -> tuple[KeyFacts, bool]:
@@ -235,7 +219,7 @@ class RowMaker:
     """Makes rows of facts at one moment: the clock, the tree and each lease as they are now."""
 
     def __init__(self, layout: Layout, now: float | None = None) -> None:
-        self.gen, self.root = str(layout.gen), layout.root
+        self.layout, self.gen, self.root = layout, str(layout.gen), layout.root
         self.now = time.time() if now is None else now
         self._hashes: dict[str, str | None] = {}  # tree files hashed for this moment
 
@@ -311,12 +295,10 @@ class RowMaker:
             candidates=count,
             modified=facts.modified,
         )
-        return with_attempts(self.gen, row) if attempts else row
+        return with_attempts(self.layout, row) if attempts else row
 
 
-def with_attempts(gen: str, row: JobRow) -> JobRow:
-    """`row` with the claims in its attempts file counted, and the last claim's worker
-    when it names none."""
-    data = read_file(f"{gen}/attempts/{row.key}.jsonl", limit=ATTEMPTS_BYTES).data
-    claims, last = count_claims(data) if isinstance(data, bytes) else (0, "")
+def with_attempts(layout: Layout, row: JobRow) -> JobRow:
+    """`row` with its claims counted, and the last claim's worker when it names none."""
+    claims, last = last_claim(layout, row.key)
     return row._replace(attempts=claims, worker=row.worker or last)

@@ -141,6 +141,17 @@ def claims(records: list[dict[str, Any]]) -> int:
     return sum(1 for r in records if r.get("event") == "claimed")
 
 
+def last_claim(layout: Layout, key: str) -> tuple[int, str]:
+    """(claims, the worker the last claim naming one names): what a listing shows of a job's
+    attempts, counted as `claims` counts them; (0, "") when its attempts file cannot be read."""
+    try:
+        claimed = [r for r in attempts(layout, key) if r.get("event") == "claimed"]
+    except BadInput:
+        return 0, ""
+    named = [str(r["worker"]) for r in claimed if r.get("worker")]
+    return len(claimed), named[-1] if named else ""
+
+
 def job_events(layout: Layout, key: str) -> list[dict[str, Any]]:
     """The audit log's lines about `key` (a byte search first: the log grows large)."""
     return [e for e in _parse_lines(read_tail(layout.events), key.encode()) if e.get("key") == key]

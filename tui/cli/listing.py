@@ -34,7 +34,7 @@ def list_jobs(layout: Layout, states: Sequence[str], as_json: bool) -> None:
     snap = take_snapshot(layout, states={State(s) for s in wanted})
     order = {s: i for i, s in enumerate(STATE_ORDER)}
     ordered = sorted(snap.rows.values(), key=lambda r: (order[r.state], -r.created_at, r.key))
-    rows = [with_attempts(str(layout.gen), r) for r in ordered]
+    rows = [with_attempts(layout, r) for r in ordered]
     if as_json:
         print_json(
             [

@@ -59,7 +59,7 @@ def test_a_running_job_with_a_receipt_and_attempts(repo: Layout, signer: Ed25519
     got, _ = facts(repo, job.key)
     assert got.folders == ("running",) and got.receipt == "ok" and got.receipt_problems == ()
     assert got.job is not None and got.job.inputs == (("src/app.py", job.inputs["src/app.py"]),)
-    row = with_attempts(str(repo.gen), JobRow(key=job.key, state=State.RECEIVED))
+    row = with_attempts(repo, JobRow(key=job.key, state=State.RECEIVED))
     assert row.attempts == 1 and row.worker
 
 
