@@ -1,8 +1,8 @@
 """The job contract's constants: schema names, field sets, the key format and size limits.
 
 Standard library only, and nothing but constants: the strict models (`core.model.models`,
-`core.store.lease`) and the listing engine's quick checks (`core.read.docscan`) both read them here,
-so the two cannot drift apart, and neither depends on the other.
+`core.store.lease`) and the quick checks a listing uses (`core.model.quick_checks`) both
+read them here, so the two cannot drift apart, and neither depends on the other.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class ReceiptStatus(StrEnum):
     ABORTED = "aborted"
 
 
-# The same words as plain text, for the listing engine's quick check (`core.read.docscan`).
+# The same words as plain text, for the quick checks (`core.model.quick_checks`).
 RECEIPT_STATUSES = tuple(s.value for s in ReceiptStatus)
 
 LEASE_FIELDS = frozenset(("worker", "host", "pid", "token", "claimed_at", "heartbeat", "ttl"))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.errors import GenjobError
-from core.read.docscan import JobSummary
+from core.model.quick_checks import JobSummary
 from core.read.rows import KeyFacts
 from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because

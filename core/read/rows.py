@@ -1,7 +1,7 @@
 """One job's row: what its files say, then what its lease, the tree and the clock add.
 
-`read_facts` reads a key's documents (`docscan`'s quick checks, the strict models for
-what those refuse) into `KeyFacts`, which hold while those files are not replaced;
+`read_facts` reads a key's documents (`core.model.quick_checks`, the strict models
+for what those refuse) into `KeyFacts`, which hold while those files are not replaced;
 `RowMaker.row` adds the lease, tree, clock and candidates (the attempts file only for a
 row shown in full). A file that does not parse makes its job INVALID; nothing raises.
 """
@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.errors import BadInput
-from core.model import freshness
+from core.model import freshness, quick_checks
 from core.model.canonical import MAX_JSON_BYTES, loads_strict, read_with_stat, sha256_file
 from core.model.contract import KEY_RE, MAX_LEASE_BYTES, ReceiptStatus
 from core.model.freshness import LeaseState, Verdict
 from core.model.lifecycle import Facts, State, derive_state, inconsistency_rule
 from core.model.paths import lstat_inside
-from core.read import docscan
-from core.read.docscan import JobSummary, LeaseFacts, ReceiptFacts
+from core.model.quick_checks import JobSummary, LeaseFacts, ReceiptFacts
 from core.store.events import last_claim
 from core.store.layout import Layout
 
@@ -114,13 +113,13 @@ def parse_job(data: bytes, path: str, folder: str, key: str) -> tuple[JobSummary
         from core.store.job_state import read_job_file
 
         job, record = read_job_file(Path(path), folder)
-        return docscan.summary_of(job), _rejection(record)
+        return quick_checks.summary_of(job), _rejection(record)
 
     def quick(obj: Any) -> tuple[JobSummary, str] | None:
         doc: Any = (
             (obj.get("job") if type(obj) is dict else None) if folder in ("applied", "rejected") else obj
         )
-        summary = docscan.quick_job(doc)
+        summary = quick_checks.quick_job(doc)
         return (summary, _rejection(obj)) if summary is not None and doc["idempotency_key"] == key else None
 
     got = _checked(data, path, quick, strict)
@@ -136,7 +135,7 @@ def parse_receipt(data: bytes, path: str) -> ReceiptFacts | str:
         rec = receipt_from_obj(loads_strict(data, path), path)
         return ReceiptFacts(rec.status.value, rec.worker_id, rec.idempotency_key, rec.job_digest)
 
-    return _checked(data, path, docscan.quick_receipt, strict)  # type: ignore[no-any-return]
+    return _checked(data, path, quick_checks.quick_receipt, strict)  # type: ignore[no-any-return]
 
 
 def parse_lease(data: bytes, path: str) -> LeaseFacts | str:
@@ -146,7 +145,7 @@ def parse_lease(data: bytes, path: str) -> LeaseFacts | str:
         lease = lease_from_bytes(data, path)
         return LeaseFacts(lease.worker, lease.host, lease.pid, float(lease.heartbeat), float(lease.ttl))
 
-    return _checked(data, path, docscan.quick_lease, strict)  # type: ignore[no-any-return]
+    return _checked(data, path, quick_checks.quick_lease, strict)  # type: ignore[no-any-return]
 
 
 def read_facts(

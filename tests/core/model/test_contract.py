@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from core.model import contract, models
-from core.read import docscan
+from core.model import contract, models, quick_checks
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_models_and_the_quick_checks_use_the_same_constants() -> None:
-    assert models.KEY_RE is contract.KEY_RE and docscan.c is contract
+    assert models.KEY_RE is contract.KEY_RE and quick_checks.c is contract
     assert models.HEX64_RE is contract.HEX64_RE
     assert models.SCHEMAS == (contract.V1, contract.V2)
     assert models.RECEIPT_STATUSES is contract.RECEIPT_STATUSES
@@ -30,7 +29,7 @@ def test_the_v1_field_order_names_each_field_once() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["core.model.contract", "core.read.docscan", "core.read.snapshot", "core.model.freshness"]
+    "module", ["core.model.contract", "core.model.quick_checks", "core.read.snapshot", "core.model.freshness"]
 )
 def test_the_listing_engine_loads_without_pydantic(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('pydantic')))"

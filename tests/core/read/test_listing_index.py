@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.read.docscan import JobSummary
+from core.model.quick_checks import JobSummary
 from core.read.listing_index import FORMAT, Index, Policy, read_index, write_index
 from core.read.rows import KeyFacts
 from core.store.seal import seal

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.contract import MAX_LEASE_BYTES
 from core.model.lifecycle import State
-from core.read.docscan import LeaseFacts, ReceiptFacts
+from core.model.quick_checks import LeaseFacts, ReceiptFacts
 from core.read.folders import list_names
 from core.read.rows import (
     JobRow,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from core.errors import BadInput
 from core.model.models import job_from_obj, receipt_from_obj
-from core.read.docscan import quick_job, quick_lease, quick_receipt, summary_of
+from core.model.quick_checks import quick_job, quick_lease, quick_receipt, summary_of
 from core.store.lease import Lease
 
 ABC = hashlib.sha256(b"abc").hexdigest()
