@@ -49,16 +49,17 @@ INSTALL_RUFF = "pip install ruff there, or uv tool install genjob --with ruff"
 
 @pytest.fixture(scope="session")
 def without_ruff(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """genjob installed as a user installs it (its runtime dependencies only, from uv's
-    cache) into an environment of its own, whose Python has no ruff: its bin folder."""
+    """genjob installed as a user installs it (not editable, its runtime dependencies only,
+    as the lock file pins them, from uv's cache) into an environment of its own, whose
+    Python has no ruff: its bin folder. The lock's own URLs need no index in the cache."""
     venv = tmp_path_factory.mktemp("without-ruff") / "venv"
     uv = shutil.which("uv")
     assert uv is not None, "the suite runs under uv"
     project = Path(core.__file__).resolve().parents[1]
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    install = [uv, "sync", "-q", "--frozen", "--no-dev", "--no-editable", "--offline"]
+    install += ["--project", str(project), "--python", sys.executable]
+    subprocess.run(install, check=True, env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)})
     python = venv / "bin" / "python"
-    install = [uv, "pip", "install", "-q", "--offline", "--python", str(python), str(project)]
-    subprocess.run(install, check=True)
     assert subprocess.run([python, "-c", "import ruff"], capture_output=True).returncode != 0
     return venv / "bin"
 
