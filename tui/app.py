@@ -51,6 +51,8 @@ class GenjobApp(App[None]):
         """A dialog's own note goes into the dialog; any other waits while a dialog is on top."""
         event.prevent_default()
         note = event.notification
+        if not self.screen_stack:  # the app is closing: nothing left to show it on
+            return
         if dialog_on_top(self.screen):
             if not write_into_dialog(self.screen, note.title, note.message, note.severity):
                 self._held_notes.append(note)
@@ -60,6 +62,8 @@ class GenjobApp(App[None]):
     def on_board_note(self, event: BoardNote) -> None:
         """A note of the board's: a toast now, or once the dialog on top has closed."""
         note = event.notification
+        if not self.screen_stack:  # the app is closing: nothing left to show it on
+            return
         if dialog_on_top(self.screen):
             self._held_notes.append(note)
         else:

@@ -109,13 +109,13 @@ def merge_text(p: MergePreflight) -> Group:
     return Group(head, diffs_text(list(p.diffs)))
 
 
-def plane_text(lines: Sequence[str]) -> Text:
+def plane_text(lines: Sequence[str], root: Path | None = None) -> Text:
     """What the apply plane says of a job (`core.read.plane_view.PlaneView.lines`): its
     place in the apply queue or why a pass leaves it, and each job in flight it overlaps."""
     text = Text()
     for line in lines:
         text.append("∩ " if line.startswith("overlaps ") else "→ ", WARN)
-        text.append(literal(line))
+        text.append(literal(in_repo(line, root)))
         text.append("\n")
     return text + Text("\n") if lines else text
 

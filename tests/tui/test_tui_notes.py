@@ -7,10 +7,11 @@ from boardkit import Driver, plain, run_board
 from textual.widgets import Static
 from textual.widgets._toast import Toast
 
+from tui.app import make_app
 from tui.demo import Demo
 from tui.dialogs.confirm import ConfirmDialog
 from tui.messages import Say
-from tui.notes import cut_left, fit_line, fit_message, toast_text_width
+from tui.notes import board_note, cut_left, fit_line, fit_message, toast_text_width
 from tui.screens.board import BoardScreen
 
 SMALL = (80, 24)
@@ -110,3 +111,13 @@ def test_a_word_too_long_for_any_line_is_cut_too() -> None:
 def test_a_short_message_is_left_as_it_is() -> None:
     text = "claimed 1889189cbb74 (attempt 2); s ships it"
     assert fit_message(text, toast_text_width(80)) == text
+
+
+async def test_a_note_that_arrives_as_the_board_closes_is_dropped_not_raised(demo: Demo) -> None:
+    """A check or a run can end while the app is taking its screens down: its note has
+    nothing to be shown on, and must not turn the exit into a traceback."""
+    app = make_app(demo.root)
+    assert not app.screen_stack
+    app.on_board_note(board_note("check tests passed", "checks", "information", 5))
+    app.on_notify(board_note("a dialog's own note", "", "warning", 5))
+    assert not app._notifications

@@ -82,7 +82,7 @@ class DetailPane(Vertical):
         if self.detail is None or self._tabs is None:
             return
         now = time.time()
-        job = render.plane_text(self.plane) + render.job_text(self.detail, now, self.root)
+        job = render.plane_text(self.plane, self.root) + render.job_text(self.detail, now, self.root)
         self._body("job").update(job)
         self._body("lease").update(render.lease_text(self.detail, now))
 
