@@ -177,6 +177,9 @@ class _WorkerLoop:
         return [res]
 
     def _ended(self, res: ShipResult) -> None:
+        if self.notify is not None:
+            for event in run_events(res):
+                self.notify(event)
         if res.requeued:
             self.resting[res.host] = asyncio.get_running_loop().time() + CLAIM_RETRY
             self.report(f"{res.key} {res.host}: {res.reason}")
@@ -187,9 +190,6 @@ class _WorkerLoop:
             verdict += " (lease lost; receipt kept aside)"
         which = "" if res.candidate is None else f" candidate {res.candidate}"
         self.report(f"{res.key} {res.host} attempt {res.attempt}{which}: {verdict}")
-        if self.notify is not None:
-            for event in run_events(res):
-                self.notify(event)
 
     def _running(self) -> set[asyncio.Task[list[ShipResult]]]:
         return set().union(*self.busy.values())
@@ -233,8 +233,11 @@ class _WorkerLoop:
 
 def run_events(res: ShipResult) -> list[Event]:
     """What a run that ended is worth telling: its receipt, and a host's failure (a
-    `rejected` run: the generator or the transport failed; `aborted` is a stop asked for).
+    `rejected` run: the generator or the transport failed; `aborted` is a stop asked for;
+    a run the host could not start put the job back in the queue, with no receipt).
     A run whose lease was lost committed nothing: nothing to tell."""
+    if res.requeued:
+        return [host_failed(res.key, res.host, res.attempt, res.reason)]
     if not res.won:
         return []
     events = [receipt_arrived(res.key, res.status, host=res.host)]

@@ -1,0 +1,184 @@
+"""`genjob ship` and `genjob check` tell the operator's `[notify]` channels, as real
+processes: a command that keeps what it reads on stdin, and the events it got."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from checkkit import CALC_BETTER, CALC_BROKEN, PYTEST, configure, project, received
+from corekit import mint
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from shipkit import DEMO, GENJOB, genjob_env, host_block, script, write_config
+
+from core.review import sandbox
+from core.store.layout import Layout, user_config_dir
+from core.store.signing import private_key_path, trust_repository
+
+pytestmark = pytest.mark.timeout(180)
+
+ALL = ["receipt", "approval", "check_failed", "host_failed"]
+needs_bwrap = pytest.mark.skipif(sandbox.tools().bwrap is None, reason="bwrap is not installed")
+
+
+@pytest.fixture
+def events(tmp_path: Path) -> Path:
+    """Where the operator's `[notify] command` keeps each event it is given."""
+    return tmp_path / "events.jsonl"
+
+
+@pytest.fixture
+def checked(repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path) -> Layout:
+    """A small project whose pytest suite is a required check, the worker key pinned in it,
+    and one local host that runs the demo generator."""
+    layout = project(tmp_path / "checked")
+    configure(layout, {"tests": f'run = "{PYTEST}"'}, host_block("gen", None, DEMO), require=["tests"])
+    pub = private_key_path().with_name(private_key_path().name + ".pub")
+    trust_repository(layout, pub)
+    return layout
+
+
+def opt_in(events: Path, kinds: list[str] = ALL) -> None:
+    """The operator's own config.toml: a command that appends its stdin to `events`."""
+    hook = [sys.executable, "-c", f"import sys; open({str(events)!r}, 'ab').write(sys.stdin.buffer.read())"]
+    folder = user_config_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.toml").write_text(
+        f"[notify.command]\nrun = {json.dumps(hook)}\nevents = {json.dumps(kinds)}\n"
+    )
+
+
+def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """`genjob ARGS` with HOME in the test's folder (XDG_CONFIG_HOME is already the test's)."""
+    home.mkdir(exist_ok=True)
+    return subprocess.run(
+        [GENJOB, *args], cwd=cwd, env=genjob_env({"HOME": str(home)}), capture_output=True, text=True
+    )
+
+
+def told(events: Path) -> list[dict[str, Any]]:
+    if not events.exists():
+        return []
+    return [json.loads(line) for line in events.read_text().splitlines()]
+
+
+def kinds(events: Path) -> list[tuple[str, str]]:
+    return [(e["event"], e["key"]) for e in told(events)]
+
+
+def test_a_ship_to_the_local_host_tells_its_receipt_and_that_it_waits_for_approval(
+    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+) -> None:
+    opt_in(events)
+    job = mint(repo)
+    res = run("ship", job.key, "--host", "local", cwd=repo.root, home=tmp_path / "home")
+    assert res.returncode == 0, res.stdout + res.stderr
+    receipt, approval = told(events)
+    assert (receipt["event"], receipt["key"], receipt["status"], receipt["host"]) == (
+        "receipt",
+        job.key,
+        "ok",
+        "local",
+    )
+    assert receipt["source"] == "ship" and receipt["repository"] == str(repo.root)
+    assert (approval["event"], approval["key"], approval["source"]) == ("approval", job.key, "ship")
+    assert approval["why"] == f"verifies, and its required checks passed; genjob apply {job.key[:12]}"
+
+
+def test_a_ship_whose_required_check_has_not_run_waits_on_the_check_not_the_operator(
+    checked: Layout, events: Path, tmp_path: Path
+) -> None:
+    opt_in(events)
+    job = mint(checked, paths=["calc.py"])
+    res = run("ship", job.key, cwd=checked.root, home=tmp_path / "home")
+    assert "=> apply refused until required checks pass" in res.stdout, res.stdout + res.stderr
+    assert kinds(events) == [("receipt", job.key)]
+
+
+def test_a_rejected_ship_tells_its_receipt_and_the_hosts_failure(
+    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+) -> None:
+    write_config(repo, host_block("gen", None, script(tmp_path, "fails", "import sys; sys.exit(3)")))
+    opt_in(events)
+    job = mint(repo)
+    res = run("ship", job.key, "--host", "gen", cwd=repo.root, home=tmp_path / "home")
+    assert res.returncode == 1
+    receipt, failed = told(events)
+    assert (receipt["event"], receipt["status"]) == ("receipt", "rejected")
+    assert (failed["event"], failed["key"], failed["host"], failed["attempt"]) == (
+        "host_failed",
+        job.key,
+        "gen",
+        1,
+    )
+    assert failed["source"] == "ship" and failed["reason"]
+
+
+def test_a_host_that_cannot_start_the_run_is_told_as_failed_with_no_receipt(
+    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no-such-launcher")
+    write_config(
+        repo, f'[hosts.far]\ntransport = "command"\ncommand = [{json.dumps(missing)}]\ngenerator = "true"\n'
+    )
+    opt_in(events)
+    job = mint(repo)
+    res = run("ship", job.key, "--host", "far", cwd=repo.root, home=tmp_path / "home")
+    assert res.returncode == 1 and "back in the queue" in res.stdout, res.stdout + res.stderr
+    [failed] = told(events)
+    assert (failed["event"], failed["key"], failed["host"]) == ("host_failed", job.key, "far")
+    assert f"{missing}: not found on this machine" in failed["reason"]
+
+
+def test_a_ship_of_candidates_tells_each_receipt_and_that_one_waits_to_be_chosen(
+    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+) -> None:
+    opt_in(events)
+    job = mint(repo)
+    res = run("ship", job.key, "--candidates", "2", cwd=repo.root, home=tmp_path / "home")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert kinds(events) == [("receipt", job.key), ("receipt", job.key), ("approval", job.key)]
+    assert (
+        told(events)[2]["why"] == f"2 of 2 candidates verify; genjob candidates {job.key[:12]} compares them"
+    )
+
+
+@needs_bwrap
+def test_a_failing_check_is_told_and_a_passing_one_leaves_the_job_waiting_for_approval(
+    checked: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+) -> None:
+    layout = checked
+    opt_in(events)
+    broken = received(layout, signer, {"calc.py": CALC_BROKEN})
+    res = run("check", broken.key, cwd=layout.root, home=tmp_path / "home")
+    assert res.returncode == 1, res.stdout + res.stderr
+    [failed] = told(events)
+    assert (failed["event"], failed["key"], failed["check"], failed["source"]) == (
+        "check_failed",
+        broken.key,
+        "tests",
+        "check",
+    )
+    assert failed["text"].startswith("check tests failed (exit 1) in ")
+    events.unlink()
+    better = received(layout, signer, {"calc.py": CALC_BETTER})
+    res = run("check", better.key, cwd=layout.root, home=tmp_path / "home")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert kinds(events) == [("approval", better.key)]
+
+
+def test_without_notify_neither_ship_nor_check_runs_anything(
+    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+) -> None:
+    """An operator config with no `[notify]`: the commands run as ever, and tell no one."""
+    folder = user_config_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.toml").write_text("[policy]\n")
+    job = mint(repo)
+    res = run("ship", job.key, cwd=repo.root, home=tmp_path / "home")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "notif" not in res.stderr and not events.exists()
