@@ -23,25 +23,20 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.errors import GenjobError, Stale
 from core.model.models import KEY_RE, Job, JobV1, JobV2
-from core.model.standing import CheckStatus
 from core.review.apply import apply_job
-from core.review.check_status import require_checks
+from core.review.check_status import READY, require_checks
 from core.review.merge import MergeConflict, apply_merged
-from core.review.verify import Verification, verify
+from core.review.verify import verify
 from core.review.writer_lock import writer
 from core.store.config import Config, load_config
 from core.store.layout import Layout
-from core.store.notify import Event, waiting_for_approval
 from core.store.queue import locate
 from core.store.tree import make_folder
-
-# What makes a received job ready for the apply plane.
-READY = "verifies, and its required checks passed"
 
 # Replays a job whose STALE receipt could not be merged, closing it as rejected with a
 # reason that names its replay: (layout, key, why) -> the new key. Given by the plane above.
@@ -79,16 +74,6 @@ def receipt_order(layout: Layout) -> list[str]:
         except FileNotFoundError:
             continue
     return [key for _, key in sorted(found)]
-
-
-def awaiting_approval(config: Config, v: Verification, statuses: Iterable[CheckStatus]) -> Event | None:
-    """The `approval` event when the receipt `v` verified now waits on the operator alone:
-    it is ready (it verifies and every required check passed on it) and no apply plane
-    applies it unasked (`policy.auto_apply = "never"`), so only `genjob apply` writes it."""
-    checked = all(s.satisfied for s in statuses if s.required)
-    if not (v.ok and checked and config.policy.auto_apply == "never"):
-        return None
-    return waiting_for_approval(v.key, f"{READY}; genjob apply {v.key[:12]}")
 
 
 def pull(

@@ -18,9 +18,17 @@ from core.errors import GenjobError, NothingToClaim
 from core.store.config import Config, load_config
 from core.store.events import actor
 from core.store.layout import Layout
-from core.store.notify import Event, host_failed, receipt_arrived
+from core.store.notify import Event
 from core.store.queue import Claim, Claimer, Replayer
-from core.work.ship import Hosts, Shipment, ShipResult, refuse_over_budget, run_claimed, signing_key
+from core.work.ship import (
+    Hosts,
+    Shipment,
+    ShipResult,
+    refuse_over_budget,
+    run_claimed,
+    run_events,
+    signing_key,
+)
 from core.work.ship_candidates import run_candidates
 from core.work.spend import OverBudget, check_budget
 
@@ -229,21 +237,6 @@ class _WorkerLoop:
             self._collect()
             with contextlib.suppress(Exception):
                 await self.pool.close()
-
-
-def run_events(res: ShipResult) -> list[Event]:
-    """What a run that ended is worth telling: its receipt, and a host's failure (a
-    `rejected` run: the generator or the transport failed; `aborted` is a stop asked for;
-    a run the host could not start put the job back in the queue, with no receipt).
-    A run whose lease was lost committed nothing: nothing to tell."""
-    if res.requeued:
-        return [host_failed(res.key, res.host, res.attempt, res.reason)]
-    if not res.won:
-        return []
-    events = [receipt_arrived(res.key, res.status, host=res.host)]
-    if res.status == "rejected":
-        events.append(host_failed(res.key, res.host, res.attempt, res.reason))
-    return events
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,7 @@ def check_cmd(
 
 def _tell_if_waiting(layout: Layout, key: str, notifier: Notifier) -> None:
     """Checks that passed may leave the job ready, waiting on the operator alone: tell it."""
-    from core.review.check_status import check_statuses
-    from core.review.ready import awaiting_approval
+    from core.review.check_status import awaiting_approval, check_statuses
     from core.review.verify import verify
     from core.store.config import load_config
     from core.store.queue import locate

@@ -6,6 +6,9 @@ also shows a newline as a character, so a field can never fake a line of its own
 every line is passed through `visible` once more on its way out, so nothing a caller
 missed can drive the terminal.
 
+A command that tells the operator's `[notify]` channels opens them with `notifying`, which
+lets its last events out however the command ends.
+
 Nothing here imports click: `genjob ls` prints through it without loading click.
 """
 

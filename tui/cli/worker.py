@@ -183,8 +183,7 @@ def ship_cmd(
     """
     from core.plan.overlaps import replay_waiting
     from core.store.config import candidate_hosts
-    from core.work.ship import Hosts, ship
-    from core.work.worker import run_events
+    from core.work.ship import Hosts, run_events, ship
 
     hold_standard_fds()
     layout: Layout = layout_of(ctx)
@@ -214,8 +213,8 @@ def ship_cmd(
 def _shipped(layout: Layout, config: Config, res: ShipResult, notifier: Notifier) -> None:
     """What `ship` prints once its run ended: the verdict, notes on the host, and the
     receipt's verification and checks; a job that now waits on the operator is told."""
+    from core.review.check_status import awaiting_approval
     from core.review.host_sandbox import LocalSandbox
-    from core.review.ready import awaiting_approval
     from core.review.verify import NOTHING_CHANGED
 
     if res.requeued:
@@ -257,8 +256,8 @@ def _ship_candidates(
     from core.plan.overlaps import replay_waiting
     from core.read.candidate_view import views
     from core.store.notify import waiting_for_approval
+    from core.work.ship import run_events
     from core.work.ship_candidates import CandidateRequest, ship_candidates
-    from core.work.worker import run_events
     from tui.cli.candidates import print_candidates
 
     def ended(res: ShipResult) -> None:

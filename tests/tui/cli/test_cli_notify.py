@@ -118,8 +118,9 @@ def test_a_rejected_ship_tells_its_receipt_and_the_hosts_failure(
     assert failed["source"] == "ship" and failed["reason"]
 
 
+@pytest.mark.parametrize("command", ["ship", "worker"])
 def test_a_host_that_cannot_start_the_run_is_told_as_failed_with_no_receipt(
-    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path, command: str
 ) -> None:
     missing = str(tmp_path / "no-such-launcher")
     write_config(
@@ -127,11 +128,12 @@ def test_a_host_that_cannot_start_the_run_is_told_as_failed_with_no_receipt(
     )
     opt_in(events)
     job = mint(repo)
-    res = run("ship", job.key, "--host", "far", cwd=repo.root, home=tmp_path / "home")
-    assert res.returncode == 1 and "back in the queue" in res.stdout, res.stdout + res.stderr
+    args = ("ship", job.key) if command == "ship" else ("worker", "--once")
+    res = run(*args, "--host", "far", cwd=repo.root, home=tmp_path / "home")
+    assert "back in the queue" in res.stdout, res.stdout + res.stderr
     [failed] = told(events)
     assert (failed["event"], failed["key"], failed["host"]) == ("host_failed", job.key, "far")
-    assert f"{missing}: not found on this machine" in failed["reason"]
+    assert failed["source"] == command and f"{missing}: not found on this machine" in failed["reason"]
 
 
 def test_a_ship_of_candidates_tells_each_receipt_and_that_one_waits_to_be_chosen(
