@@ -9,10 +9,13 @@ from typing import Any
 
 import click
 
-from core.review.check_status import describe
+from core.review.check_status import awaiting_approval, check_statuses, describe
 from core.review.checks import CheckRun, run_checks
+from core.review.verify import verify
+from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.notify import Notifier, check_failed
+from core.store.queue import locate
 from tui.cli.commands import layout_of, resolve_key
 from tui.cli.output import notifying, print_json, say, say_on_stderr
 
@@ -68,11 +71,6 @@ def check_cmd(
 
 def _tell_if_waiting(layout: Layout, key: str, notifier: Notifier) -> None:
     """Checks that passed may leave the job ready, waiting on the operator alone: tell it."""
-    from core.review.check_status import awaiting_approval, check_statuses
-    from core.review.verify import verify
-    from core.store.config import load_config
-    from core.store.queue import locate
-
     config = load_config(layout.config)
     job = locate(layout, key).job
     v = verify(layout, job, config)

@@ -42,14 +42,17 @@ def checked(repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path) -> Layout:
     return layout
 
 
-def opt_in(events: Path, kinds: list[str] = ALL) -> None:
-    """The operator's own config.toml: a command that appends its stdin to `events`."""
-    hook = [sys.executable, "-c", f"import sys; open({str(events)!r}, 'ab').write(sys.stdin.buffer.read())"]
+def hook_argv(events: Path) -> list[str]:
+    """A command that appends what it reads on stdin to `events`."""
+    return [sys.executable, "-c", f"import sys; open({str(events)!r}, 'ab').write(sys.stdin.buffer.read())"]
+
+
+def opt_in(events: Path) -> None:
+    """The operator's own config.toml: every event to the command `hook_argv(events)`."""
     folder = user_config_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.toml").write_text(
-        f"[notify.command]\nrun = {json.dumps(hook)}\nevents = {json.dumps(kinds)}\n"
-    )
+    text = f"[notify.command]\nrun = {json.dumps(hook_argv(events))}\nevents = {json.dumps(ALL)}\n"
+    (folder / "config.toml").write_text(text)
 
 
 def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
@@ -58,6 +61,14 @@ def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [GENJOB, *args], cwd=cwd, env=genjob_env({"HOME": str(home)}), capture_output=True, text=True
     )
+
+
+def shipped(repo: Layout, home: Path, *options: str) -> str:
+    """A job minted and shipped by `genjob ship KEY OPTIONS`, its receipt verified; its key."""
+    job = mint(repo)
+    res = run("ship", job.key, *options, cwd=repo.root, home=home)
+    assert res.returncode == 0 and "=> apply may run" in res.stdout, res.stdout + res.stderr
+    return job.key
 
 
 def told(events: Path) -> list[dict[str, Any]]:
@@ -70,23 +81,20 @@ def kinds(events: Path) -> list[tuple[str, str]]:
     return [(e["event"], e["key"]) for e in told(events)]
 
 
+def facts(event: dict[str, Any], *names: str) -> tuple[Any, ...]:
+    return tuple(event[n] for n in names)
+
+
 def test_a_ship_to_the_local_host_tells_its_receipt_and_that_it_waits_for_approval(
     repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
 ) -> None:
     opt_in(events)
-    job = mint(repo)
-    res = run("ship", job.key, "--host", "local", cwd=repo.root, home=tmp_path / "home")
-    assert res.returncode == 0, res.stdout + res.stderr
+    key = shipped(repo, tmp_path / "home", "--host", "local")
     receipt, approval = told(events)
-    assert (receipt["event"], receipt["key"], receipt["status"], receipt["host"]) == (
-        "receipt",
-        job.key,
-        "ok",
-        "local",
-    )
-    assert receipt["source"] == "ship" and receipt["repository"] == str(repo.root)
-    assert (approval["event"], approval["key"], approval["source"]) == ("approval", job.key, "ship")
-    assert approval["why"] == f"verifies, and its required checks passed; genjob apply {job.key[:12]}"
+    assert facts(receipt, "event", "key", "status", "host") == ("receipt", key, "ok", "local")
+    assert facts(receipt, "source", "repository") == ("ship", str(repo.root))
+    assert facts(approval, "event", "key", "source") == ("approval", key, "ship")
+    assert approval["why"] == f"verifies, and its required checks passed; genjob apply {key[:12]}"
 
 
 def test_a_ship_whose_required_check_has_not_run_waits_on_the_check_not_the_operator(
@@ -108,13 +116,8 @@ def test_a_rejected_ship_tells_its_receipt_and_the_hosts_failure(
     res = run("ship", job.key, "--host", "gen", cwd=repo.root, home=tmp_path / "home")
     assert res.returncode == 1
     receipt, failed = told(events)
-    assert (receipt["event"], receipt["status"]) == ("receipt", "rejected")
-    assert (failed["event"], failed["key"], failed["host"], failed["attempt"]) == (
-        "host_failed",
-        job.key,
-        "gen",
-        1,
-    )
+    assert facts(receipt, "event", "status") == ("receipt", "rejected")
+    assert facts(failed, "event", "key", "host", "attempt") == ("host_failed", job.key, "gen", 1)
     assert failed["source"] == "ship" and failed["reason"]
 
 
@@ -132,7 +135,7 @@ def test_a_host_that_cannot_start_the_run_is_told_as_failed_with_no_receipt(
     res = run(*args, "--host", "far", cwd=repo.root, home=tmp_path / "home")
     assert "back in the queue" in res.stdout, res.stdout + res.stderr
     [failed] = told(events)
-    assert (failed["event"], failed["key"], failed["host"]) == ("host_failed", job.key, "far")
+    assert facts(failed, "event", "key", "host") == ("host_failed", job.key, "far")
     assert failed["source"] == command and f"{missing}: not found on this machine" in failed["reason"]
 
 
@@ -144,43 +147,40 @@ def test_a_ship_of_candidates_tells_each_receipt_and_that_one_waits_to_be_chosen
     res = run("ship", job.key, "--candidates", "2", cwd=repo.root, home=tmp_path / "home")
     assert res.returncode == 0, res.stdout + res.stderr
     assert kinds(events) == [("receipt", job.key), ("receipt", job.key), ("approval", job.key)]
-    assert (
-        told(events)[2]["why"] == f"2 of 2 candidates verify; genjob candidates {job.key[:12]} compares them"
-    )
+    why = told(events)[2]["why"]
+    assert why == f"2 of 2 candidates verify; genjob candidates {job.key[:12]} compares them"
 
 
 @needs_bwrap
 def test_a_failing_check_is_told_and_a_passing_one_leaves_the_job_waiting_for_approval(
     checked: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
 ) -> None:
-    layout = checked
     opt_in(events)
-    broken = received(layout, signer, {"calc.py": CALC_BROKEN})
-    res = run("check", broken.key, cwd=layout.root, home=tmp_path / "home")
+    broken = received(checked, signer, {"calc.py": CALC_BROKEN})
+    res = run("check", broken.key, cwd=checked.root, home=tmp_path / "home")
     assert res.returncode == 1, res.stdout + res.stderr
     [failed] = told(events)
-    assert (failed["event"], failed["key"], failed["check"], failed["source"]) == (
-        "check_failed",
-        broken.key,
-        "tests",
-        "check",
-    )
+    assert facts(failed, "event", "key", "check", "source") == ("check_failed", broken.key, "tests", "check")
     assert failed["text"].startswith("check tests failed (exit 1) in ")
     events.unlink()
-    better = received(layout, signer, {"calc.py": CALC_BETTER})
-    res = run("check", better.key, cwd=layout.root, home=tmp_path / "home")
+    better = received(checked, signer, {"calc.py": CALC_BETTER})
+    res = run("check", better.key, cwd=checked.root, home=tmp_path / "home")
     assert res.returncode == 0, res.stdout + res.stderr
     assert kinds(events) == [("approval", better.key)]
 
 
-def test_without_notify_neither_ship_nor_check_runs_anything(
-    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    "chosen", [None, [], ["check_failed"]], ids=["no-config", "no-notify", "other-events"]
+)
+def test_a_ship_runs_nothing_the_operator_did_not_opt_into(
+    repo: Layout, signer: Ed25519PrivateKey, events: Path, tmp_path: Path, chosen: list[str] | None
 ) -> None:
-    """An operator config with no `[notify]`: the commands run as ever, and tell no one."""
-    folder = user_config_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.toml").write_text("[policy]\n")
-    job = mint(repo)
-    res = run("ship", job.key, cwd=repo.root, home=tmp_path / "home")
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "notif" not in res.stderr and not events.exists()
+    """No config.toml, one without `[notify]`, one whose command hears only of failed
+    checks: the ship runs as ever, and its receipt and approval reach no one."""
+    if chosen is not None:
+        folder = user_config_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        hook = f"[notify.command]\nrun = {json.dumps(hook_argv(events))}\nevents = {json.dumps(chosen)}\n"
+        (folder / "config.toml").write_text(hook if chosen else "[policy]\n")
+    shipped(repo, tmp_path / "home")
+    assert not events.exists()
