@@ -1,13 +1,13 @@
 """Where each check of a receipt stands (passed, failed, not run, stale or running), judged
-against the bytes it ran on; and the policy that requires some to have passed before
-apply writes them.
+against the bytes it ran on; the policy that requires some to have passed before apply
+writes them; and when a receipt that is ready so waits on the operator alone.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from core.errors import BadInput, GenjobError
 from core.model.canonical import canonical, sha256_bytes
@@ -19,7 +19,11 @@ from core.review.verify import Verification, verify
 from core.store.check_records import read_record, running_since
 from core.store.config import Check, Config
 from core.store.layout import Layout
+from core.store.notify import Event, waiting_for_approval
 from core.store.queue import locate
+
+# What makes a received job ready for the apply plane.
+READY = "verifies, and its required checks passed"
 
 # The verification steps that say the receipt's outputs are the bytes it names.
 _BYTES_STEPS = ("receipt", "paths", "present", "regular", "size", "hashes")
@@ -145,3 +149,13 @@ def require_checks(layout: Layout, job: Job, config: Config, v: Verification) ->
         f"{job.key}: required check{'s' if len(missing) > 1 else ''} not passed on these exact "
         f"outputs: {which}; nothing was written. Run: {run_hint(job.key, [s.name for s in missing])}"
     )
+
+
+def awaiting_approval(config: Config, v: Verification, statuses: Iterable[CheckStatus]) -> Event | None:
+    """The `approval` event when the receipt `v` verified now waits on the operator alone:
+    it is ready (it verifies and every required check passed on it) and no apply plane
+    applies it unasked (`policy.auto_apply = "never"`), so only `genjob apply` writes it."""
+    checked = all(s.satisfied for s in statuses if s.required)
+    if not (v.ok and checked and config.policy.auto_apply == "never"):
+        return None
+    return waiting_for_approval(v.key, f"{READY}; genjob apply {v.key[:12]}")

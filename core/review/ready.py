@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from core.errors import GenjobError, Stale
 from core.model.models import KEY_RE, Job, JobV1, JobV2
 from core.review.apply import apply_job
-from core.review.check_status import require_checks
+from core.review.check_status import READY, require_checks
 from core.review.merge import MergeConflict, apply_merged
 from core.review.verify import verify
 from core.review.writer_lock import writer
@@ -116,7 +116,7 @@ def _pull_one(
         if v.ok:
             require_checks(layout, loc.job, config, v)
             if not apply:
-                return Pulled(key, "ready", "verifies, and its required checks passed")
+                return Pulled(key, "ready", READY)
             res = apply_job(layout, key, commit)
             return Pulled(key, "applied", _changed(res.changed, res.commit))
         if not v.only_base_failed():

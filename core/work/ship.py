@@ -30,6 +30,7 @@ from core.model.paths import regular_file_inside
 from core.remote.rules import TailBuffer
 from core.review.host_sandbox import LocalSandbox
 from core.review.verify import NOTHING_CHANGED, nothing_changed
+from core.store import notify
 from core.store.config import Config, Host, load_config
 from core.store.events import actor, attempts, bounded, record_attempt, record_event
 from core.store.evidence import keep
@@ -80,6 +81,21 @@ class ShipResult:
     # The host could not start the run: the job is back in the queue (`receipt` is its
     # queued file) and `reason` says what the host said.
     requeued: bool = False
+
+
+def run_events(res: ShipResult) -> list[notify.Event]:
+    """What a run that ended is worth telling: its receipt, and a host's failure (a
+    `rejected` run: the generator or the transport failed; `aborted` is a stop asked for;
+    a run the host could not start put the job back in the queue, with no receipt).
+    A run whose lease was lost committed nothing: nothing to tell."""
+    if res.requeued:
+        return [notify.host_failed(res.key, res.host, res.attempt, res.reason)]
+    if not res.won:
+        return []
+    events = [notify.receipt_arrived(res.key, res.status, host=res.host)]
+    if res.status == "rejected":
+        events.append(notify.host_failed(res.key, res.host, res.attempt, res.reason))
+    return events
 
 
 def make_transport(name: str, host: Host) -> Transport:

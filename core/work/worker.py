@@ -18,9 +18,17 @@ from core.errors import GenjobError, NothingToClaim
 from core.store.config import Config, load_config
 from core.store.events import actor
 from core.store.layout import Layout
-from core.store.notify import Event, host_failed, receipt_arrived
+from core.store.notify import Event
 from core.store.queue import Claim, Claimer, Replayer
-from core.work.ship import Hosts, Shipment, ShipResult, refuse_over_budget, run_claimed, signing_key
+from core.work.ship import (
+    Hosts,
+    Shipment,
+    ShipResult,
+    refuse_over_budget,
+    run_claimed,
+    run_events,
+    signing_key,
+)
 from core.work.ship_candidates import run_candidates
 from core.work.spend import OverBudget, check_budget
 
@@ -177,6 +185,9 @@ class _WorkerLoop:
         return [res]
 
     def _ended(self, res: ShipResult) -> None:
+        if self.notify is not None:
+            for event in run_events(res):
+                self.notify(event)
         if res.requeued:
             self.resting[res.host] = asyncio.get_running_loop().time() + CLAIM_RETRY
             self.report(f"{res.key} {res.host}: {res.reason}")
@@ -187,9 +198,6 @@ class _WorkerLoop:
             verdict += " (lease lost; receipt kept aside)"
         which = "" if res.candidate is None else f" candidate {res.candidate}"
         self.report(f"{res.key} {res.host} attempt {res.attempt}{which}: {verdict}")
-        if self.notify is not None:
-            for event in run_events(res):
-                self.notify(event)
 
     def _running(self) -> set[asyncio.Task[list[ShipResult]]]:
         return set().union(*self.busy.values())
@@ -229,18 +237,6 @@ class _WorkerLoop:
             self._collect()
             with contextlib.suppress(Exception):
                 await self.pool.close()
-
-
-def run_events(res: ShipResult) -> list[Event]:
-    """What a run that ended is worth telling: its receipt, and a host's failure (a
-    `rejected` run: the generator or the transport failed; `aborted` is a stop asked for).
-    A run whose lease was lost committed nothing: nothing to tell."""
-    if not res.won:
-        return []
-    events = [receipt_arrived(res.key, res.status, host=res.host)]
-    if res.status == "rejected":
-        events.append(host_failed(res.key, res.host, res.attempt, res.reason))
-    return events
 
 
 @dataclass(frozen=True)

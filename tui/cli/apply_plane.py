@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from core.errors import GenjobError
 from core.model.terminal import visible
 from core.store.layout import Layout
-from tui.cli.output import say
+from tui.cli.output import notifying, say, say_on_stderr
 
 if TYPE_CHECKING:
     from core.review.ready import Pulled
@@ -83,8 +83,6 @@ def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
     from core.plan.replay import replay_unmergeable
     from core.review.ready import receipt_order, watch
     from core.store.config import load_config
-    from core.store.notify import Notifier
-    from tui.cli.output import NOTIFY_DRAIN, terminal_bell
 
     with held_writer(layout, wait):
         pass  # another apply plane (or an apply) now: waited for, or named with --no-wait
@@ -94,19 +92,14 @@ def _watch(layout: Layout, merge: bool, commit: bool, wait: bool) -> None:
         signal.signal(sig, lambda *_: stop.set())
     if load_config(layout.config).policy.auto_apply == "never":
         say('policy.auto_apply = "never": listing what is ready, applying nothing', err=True)
-    notifier = Notifier.of_operator(
-        layout.root, "apply", bell=terminal_bell, said=lambda line: say(line, err=True)
-    )
-    news = PulledNews(set(receipt_order(layout)), notifier.send)
+    with notifying(layout.root, "apply", said=say_on_stderr) as notifier:
+        news = PulledNews(set(receipt_order(layout)), notifier.send)
 
-    def report(pulled: Pulled) -> None:
-        _say_pulled(pulled)
-        news(pulled)
+        def report(pulled: Pulled) -> None:
+            _say_pulled(pulled)
+            news(pulled)
 
-    try:
         watch(layout, report, merge=merge, commit=commit, stop=stop, replay=replay_unmergeable)
-    finally:
-        notifier.close(NOTIFY_DRAIN)
 
 
 class PulledNews:

@@ -9,10 +9,15 @@ from typing import Any
 
 import click
 
-from core.review.check_status import describe
+from core.review.check_status import awaiting_approval, check_statuses, describe
 from core.review.checks import CheckRun, run_checks
+from core.review.verify import verify
+from core.store.config import load_config
+from core.store.layout import Layout
+from core.store.notify import Notifier, check_failed
+from core.store.queue import locate
 from tui.cli.commands import layout_of, resolve_key
-from tui.cli.output import print_json, say
+from tui.cli.output import notifying, print_json, say, say_on_stderr
 
 
 @click.command("check")
@@ -37,20 +42,40 @@ def check_cmd(
     layout = layout_of(ctx)
     key = resolve_key(layout, key)
     stream = _Stream(quiet=as_json)
-    runs = asyncio.run(
-        run_checks(
-            layout,
-            key,
-            names,
-            on_start=stream.start,
-            on_output=stream.output,
-            on_done=stream.done,
-            candidate=candidate,
+    with notifying(layout.root, "check", said=say_on_stderr) as notifier:
+
+        def done(run: CheckRun) -> None:
+            stream.done(run)
+            if run.record is not None and not run.passed:
+                on = "" if candidate is None else f" on candidate {candidate}"
+                notifier.send(check_failed(key, run.name, f"check {run.name}{on} {describe(run.record)}"))
+
+        runs = asyncio.run(
+            run_checks(
+                layout,
+                key,
+                names,
+                on_start=stream.start,
+                on_output=stream.output,
+                on_done=done,
+                candidate=candidate,
+            )
         )
-    )
-    if as_json:
-        print_json([_run_dict(r) for r in runs])
-    sys.exit(0 if runs and all(r.passed for r in runs) else 1)
+        if as_json:
+            print_json([_run_dict(r) for r in runs])
+        passed = bool(runs) and all(r.passed for r in runs)
+        if passed and candidate is None and notifier.wanted("approval"):
+            _tell_if_waiting(layout, key, notifier)
+        sys.exit(0 if passed else 1)
+
+
+def _tell_if_waiting(layout: Layout, key: str, notifier: Notifier) -> None:
+    """Checks that passed may leave the job ready, waiting on the operator alone: tell it."""
+    config = load_config(layout.config)
+    job = locate(layout, key).job
+    v = verify(layout, job, config)
+    if (event := awaiting_approval(config, v, check_statuses(layout, job, config, v))) is not None:
+        notifier.send(event)
 
 
 class _Stream:

@@ -6,20 +6,28 @@ also shows a newline as a character, so a field can never fake a line of its own
 every line is passed through `visible` once more on its way out, so nothing a caller
 missed can drive the terminal.
 
+A command that tells the operator's `[notify]` channels opens them with `notifying`, which
+lets its last events out however the command ends.
+
 Nothing here imports click: `genjob ls` prints through it without loading click.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from core.errors import GenjobError
 from core.model.terminal import visible
 from core.store.durable import environment_fault
+
+if TYPE_CHECKING:
+    from core.store.notify import Notifier
 
 T = TypeVar("T")
 
@@ -35,6 +43,11 @@ def say(text: str = "", err: bool = False, nl: bool = True) -> None:
         encoding = stream.encoding or "ascii"
         stream.write(line.encode(encoding, "backslashreplace").decode(encoding))
     stream.flush()
+
+
+def say_on_stderr(text: str) -> None:
+    """A line beside a command's output, never in it: what a notification channel could not do."""
+    say(text, err=True)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -69,6 +82,20 @@ def terminal_bell() -> None:
     written as the one byte it is, which `say` would show as a character instead."""
     if sys.stderr is not None and sys.stderr.isatty():
         os.write(sys.stderr.fileno(), b"\a")
+
+
+@contextlib.contextmanager
+def notifying(root: Path, source: str, said: Callable[[str], None]) -> Iterator[Notifier]:
+    """The operator's `[notify]` channels for one command run in repository `root`, the
+    last events let out as the command ends, however it ends (an exit, a fault), for
+    NOTIFY_DRAIN at most. `said` tells what a channel could not do."""
+    from core.store.notify import Notifier  # loads pydantic: never for `genjob ls`
+
+    notifier = Notifier.of_operator(root, source, bell=terminal_bell, said=said)
+    try:
+        yield notifier
+    finally:
+        notifier.close(NOTIFY_DRAIN)
 
 
 def print_json(obj: Any) -> None:

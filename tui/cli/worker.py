@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -28,7 +28,12 @@ from core.store.config import load_config
 from core.store.layout import Layout
 from core.store.queue import locate
 from tui.cli.commands import layout_of, print_checks, resolve_key
-from tui.cli.output import NOTIFY_DRAIN, say, terminal_bell
+from tui.cli.output import notifying, say, say_on_stderr
+
+if TYPE_CHECKING:
+    from core.store.config import Config
+    from core.store.notify import Notifier
+    from core.work.ship import ShipResult
 
 T = TypeVar("T")
 
@@ -177,10 +182,8 @@ def ship_cmd(
     With candidates: exit 0 when at least one candidate verifies.
     """
     from core.plan.overlaps import replay_waiting
-    from core.review.host_sandbox import LocalSandbox
-    from core.review.verify import NOTHING_CHANGED
     from core.store.config import candidate_hosts
-    from core.work.ship import Hosts, ship
+    from core.work.ship import Hosts, run_events, ship
 
     hold_standard_fds()
     layout: Layout = layout_of(ctx)
@@ -188,17 +191,32 @@ def ship_cmd(
     config = load_config(layout.config)
     pool = Hosts(config)
     names = [pool.pick(n) for n in hosts] or [pool.pick(None)]
-    if len(candidate_hosts(config, names, candidates)) > 1:
-        _ship_candidates(layout, full, names, candidates, worker_id)
-        return
-    shown = None if quiet else _Visible()
-    try:
-        res = run_until_signal(
-            lambda stop: ship(layout, full, names[0], shown, stop, worker_id=worker_id, replay=replay_waiting)
-        )
-    finally:
-        if shown is not None:
-            shown.close()
+    with notifying(layout.root, "ship", said=say_on_stderr) as notifier:
+        if len(candidate_hosts(config, names, candidates)) > 1:
+            _ship_candidates(layout, full, names, candidates, worker_id, notifier)
+            return
+        shown = None if quiet else _Visible()
+        try:
+            res = run_until_signal(
+                lambda stop: ship(
+                    layout, full, names[0], shown, stop, worker_id=worker_id, replay=replay_waiting
+                )
+            )
+        finally:
+            if shown is not None:
+                shown.close()
+        for event in run_events(res):
+            notifier.send(event)
+        _shipped(layout, config, res, notifier)
+
+
+def _shipped(layout: Layout, config: Config, res: ShipResult, notifier: Notifier) -> None:
+    """What `ship` prints once its run ended: the verdict, notes on the host, and the
+    receipt's verification and checks; a job that now waits on the operator is told."""
+    from core.review.check_status import awaiting_approval
+    from core.review.host_sandbox import LocalSandbox
+    from core.review.verify import NOTHING_CHANGED
+
     if res.requeued:
         _echo_visible(f"{res.key}: {res.reason}; `genjob hosts --probe` tries the host again")
         sys.exit(1)
@@ -216,19 +234,29 @@ def ship_cmd(
             f"note: {visible(res.host)} runs {STAND_IN}; "
             "`--host tidy` runs ruff, and `genjob help hosts` shows real model hosts"
         )
-    job = locate(layout, full).job
+    job = locate(layout, res.key).job
     v = verify(layout, job, config)
-    print_checks(v, check_statuses(layout, job, config, v))
+    statuses = check_statuses(layout, job, config, v)
+    print_checks(v, statuses)
+    if (event := awaiting_approval(config, v, statuses)) is not None:
+        notifier.send(event)
     sys.exit(0 if v.ok else 1)
 
 
 def _ship_candidates(
-    layout: Layout, key: str, names: list[str], how_many: int | None, worker_id: str | None
+    layout: Layout,
+    key: str,
+    names: list[str],
+    how_many: int | None,
+    worker_id: str | None,
+    notifier: Notifier,
 ) -> None:
-    """`ship --candidates`: a line as each candidate ends, then the candidates compared."""
+    """`ship --candidates`: a line as each candidate ends, then the candidates compared;
+    a job with a candidate that verifies waits for the operator to choose one."""
     from core.plan.overlaps import replay_waiting
     from core.read.candidate_view import views
-    from core.work.ship import ShipResult
+    from core.store.notify import waiting_for_approval
+    from core.work.ship import run_events
     from core.work.ship_candidates import CandidateRequest, ship_candidates
     from tui.cli.candidates import print_candidates
 
@@ -237,6 +265,8 @@ def _ship_candidates(
         verdict += ", but nothing changed" if res.unchanged else ""
         lost = "" if res.won else " (lease lost; kept aside)"
         _echo_visible(f"{res.key}: candidate {res.candidate} {verdict} on {res.host}{lost}")
+        for event in run_events(res):
+            notifier.send(event)
 
     results = run_until_signal(
         lambda stop: ship_candidates(
@@ -253,7 +283,11 @@ def _ship_candidates(
         sys.exit(1)
     shown = views(layout, key)
     print_candidates(key, shown)
-    sys.exit(0 if any(v.ok for v in shown) else 1)
+    verified = sum(1 for v in shown if v.ok)
+    if verified:
+        why = f"{verified} of {len(shown)} candidates verify; genjob candidates {key[:12]} compares them"
+        notifier.send(waiting_for_approval(key, why))
+    sys.exit(0 if verified else 1)
 
 
 @click.command("worker")
@@ -264,13 +298,11 @@ def _ship_candidates(
 def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id: str | None) -> None:
     """Claim and ship jobs across hosts, up to each host's concurrency. Stops cleanly on SIGTERM."""
     from core.plan.overlaps import replay_waiting
-    from core.store.notify import Notifier
     from core.work.worker import run_worker
 
     hold_standard_fds()
     layout: Layout = layout_of(ctx)
-    notifier = Notifier.of_operator(layout.root, "worker", bell=terminal_bell, said=_echo_visible)
-    try:
+    with notifying(layout.root, "worker", said=_echo_visible) as notifier:
         results = run_until_signal(
             lambda stop: run_worker(
                 layout,
@@ -283,8 +315,6 @@ def worker_cmd(ctx: click.Context, hosts: tuple[str, ...], once: bool, worker_id
                 notify=notifier.send,
             )
         )
-    finally:
-        notifier.close(NOTIFY_DRAIN)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
