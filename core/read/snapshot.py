@@ -66,10 +66,8 @@ def _config_policy(path: Path) -> Policy:
     )
 
 
-def read_policy(layout: Layout, index: Index | None = None) -> tuple[Policy, list[int]]:
-    """The policy (the index's while none of its files changed) and the stamps it may be
-    kept under: (inode, size, mtime, ctime) of config.toml, of the operator's, which sets a
-    floor under it, and of the pins; none while one of them may still be changing."""
+def policy_stamps(layout: Layout) -> list[int]:
+    """(inode, size, mtime, ctime) of each file the policy is read from, zeros for one missing."""
     stamps: list[int] = []
     for path in (layout.config, user_config_dir() / "config.toml", pins_file(layout.root)):
         try:
@@ -77,6 +75,14 @@ def read_policy(layout: Layout, index: Index | None = None) -> tuple[Policy, lis
             stamps += (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except OSError:
             stamps += (0, 0, 0, 0)
+    return stamps
+
+
+def read_policy(layout: Layout, index: Index | None = None) -> tuple[Policy, list[int]]:
+    """The policy (the index's while none of its files changed) and the stamps it may be
+    kept under: (inode, size, mtime, ctime) of config.toml, of the operator's, which sets a
+    floor under it, and of the pins; none while one of them may still be changing."""
+    stamps = policy_stamps(layout)
     if index is not None and index.policy is not None and index.policy_stamps == stamps:
         return index.policy, stamps
     racy = racy_after()

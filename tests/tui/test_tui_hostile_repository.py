@@ -10,7 +10,9 @@ from corekit import tree_state
 from hostilekit import Hostile, build_hostile
 
 from core.review import sandbox
+from core.review.consent import allow, consent
 from tui.messages import ChecksConfigured
+from tui.services import feed
 
 
 @pytest.fixture
@@ -30,3 +32,18 @@ async def test_the_board_runs_nothing_and_says_what_waits(hostile: Hostile) -> N
         assert d.board.untrusted  # the author's key counts for nothing
     assert hostile.marked() == []
     assert tree_state(hostile.clone.checks) == checks_before
+
+
+async def test_allowing_the_config_in_another_terminal_shows_within_a_tick(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`genjob allow` pins the config in the operator's own folder, outside `.gen/`, where
+    no file event comes from: the board looks at the policy's files on each tick, not only
+    at its full scans (none comes during this test)."""
+    monkeypatch.setattr(feed, "FULL_SCAN_SECONDS", 10.0**9)
+    layout = hostile.clone
+    async with run_board(layout.root) as d:
+        await d.until(lambda: d.board.config_held is not None, "the policy read")
+        allow(layout, consent(layout).digest)
+        await d.until(lambda: d.board.config_held is None, "the allowed config read again")
+        await d.until(lambda: "config waits for approval" not in d.text("#status"), "the status line")

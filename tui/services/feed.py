@@ -32,7 +32,7 @@ from core.errors import GenjobError
 from core.model.contract import KEY_RE
 from core.model.lifecycle import State
 from core.read.board_view import BoardView, board_listing, row_matches
-from core.read.snapshot import JobRow, read_policy, refresh
+from core.read.snapshot import JobRow, policy_stamps, read_policy, refresh
 from core.remote.rules import cut_lines
 from core.store.layout import Layout
 from tui.messages import (
@@ -145,6 +145,7 @@ class BoardFeed(Widget):
         self._pending: set[str] = set()  # named by events, or by the board's own changes
         self._wanted: set[str] = set()  # in view and not read in full: read with their attempts
         self._window: list[str] = []  # the jobs in view
+        self._policy_stamps: list[int] = []  # of the files the policy shown was read from
         self._wake = asyncio.Event()
         self._judged: dict[str, JobRow] = {}  # the received rows whose verdict was asked for
         self._scanning = True
@@ -261,6 +262,8 @@ class BoardFeed(Widget):
                 where = self.view.where
                 keys |= self.view.tracked | {k for k in self._window if where.get(k) is State.QUEUED}
                 last_tick = now
+                if await asyncio.to_thread(policy_stamps, self.repo) != self._policy_stamps:
+                    await self._read_policy()
             # Named keys are read in full too: a row read without its attempts would be read
             # again the moment it comes into view (new jobs, at the top, do at once).
             keys |= self._wanted
@@ -275,6 +278,16 @@ class BoardFeed(Widget):
                 continue
             self._emit(changed)
 
+    async def _read_policy(self) -> None:
+        """Post the policy the board is shown under, and keep the stamps of its files: the
+        operator's config and pins live outside `.gen/`, where no file event comes from, so
+        each tick looks at them (`genjob allow` in another terminal shows within a tick)."""
+        self._policy_stamps = await asyncio.to_thread(policy_stamps, self.repo)
+        policy, _ = await asyncio.to_thread(read_policy, self.repo)
+        trusted = await asyncio.to_thread(self._count_trusted)
+        signature, fault, _, held, protected = policy
+        self.post_message(PolicyRead(signature, fault, trusted, held, protected))
+
     async def _full_scan(self) -> None:
         self._status(scanning=True)
         try:
@@ -287,10 +300,7 @@ class BoardFeed(Widget):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
                 self.rows_shown()  # as if they were, when the board never says so
-            policy, _ = await asyncio.to_thread(read_policy, self.repo)
-            trusted = await asyncio.to_thread(self._count_trusted)
-            signature, fault, _, held, protected = policy
-            self.post_message(PolicyRead(signature, fault, trusted, held, protected))
+            await self._read_policy()
             await self._read_checks()
             # What the listing built and dropped, handed back to the system.
             await asyncio.to_thread(release_free_memory)
