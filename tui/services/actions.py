@@ -227,6 +227,8 @@ class Dispatcher(Widget):
         self.batches.update(dict.fromkeys(keys, batch))
         self.shipping.update(keys)
         self.run_worker(self._drive_batch(batch), group="runs", exit_on_error=False)
+        # The marks have done their work: `s` on a job of the batch now shows the batch.
+        self.post_message(ActionDone("ship", [], [], keys))
         return batch
 
     async def _drive_batch(self, batch: BoardBatch) -> None:
