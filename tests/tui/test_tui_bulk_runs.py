@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from boardkit import Driver, run_board
 from corekit import mint
@@ -17,8 +18,10 @@ from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.quit import QuitDialog
 from tui.screens.board import BoardScreen
-from tui.services.runs import BoardBatch
 from tui.widgets.detail import DetailPane
+
+if TYPE_CHECKING:
+    from tui.services.runs import BoardBatch
 
 
 def two_jobs(repo: Layout) -> tuple[str, str]:
