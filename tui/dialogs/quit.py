@@ -74,7 +74,7 @@ class QuitDialog(ModalScreen["QuitChoice | None"]):
         return body
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with Vertical(classes="dialog wide"):
             yield Static(Text("Quit with jobs in hand?", style="bold"), classes="dialog-title")
             with VerticalScroll(classes="dialog-body"):
                 yield Static(self._body())
