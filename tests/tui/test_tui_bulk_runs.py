@@ -4,6 +4,7 @@ stopping it asks first, and quitting a board with a batch going asks what become
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ from boardkit import Driver, run_board
 from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import gated_host
+from textual.worker import WorkerState
 
 from core.store.layout import Layout
 from tui.dialogs.bulk_ship import BulkShipDialog
@@ -82,6 +84,8 @@ async def test_escape_hides_the_batch_and_it_goes_on_to_its_receipts(
         gate.touch()
         await d.until(lambda: d.state_of(first) == d.state_of(second) == "RECEIVED", "both receipts")
         await d.until(lambda: d.inbox.said("batch of 2 jobs ended: 2 ok, 0 failed, 0 refused"), "the toast")
+        await d.settle()
+    assert sum("batch of 2 jobs ended" in note for note in d.inbox.notes) == 1, "one toast"
     assert receipt_status(repo, first) == receipt_status(repo, second) == "ok"
 
 
@@ -159,6 +163,9 @@ async def test_stop_all_in_the_dialog_asks_first(
         await d.press("y")
         await d.until(lambda: dialog.done, "the batch to stop")
         assert "0 ok, 1 failed, 0 refused, 1 not started" in d.text("#bulk-status")
+        await d.press("escape")
+        await d.until(lambda: isinstance(d.screen, BoardScreen), "the board")
+    assert not d.inbox.said("batch of 2 jobs ended"), "it ended in view: no toast"
     assert receipt_status(repo, first) == "aborted"
     assert not repo.receipt(second).exists()
 
@@ -180,9 +187,15 @@ async def test_quit_with_a_batch_asks_and_stop_exits_clean(
         assert d.app.return_code is None
         await d.press("ctrl+q")
         await d.showing(QuitDialog)
+        workers = list(d.app.workers)
         await d.press("s")
         await d.until(lambda: d.app.return_code is not None, "the board to quit")
     assert d.app.return_code == 0
+    # The board's watchers are cancelled as it closes; nothing ended in an error of its own.
+    failed = [w for w in workers if w.error is not None and not isinstance(w.error, asyncio.CancelledError)]
+    assert failed == [], "no worker ended in an error"
+    batch = [w for w in workers if w.group == "runs"]
+    assert batch and all(w.state is WorkerState.SUCCESS for w in batch), "the batch ended before the board"
     assert receipt_status(repo, first) == "aborted"
     assert repo.job_file("queue", second).exists() and not repo.receipt(second).exists()
 
