@@ -217,3 +217,27 @@ async def test_quit_waits_for_the_whole_batch(
         await d.until(lambda: d.app.return_code is not None, "the board to quit")
     assert d.app.return_code == 0
     assert receipt_status(repo, first) == receipt_status(repo, second) == "ok"
+
+
+async def test_marked_jobs_already_in_a_batch_do_not_ship_twice(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    gate = gated_host(repo, tmp_path)
+    first, second = two_jobs(repo)
+    third = mint(repo, "job 2").key
+    async with run_board(repo.root) as d:
+        batch = (await ship_marked(d, (first, second))).board_batch
+        await hide(d)
+        for key in (first, third):
+            await d.select(key)
+            await d.press("space")
+        await d.press("s")
+        await d.showing(ConfirmDialog)
+        await d.press("y")
+        other: BulkShipDialog = await d.showing(BulkShipDialog)
+        assert other.board_batch is not batch and other.board_batch.keys == [third]
+        assert d.inbox.said("1 of the marked jobs ship on this board already")
+        assert d.board.dispatcher.batches[first] is batch
+        gate.touch()
+        await d.until(lambda: other.done and batch.done, "both batches to end")
+    assert {receipt_status(repo, k) for k in (first, second, third)} == {"ok"}
