@@ -160,6 +160,18 @@ def host_block(
     return "\n".join(lines) + "\n"
 
 
+def gated_host(repo: Layout, tmp_path: Path, concurrency: int = 1) -> Path:
+    """One local host whose generator says "started", then waits for the gate file before
+    it edits src/app.py: the test decides when its runs end."""
+    gate = tmp_path / "gate"
+    generator = (
+        f"echo started; while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done; "
+        "echo '# edited' >> src/app.py; echo edited"
+    )
+    write_config(repo, host_block("local", None, generator, timeout=300, concurrency=concurrency))
+    return gate
+
+
 def write_config(
     layout: Layout,
     *hosts: str,

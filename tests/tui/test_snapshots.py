@@ -15,7 +15,7 @@ from boardkit import Driver, plain, run_board
 from corekit import set_config
 from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
-from textual.widgets import Input, MarkdownViewer, Static, TextArea
+from textual.widgets import Input, Log, MarkdownViewer, OptionList, Static, TextArea
 
 from core.store.layout import Layout
 from tui.demo import Demo
@@ -24,8 +24,10 @@ from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
 from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.preflight import PreflightDialog
+from tui.dialogs.quit import QuitDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
+from tui.screens.board import BoardScreen
 from tui.screens.diff import DiffScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.help import HelpScreen
@@ -264,6 +266,98 @@ async def test_bulk_ship_at_its_end(
         await d.until(lambda: dialog.done, "the batch to end")
         await d.until(lambda: all(d.state_of(k) == "RECEIVED" for k in keys), "the receipts on the board")
         assert await screenshot(d) == svg
+
+
+def slower(demo: Demo) -> None:
+    """The demo's slow host slower still: after each file it edits, its generator waits ten
+    minutes, so that a run shown mid-way is still where it was when its frame is taken."""
+    layout = Layout(demo.root)
+    text = layout.config.read_text()
+    assert "GENJOB_DEMO_DELAY=0.7" in text, "the demo's slow host"
+    set_config(layout, text.replace("GENJOB_DEMO_DELAY=0.7", "GENJOB_DEMO_DELAY=600"))
+
+
+async def ship_to(d: Driver, host: str) -> None:
+    """Answer the host picker with `host`."""
+    picker = await d.showing(HostPicker)
+    options = picker.query_one(OptionList)
+    ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+    options.highlighted = ids.index(host)
+    await d.press("enter")
+
+
+async def run_with_output(d: Driver, key: str) -> ShipDialog:
+    """Ship `key` to the slow host; its dialog once the generator's first line is in."""
+    await on_job(d, key)
+    await d.press("s")
+    await ship_to(d, "slow-local")
+    dialog: ShipDialog = await d.showing(ShipDialog)
+    log = dialog.query_one(Log)
+    await d.until(lambda: any(line.startswith("edited ") for line in log.lines), "the generator's first line")
+    return dialog
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_bulk_ship_during_its_run(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    slower(demo)
+    async with run_board(demo.root, size) as d:
+        for role in ("queued", "queued3"):
+            await d.select(demo.keys[role])
+            await d.press("space")
+        await d.press("s")
+        await d.showing(ConfirmDialog)
+        await d.press("y")
+        await ship_to(d, "slow-local")
+        dialog: BulkShipDialog = await d.showing(BulkShipDialog)
+        await d.until(
+            lambda: "running on slow-local" in d.text("#bulk-jobs"), "a job running on the slow host"
+        )
+        running = dialog.board_batch.running
+        await d.until(lambda: [d.state_of(k) for k in running] == ["RUNNING"], "the job RUNNING on the board")
+        try:
+            assert await screenshot(d) == svg
+        finally:
+            dialog.board_batch.stop()
+            await d.until(dialog.board_batch.ended.is_set, "the batch to stop")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_ship_dialog_during_its_run(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    slower(demo)
+    async with run_board(demo.root, size) as d:
+        dialog = await run_with_output(d, demo.keys["queued3"])
+        try:
+            assert await screenshot(d) == svg
+        finally:
+            dialog.run.stop()
+            await d.until(dialog.run.ended.is_set, "the run to stop")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_quit_with_a_run_and_a_claim(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    slower(demo)
+    claimed = demo.keys["queued"]
+    async with run_board(demo.root, size) as d:
+        await on_job(d, claimed)
+        await d.press("c")
+        await d.until(lambda: d.board.dispatcher.holds(claimed), "the claim")
+        await run_with_output(d, demo.keys["queued3"])
+        await d.press("escape")
+        await d.until(lambda: isinstance(d.screen, BoardScreen), "the board, the run going on")
+        await d.press("q")
+        await d.showing(QuitDialog)
+        assert await screenshot(d) == svg
+        await d.press("s")
+        await d.until(lambda: d.app.return_code is not None, "the board to stop the run and quit")
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -73,7 +73,7 @@ async def test_the_bulk_ship_dialog_keeps_a_reason_of_a_megabyte_cut(
         dialog = await d.showing(BulkShipDialog)
         await d.until(lambda: dialog.done, "the batch to end")
     for key in keys:
-        line, _ = dialog.lines[key]
+        line, _ = dialog.board_batch.lines[key]
         assert line.startswith("rejected on evil: 0: vvv") and len(line) < MAX_FIELD_CHARS + 100
 
 

@@ -5,13 +5,12 @@ becomes of them."""
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 from boardkit import Driver, plain, run_board
 from corekit import mint
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from shipkit import host_block, write_config
+from shipkit import gated_host
 from textual.widgets import Log, Static
 
 from core.store.events import attempts
@@ -21,18 +20,6 @@ from tui.dialogs.quit import QuitDialog
 from tui.dialogs.ship import ShipDialog
 from tui.screens.board import BoardScreen
 from tui.services.actions import left_behind
-
-
-def gated_host(repo: Layout, tmp_path: Path) -> Path:
-    """One local host whose generator says "started", then waits for the gate file before
-    it edits src/app.py: the test decides when a run ends."""
-    gate = tmp_path / "gate"
-    generator = (
-        f"echo started; while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done; "
-        "echo '# edited' >> src/app.py; echo edited"
-    )
-    write_config(repo, host_block("local", None, generator, timeout=300))
-    return gate
 
 
 async def ship_and_wait_for_output(d: Driver) -> ShipDialog:

@@ -786,8 +786,8 @@ class BoardScreen(Screen[None]):
         from tui.dialogs.quit import QuitDialog
 
         d = self.dispatcher
-        runs, claims = [r.key for r in d.live_runs()], list(d.idle_claims())
-        if not runs and not claims:
+        runs, waiting, claims = d.running_keys(), d.waiting_keys(), list(d.idle_claims())
+        if not runs and not waiting and not claims:
             self.app.exit()
             return
 
@@ -795,7 +795,7 @@ class BoardScreen(Screen[None]):
             if choice is not None:
                 d.quit_with(choice)
 
-        self.app.push_screen(QuitDialog(runs, claims), answered)
+        self.app.push_screen(QuitDialog(runs, claims, len(waiting)), answered)
 
     def action_help(self) -> None:
         from tui.screens.help import HelpScreen

@@ -9,8 +9,9 @@ that the board's first frame does not wait for them.
 
 The board is a worker too: a job it claims (`c`) is held by it, its lease heartbeated
 while the board is open, until it ships it (`s`) or a stop (`ctrl+k`, or `genjob cancel`)
-ends it with an aborted receipt. A ship is a run of the board's (`tui.services.runs`):
-its dialog only shows it, and hiding the dialog leaves it running.
+ends it with an aborted receipt. A ship is a run of the board's (`tui.services.runs`),
+and so is a batch of marked jobs shipped together: its dialog only shows it, and hiding
+the dialog leaves it running.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tui.dialogs.quit import QuitChoice
 from tui.dialogs.reason import ReasonDialog
 from tui.messages import ActionDone, ChecksWanted, Held, Released, RunEnded, Say
 from tui.services.check_runner import CheckRunner
-from tui.services.runs import BoardRun, drive, ended_line
+from tui.services.runs import BoardBatch, BoardRun, batch_ended_line, drive, drive_batch, ended_line
 from tui.text import counted
 
 if TYPE_CHECKING:
@@ -106,6 +107,9 @@ class Dispatcher(Widget):
         # The single-job ships this board runs, by key; a run leaves once it ended and no
         # dialog shows it.
         self.runs: dict[str, BoardRun] = {}
+        # The batches this board ships, by each of their keys; a batch leaves once its end
+        # has been shown in its dialog.
+        self.batches: dict[str, BoardBatch] = {}
 
     def on_mount(self) -> None:
         self.set_interval(HOLD_CHECK, self._keep_held)
@@ -116,6 +120,9 @@ class Dispatcher(Widget):
         action = TABLE[name]
         if name == "ship" and not bulk and keys[0] in self.runs:
             await self.show_run(self.runs[keys[0]])
+            return
+        if name == "ship" and not bulk and keys[0] in self.batches:
+            await self.show_batch(self.batches[keys[0]])
             return
         if bulk and action.narrow is not None:
             narrowed = await action.narrow(self, keys, skipped)
@@ -214,8 +221,68 @@ class Dispatcher(Widget):
         elif answer == "approve":
             self.dispatch("apply", [run.key], False)
 
+    def start_batch(self, keys: list[str], hosts: list[str] | None) -> BoardBatch:
+        """Ship `keys` as one batch of the board's: it goes on whatever its dialog does."""
+        batch = BoardBatch(keys, hosts, {k: self.held[k] for k in keys if k in self.held})
+        self.batches.update(dict.fromkeys(keys, batch))
+        self.shipping.update(keys)
+        self.run_worker(self._drive_batch(batch), group="runs", exit_on_error=False)
+        # The marks have done their work: `s` on a job of the batch now shows the batch.
+        self.post_message(ActionDone("ship", [], [], keys))
+        return batch
+
+    async def _drive_batch(self, batch: BoardBatch) -> None:
+        try:
+            await drive_batch(self.repo, batch, self.worker_id)
+        finally:
+            batch.ended.set()
+            self.shipping.difference_update(batch.keys)
+            for key in batch.keys:
+                self.held.pop(key, None)
+            if batch.done and not batch.watched:
+                line = batch_ended_line(batch)
+                self.post_message(Say(line, "information" if batch.succeeded else "warning", "ship"))
+            self.post_message(ActionDone("ship", [], [], batch.keys))
+
+    async def show_batch(self, batch: BoardBatch) -> None:
+        """The batch's dialog until it is hidden or closed; once its end was shown, the
+        batch is forgotten."""
+        from tui.dialogs.bulk_ship import BulkShipDialog
+
+        answer = await self.ask(BulkShipDialog(batch))
+        if batch.done:
+            for key in batch.keys:
+                if self.batches.get(key) is batch:
+                    del self.batches[key]
+        if answer == "hidden":
+            self.post_message(
+                Say(
+                    f"{counted(len(batch.keys), 'job')}: the batch goes on; s on any of them shows it "
+                    "again, ctrl+k stops it",
+                    title="ship",
+                )
+            )
+
     def live_runs(self) -> list[BoardRun]:
         return [r for r in self.runs.values() if not r.ended.is_set()]
+
+    def live_batches(self) -> list[BoardBatch]:
+        return [b for b in dict.fromkeys(self.batches.values()) if not b.ended.is_set()]
+
+    def in_flight(self, key: str) -> bool:
+        """Whether this board ships `key` now, alone or in a batch."""
+        run, batch = self.runs.get(key), self.batches.get(key)
+        return (run is not None and not run.ended.is_set()) or (
+            batch is not None and not batch.ended.is_set()
+        )
+
+    def running_keys(self) -> list[str]:
+        """The jobs this board has in flight: its single runs, and each batch's running jobs."""
+        return [*(r.key for r in self.live_runs()), *(k for b in self.live_batches() for k in b.running)]
+
+    def waiting_keys(self) -> list[str]:
+        """The jobs of this board's batches that wait for a free slot on a host."""
+        return [k for b in self.live_batches() for k in b.waiting]
 
     def idle_claims(self) -> dict[str, Claim]:
         """The claims this board holds and is not shipping."""
@@ -225,7 +292,8 @@ class Dispatcher(Widget):
     @work(group="quit", exclusive=True, exit_on_error=False)
     async def quit_with(self, choice: QuitChoice) -> None:
         """Stop the runs or wait for them; give the idle claims back, or leave them held."""
-        runs = self.live_runs()
+        runs: list[BoardRun | BoardBatch] = [*self.live_runs(), *self.live_batches()]
+        going = len(self.running_keys()) + (len(self.waiting_keys()) if choice == "wait" else 0)
         idle = self.idle_claims()
         if choice != "leave":
             failed = await asyncio.to_thread(self._release, idle)
@@ -238,7 +306,7 @@ class Dispatcher(Widget):
                 run.stop()
         if runs:
             self.post_message(
-                Say(f"quitting once {_runs(len(runs))} ended; q again to leave them instead", title="quit")
+                Say(f"quitting once {_runs(going)} ended; q again to leave them instead", title="quit")
             )
             await asyncio.gather(*(run.ended.wait() for run in runs))
         self.app.exit(message=left_behind(list(idle)) if choice == "leave" else None)
@@ -401,6 +469,14 @@ async def _ask_cancel(d: Dispatcher, keys: list[str], bulk: bool) -> frozenset[s
     held = frozenset(k for k in keys if d.holds(k))
     if bulk:
         return held
+    batch = d.batches.get(keys[0])
+    if batch is not None and not batch.ended.is_set():
+        from tui.dialogs.bulk_ship import stop_batch_confirm
+
+        if await d.ask(stop_batch_confirm(batch)):
+            batch.stop()
+            d.post_message(Say(f"stopping the batch of {counted(len(batch.keys), 'job')}", title="stop"))
+        return None
     run = d.runs.get(keys[0])
     body = Text(f"Stop the running job {keys[0]}?\n", style="bold")
     if run is not None:
@@ -619,21 +695,18 @@ async def _ask_host(d: Dispatcher, keys: list[str], bulk: bool) -> ShipPlan | No
 
 
 async def _ship(d: Dispatcher, keys: list[str], plan: ShipPlan) -> None:
-    """One job: a run of the board's, shown by its dialog; marked jobs: the batch dialog."""
+    """One job: a run of the board's, shown by its dialog; marked jobs: a batch of the
+    board's, shown by the batch dialog."""
     if len(keys) == 1:
         await d.show_run(d.start_run(keys[0], plan.hosts[0] if plan.hosts else None))
         return
-    from tui.dialogs.bulk_ship import BulkShipDialog
-
-    held = {k: d.held[k] for k in keys if k in d.held}
-    d.shipping.update(keys)
-    try:
-        await d.ask(BulkShipDialog(d.repo, keys, plan.hosts, d.worker_id, held))
-    finally:
-        d.shipping.difference_update(keys)
-        for key in keys:
-            d.held.pop(key, None)
-    d.post_message(ActionDone("ship", [], [], keys))
+    fresh = [k for k in keys if not d.in_flight(k)]
+    if len(fresh) < len(keys):
+        d.post_message(
+            Say(f"{len(keys) - len(fresh)} of the marked jobs ship on this board already", "warning")
+        )
+    if fresh:
+        await d.show_batch(d.start_batch(fresh, plan.hosts))
 
 
 async def _all_marked(d: Dispatcher, keys: list[str], skipped: int) -> list[str]:
@@ -697,9 +770,14 @@ STATES_FOR: dict[str, frozenset[State]] = {
 
 def may(d: Dispatcher, action: str, key: str, state: State) -> bool:
     """Whether `action` applies to a job in `state` here: its rule, and for a job this
-    board holds, shipping it too; stopping checks, only where this board runs some."""
+    board holds, shipping it too; stopping checks, only where this board runs some. `s`
+    on a job of a batch shows the batch (until its end was seen), `ctrl+k` stops it."""
     if action == "stop_checks":
         return d.checks.running(key)
     if action == "ship" and key in d.runs and not d.runs[key].ended.is_set():
+        return True
+    if action == "ship" and key in d.batches:
+        return True
+    if action == "cancel" and key in d.batches and not d.batches[key].ended.is_set():
         return True
     return state in STATES_FOR[action] or (action == "ship" and state is State.RUNNING and d.holds(key))

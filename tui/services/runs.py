@@ -3,6 +3,8 @@
 A model host's run can last many minutes, so a run goes on whether its dialog is open or
 not: `escape` hides the dialog, the job stays RUNNING in the list, and `s` on it shows the
 dialog again with the output so far. Stopping a run is its own action, always confirmed.
+Marked jobs shipped together are one `BoardBatch`, kept and shown the same way: `s` on any
+of its jobs shows its dialog, and stopping it stops every job in flight.
 
 A run keeps the newest MAX_HISTORY_BYTES of the generator's output, so that a dialog
 opened later can show it; each open dialog holds what it has not drawn yet in its own
@@ -15,6 +17,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from rich.style import Style
 from rich.text import Text
 
 from core.errors import GenjobError
@@ -26,8 +29,14 @@ from core.store.layout import Layout
 if TYPE_CHECKING:
     from core.store.queue import Claim
     from core.work.ship import ShipResult
+    from core.work.worker import BatchEvent
 
 MAX_HISTORY_BYTES = 1 << 20
+
+OK = Style(color="green", bold=True)
+BAD = Style(color="red", bold=True)
+BUSY = Style(color="yellow", bold=True)
+QUIET = Style(dim=True)
 
 
 class RunViewer(Protocol):
@@ -198,3 +207,155 @@ def describe(result: ShipResult) -> str:
 def ended_line(run: BoardRun) -> str:
     """The toast for a run that ended while its dialog was hidden: how, and what next."""
     return " ".join(line for line in run.status.plain.splitlines() if line)
+
+
+class BatchViewer(Protocol):
+    """What shows a batch: told each time a job's line or the batch's status changes."""
+
+    def batch_changed(self) -> None: ...
+
+
+@dataclass(eq=False)
+class BoardBatch:
+    """Marked jobs this board ships together across `hosts` (None: the default host), each
+    host at its concurrency: a line per job, the counts so far, and who is watching."""
+
+    keys: list[str]
+    hosts: list[str] | None
+    claimed: dict[str, Claim] = field(default_factory=dict)
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    done: bool = False
+    stopping: bool = False
+    # Set once the batch is over, however it ended (a cancelled task included).
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # The batch's end, said (its counts, or why it could not run); None while it runs.
+    outcome: Text | None = None
+    lines: dict[str, tuple[str, Style]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    _viewers: list[BatchViewer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.lines = {k: ("waiting", QUIET) for k in self.keys}
+        self.counts = {**dict.fromkeys(ReceiptStatus, 0), "refused": 0, "skipped": 0}
+
+    @property
+    def where(self) -> str:
+        return ", ".join(map(visible, self.hosts)) if self.hosts else "the default host"
+
+    @property
+    def running(self) -> list[str]:
+        """The jobs in flight now: claimed and shipped, no receipt yet."""
+        return [k for k, (line, _) in self.lines.items() if line.startswith("running")]
+
+    @property
+    def waiting(self) -> list[str]:
+        return [k for k, (line, _) in self.lines.items() if line == "waiting"]
+
+    @property
+    def status(self) -> Text:
+        """One line: how far the batch is, stopping, or how it ended."""
+        if self.outcome is not None:
+            return self.outcome
+        if self.stopping:
+            return Text("stopping: every job in flight ends in an aborted receipt…", style="bold yellow")
+        finished = sum(self.counts.values())
+        running, waiting = len(self.running), len(self.waiting)
+        return Text(
+            f"{finished} of {len(self.keys)} done · {running} running · {waiting} waiting", style="bold"
+        )
+
+    def event(self, event: BatchEvent) -> None:
+        """Called on the event loop as `ship_batch` moves a job on."""
+        if event.phase == "started":
+            self.lines[event.key] = (f"running on {event.host} ({event.text})", BUSY)
+        elif event.phase == "finished" and event.result is not None:
+            status = event.result.status
+            self.counts[status] = self.counts.get(status, 0) + 1
+            why = f": {event.text}" if event.text else ""
+            self.lines[event.key] = (
+                f"{status} on {event.host}{why}",
+                OK if status == ReceiptStatus.OK else BAD,
+            )
+        else:
+            self.counts[event.phase] = self.counts.get(event.phase, 0) + 1
+            style = BAD if event.phase == "refused" else QUIET
+            self.lines[event.key] = (f"{event.phase}: {event.text}", style)
+        self._tell()
+
+    def stop(self) -> None:
+        """Stop every job in flight (each ends in an aborted receipt) and start no more."""
+        if not self.done and not self.stopping:
+            self.stopping = True
+            self.cancel.set()
+            self._tell()
+
+    def finish(self, text: Text) -> None:
+        self.done, self.outcome = True, text
+        self._tell()
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether every job of the batch came back with an ok receipt."""
+        return self.counts[ReceiptStatus.OK] == len(self.keys)
+
+    @property
+    def tally(self) -> str:
+        """The counts: ok, failed (rejected or aborted), refused, and those never started."""
+        failed = self.counts[ReceiptStatus.REJECTED] + self.counts[ReceiptStatus.ABORTED]
+        line = f"{self.counts[ReceiptStatus.OK]} ok, {failed} failed, {self.counts['refused']} refused"
+        skipped = self.counts["skipped"]
+        return line + (f", {skipped} not started" if skipped else "")
+
+    def summary(self) -> Text:
+        text = Text(self.tally, style=OK if self.succeeded else BUSY)
+        if self.counts[ReceiptStatus.OK]:
+            text.append(
+                "\nNext: approve each received job with a (mark them and a approves them all).", QUIET
+            )
+        return text
+
+    def _tell(self) -> None:
+        for viewer in self._viewers:
+            viewer.batch_changed()
+
+    def watch(self, viewer: BatchViewer) -> None:
+        self._viewers.append(viewer)
+
+    def unwatch(self, viewer: BatchViewer) -> None:
+        if viewer in self._viewers:
+            self._viewers.remove(viewer)
+
+    @property
+    def watched(self) -> bool:
+        return bool(self._viewers)
+
+
+async def drive_batch(layout: Layout, batch: BoardBatch, worker_id: str) -> None:
+    """Ship `batch`'s jobs with `core.work.worker.ship_batch`, keeping `batch` told."""
+    from core.plan.overlaps import replay_waiting
+    from core.work.worker import ship_batch  # asyncssh is slow to import: only when shipping
+
+    try:
+        await ship_batch(
+            layout,
+            batch.keys,
+            batch.hosts,
+            worker_id=worker_id,
+            claimed=batch.claimed,
+            on_event=batch.event,
+            cancel=batch.cancel,
+            replay=replay_waiting,
+        )
+    except GenjobError as exc:
+        batch.finish(Text(visible(str(exc)), style="bold red"))
+        return
+    except Exception as exc:
+        batch.finish(Text(visible(f"shipping failed: {exc}"), style="bold red"))
+        return
+    batch.finish(batch.summary())
+
+
+def batch_ended_line(batch: BoardBatch) -> str:
+    """The toast for a batch that ended while its dialog was hidden: its counts."""
+    said = " ".join(line for line in batch.status.plain.splitlines() if line)
+    return f"batch of {len(batch.keys)} jobs ended: {said}"
