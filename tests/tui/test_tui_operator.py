@@ -185,6 +185,8 @@ async def test_bulk_ship_asks_once_and_ships_each_with_a_summary(demo: Demo) -> 
         assert "3 ok" in summary
         lines = plain(dialog.query_one("#bulk-jobs", Static))
         assert all(f"{k[:12]}  ok on " in lines for k in keys)
+        hosts = {line.split(" ok on ")[1].split()[0] for line in lines.splitlines() if " ok on " in line}
+        assert len(hosts) > 1, f"every host was picked, yet one ran them all: {lines}"
         await d.press("escape")
         await d.until(lambda: all(d.state_of(k) == "RECEIVED" for k in keys), "three receipts")
 

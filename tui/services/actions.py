@@ -691,7 +691,7 @@ async def _ask_host(d: Dispatcher, keys: list[str], bulk: bool) -> ShipPlan | No
     picked = await d.ask(HostPicker(hosts, every=bulk))
     if picked is None:
         return None
-    return ShipPlan(None if picked == EVERY_HOST else [picked])
+    return ShipPlan(list(hosts) if picked == EVERY_HOST else [picked])
 
 
 async def _ship(d: Dispatcher, keys: list[str], plan: ShipPlan) -> None:
