@@ -161,6 +161,13 @@ async def new_job(d: Driver, demo: Demo) -> None:
     await d.until(lambda: bool(dialog.files), "the repository's files")
 
 
+async def new_job_refused(d: Driver, demo: Demo) -> None:
+    await new_job(d, demo)
+    await d.press("ctrl+s")  # with no instruction written
+    error = d.screen.query_one("#newjob-error", Static)
+    await d.until(lambda: "instruction: empty" in plain(error), "the refusal inside the dialog")
+
+
 async def fleet(d: Driver, demo: Demo) -> None:
     await on_job(d, demo.keys["verified"])
     await d.press("h")
@@ -209,6 +216,7 @@ STILL: list[tuple[str, Steps]] = [
     ("stale-merge", stale_merge),
     ("host-picker", host_picker),
     ("new-job", new_job),
+    ("new-job-refused", new_job_refused),
     ("bulk-confirm", bulk_confirm),
     ("checks-failed", checks_failed),
     ("preflight-checks-refused", preflight_checks_refused),
