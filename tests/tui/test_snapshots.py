@@ -15,10 +15,11 @@ from boardkit import Driver, plain, run_board
 from corekit import set_config
 from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
-from textual.widgets import Input, MarkdownViewer, Static, TextArea
+from textual.widgets import DataTable, Input, MarkdownViewer, Static, TextArea
 
 from core.store.layout import Layout
-from tui.demo import Demo
+from core.work.ship_candidates import CandidateRequest, ship_candidates
+from tui.demo import WORKER, Demo
 from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
@@ -26,6 +27,7 @@ from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.preflight import PreflightDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
+from tui.screens.candidates import CandidatesScreen
 from tui.screens.diff import DiffScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.help import HelpScreen
@@ -50,7 +52,8 @@ async def screenshot(d: Driver, running: bool = False) -> str:
     blinking, verdicts and check marks in, and (unless `running`) no check under way."""
     board = d.board
     await d.until(lambda: not board.table.unread_in_view(), "the rows in view to be read")
-    received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED"]
+    # A job whose candidates wait for a choice has no receipt to judge yet.
+    received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED" and r.receipt_status]
     await d.until(lambda: all(k in board.table.verdicts for k in received), "the list's verdicts")
     await d.until(lambda: board.table.check_column, "the checks' column")
     await d.until(lambda: all(k in board.table.checks for k in received), "the list's check marks")
@@ -271,6 +274,30 @@ async def test_bulk_ship_at_its_end(
         dialog = await d.showing(BulkShipDialog)
         await d.until(lambda: dialog.done, "the batch to end")
         await d.until(lambda: all(d.state_of(k) == "RECEIVED" for k in keys), "the receipts on the board")
+        assert await screenshot(d) == svg
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_candidates_with_a_rejected_ones_reason(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    layout = Layout(demo.root)
+    broken = '\n[hosts.broken]\ntransport = "local"\ngenerator = "echo out of tokens >&2; exit 5"\n'
+    set_config(layout, layout.config.read_text() + broken)
+    key = demo.keys["queued3"]
+    request = CandidateRequest(key, ["local", "slow-local", "broken"], 3)
+    results = await ship_candidates(layout, request, worker_id=WORKER)
+    assert [r.status for r in results] == ["ok", "ok", "rejected"]
+    async with run_board(demo.root, size) as d:
+        await on_job(d, key)
+        await d.press("a")
+        screen = await d.showing(CandidatesScreen)
+        table = screen.query_one(DataTable)
+        await d.until(lambda: table.row_count == 3, "a row per candidate")
+        await d.press("down", "down")
+        reason = screen.query_one("#cand-reason", Static)
+        await d.until(lambda: "exited with status 5" in plain(reason), "the rejected one's whole reason")
         assert await screenshot(d) == svg
 
 
