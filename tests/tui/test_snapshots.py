@@ -15,10 +15,11 @@ from boardkit import Driver, plain, run_board
 from corekit import set_config
 from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
-from textual.widgets import Input, Log, MarkdownViewer, OptionList, Static, TextArea
+from textual.widgets import DataTable, Input, Log, MarkdownViewer, OptionList, Static, TextArea
 
 from core.store.layout import Layout
-from tui.demo import Demo
+from core.work.ship_candidates import CandidateRequest, ship_candidates
+from tui.demo import WORKER, Demo
 from tui.dialogs.bulk_ship import BulkShipDialog
 from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.host_picker import HostPicker
@@ -28,6 +29,7 @@ from tui.dialogs.quit import QuitDialog
 from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
 from tui.screens.board import BoardScreen
+from tui.screens.candidates import CandidatesScreen
 from tui.screens.diff import DiffScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.help import HelpScreen
@@ -52,7 +54,8 @@ async def screenshot(d: Driver, running: bool = False) -> str:
     blinking, verdicts and check marks in, and (unless `running`) no check under way."""
     board = d.board
     await d.until(lambda: not board.table.unread_in_view(), "the rows in view to be read")
-    received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED"]
+    # A job whose candidates wait for a choice has no receipt to judge yet.
+    received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED" and r.receipt_status]
     await d.until(lambda: all(k in board.table.verdicts for k in received), "the list's verdicts")
     await d.until(lambda: board.table.check_column, "the checks' column")
     await d.until(lambda: all(k in board.table.checks for k in received), "the list's check marks")
@@ -163,6 +166,13 @@ async def new_job(d: Driver, demo: Demo) -> None:
     await d.until(lambda: bool(dialog.files), "the repository's files")
 
 
+async def new_job_refused(d: Driver, demo: Demo) -> None:
+    await new_job(d, demo)
+    await d.press("ctrl+s")  # with no instruction written
+    error = d.screen.query_one("#newjob-error", Static)
+    await d.until(lambda: "instruction: empty" in plain(error), "the refusal inside the dialog")
+
+
 async def fleet(d: Driver, demo: Demo) -> None:
     await on_job(d, demo.keys["verified"])
     await d.press("h")
@@ -211,6 +221,7 @@ STILL: list[tuple[str, Steps]] = [
     ("stale-merge", stale_merge),
     ("host-picker", host_picker),
     ("new-job", new_job),
+    ("new-job-refused", new_job_refused),
     ("bulk-confirm", bulk_confirm),
     ("checks-failed", checks_failed),
     ("preflight-checks-refused", preflight_checks_refused),
@@ -358,6 +369,30 @@ async def test_quit_with_a_run_and_a_claim(
         assert await screenshot(d) == svg
         await d.press("s")
         await d.until(lambda: d.app.return_code is not None, "the board to stop the run and quit")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_candidates_with_a_rejected_ones_reason(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    demo = fresh_frozen_demo
+    layout = Layout(demo.root)
+    broken = '\n[hosts.broken]\ntransport = "local"\ngenerator = "echo out of tokens >&2; exit 5"\n'
+    set_config(layout, layout.config.read_text() + broken)
+    key = demo.keys["queued3"]
+    request = CandidateRequest(key, ["local", "slow-local", "broken"], 3)
+    results = await ship_candidates(layout, request, worker_id=WORKER)
+    assert [r.status for r in results] == ["ok", "ok", "rejected"]
+    async with run_board(demo.root, size) as d:
+        await on_job(d, key)
+        await d.press("a")
+        screen = await d.showing(CandidatesScreen)
+        table = screen.query_one(DataTable)
+        await d.until(lambda: table.row_count == 3, "a row per candidate")
+        await d.press("down", "down")
+        reason = screen.query_one("#cand-reason", Static)
+        await d.until(lambda: "exited with status 5" in plain(reason), "the rejected one's whole reason")
+        assert await screenshot(d) == svg
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -13,6 +13,7 @@ import pytest
 from boardkit import plain, run_board
 from textual.widgets import Log, OptionList, Static, TabbedContent
 
+from core.model.lifecycle import State
 from core.plan.mint import build_job
 from core.store.layout import Layout
 from core.store.queue import claim, enqueue
@@ -129,24 +130,66 @@ async def test_change_by_another_process_appears(demo: Demo) -> None:
 async def test_change_from_a_thread_keeps_the_cursor_on_its_job(demo: Demo) -> None:
     layout = layout_of(demo)
 
-    def mint(prefix: str, n: int) -> list[str]:
-        jobs = [build_job(layout, f"{prefix} job {i}", ["README.md"]) for i in range(n)]
-        thread = threading.Thread(target=lambda: [enqueue(layout, j) for j in jobs])
-        thread.start()
-        thread.join()
-        return [j.key for j in jobs]
-
     async with run_board(demo.root, (160, 30)) as d:
         b = d.board
-        first = mint("early", 40)
+        first = mint_queued(layout, "early", 40)
         await d.until(lambda: all(k in b.view.rows for k in first), "40 new jobs")
         target = first[20]
         await d.select(target)
         line_before = b.table.cursor_index - int(b.table.scroll_y)
-        later = mint("later", 40)
+        later = mint_queued(layout, "later", 40)
         await d.until(lambda: all(k in b.view.rows for k in later), "40 more jobs")
         assert b.table.cursor_key == target
         assert b.table.cursor_index - int(b.table.scroll_y) == line_before
+
+
+def mint_queued(layout: Layout, prefix: str, n: int) -> list[str]:
+    """`n` jobs minted and queued by another thread, as another process would."""
+    jobs = [build_job(layout, f"{prefix} job {i}", ["README.md"]) for i in range(n)]
+    thread = threading.Thread(target=lambda: [enqueue(layout, j) for j in jobs])
+    thread.start()
+    thread.join()
+    return [j.key for j in jobs]
+
+
+async def test_arrivals_above_the_cursor_leave_the_rows_shown_in_place(demo: Demo) -> None:
+    layout = layout_of(demo)
+    async with run_board(demo.root, (160, 30)) as d:
+        b, table = d.board, d.table
+
+        async def arrive(prefix: str, n: int) -> None:
+            keys = mint_queued(layout, prefix, n)
+            await d.until(
+                lambda: all((r := b.view.rows.get(k)) and r.attempts is not None for k in keys),
+                f"the {prefix} jobs read",
+            )
+
+        def shown() -> list[str]:
+            return [line[2:14] for line in d.lines()[1:]]
+
+        def cursor_line() -> int:
+            assert table.cursor_index is not None
+            return table.cursor_index - int(table.scroll_y)
+
+        await arrive("early", 60)
+        queued = min(i for k in b.view.keys_in(State.QUEUED) if (i := b.view.index_of(k)) is not None)
+        # The view starts inside the queue, whose newest jobs come first: above its top.
+        table.scroll_to(y=queued + 5, animate=False, immediate=True, force=True)
+        table.select(b.view.key_at(queued + 5 + table.page // 2))
+        before, line, cursor = shown(), cursor_line(), table.cursor_key
+        await arrive("later", 5)
+        assert (table.cursor_key, cursor_line(), shown()) == (cursor, line, before)
+
+        # The view starts above the queue: the new jobs push the cursor down, the top stays.
+        top = queued - 3
+        table.scroll_to(y=top, animate=False, immediate=True, force=True)
+        table.select(b.view.key_at(top + 10))
+        before, line, cursor = shown(), cursor_line(), table.cursor_key
+        await arrive("last", 4)
+        assert int(table.scroll_y) == top
+        assert shown()[:3] == before[:3]
+        assert shown()[7 : table.page] == before[3 : table.page - 4]
+        assert (table.cursor_key, cursor_line()) == (cursor, line + 4)
 
 
 async def test_claim(demo: Demo) -> None:

@@ -8,11 +8,12 @@ passed on the `verified` job's receipt and failed on `checks_failed`'s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,53 @@ async def test_a_check_stopped_with_t_capital_is_not_started_again_by_itself(dem
             assert not d.board.checks.running(key), "a stopped check started again by itself"
     assert processes_left(marker) == []
     assert not layout_of(demo).check_record(key, "slow").exists()
+
+
+async def test_a_check_run_with_t_and_stopped_is_not_started_by_itself_by_any_later_judging(
+    demo: Demo,
+) -> None:
+    """`T` holds whoever started the check: here `t`, on a board that runs no check by
+    itself until the config, read again, says it should. Neither that rescan, nor a file
+    event on the receipt, nor the receipt judged again, nor the preflight opened, starts it."""
+    marker = unique_sleep()
+    slow = f'\n[checks.slow]\nrun = "echo started; sleep {marker}"\ntimeout = 600\n'
+    add_checks(demo, slow + "\n[check_runs]\non_receipt = false\n")
+    layout = layout_of(demo)
+    key = demo.keys["verified"]
+    async with run_board(demo.root, key=key) as d:
+        runner = d.board.checks
+        await d.until(lambda: ChecksConfigured in d.inbox.kinds, "the config's [check_runs]")
+        await d.press("t")
+        await d.until(lambda: runner.running(key) and processes_with(marker), "t to start the slow check")
+        await d.press("T")
+        await d.until(lambda: not runner.running(key), "the stop")
+
+        async def judged_after(trigger: Callable[[], object], kind: type[Message], what: str) -> None:
+            seen = len(d.inbox.kinds)
+            trigger()
+            await d.until(lambda: kind in d.inbox.kinds[seen:], what)
+            await d.pilot.pause()
+            assert not runner.running(key), f"the stopped check started again after {what}"
+
+        config = layout.config.read_text().replace("on_receipt = false", "on_receipt = true")
+        await judged_after(lambda: set_config(layout, config), ChecksConfigured, "the config read again")
+        assert runner.on_receipt is True
+        receipt = layout.receipt(key)
+        stamp = receipt.stat().st_mtime_ns + 10**9
+        await judged_after(lambda: os.utime(receipt, ns=(stamp, stamp)), ChecksFound, "a file event on it")
+        await judged_after(lambda: d.board.feed.judge([key]), ChecksFound, "the receipt judged again")
+        await d.press("a")
+        await d.showing(PreflightDialog)
+        await judged_after(lambda: d.board.feed.judge([key]), ChecksFound, "the preflight opened")
+        await d.press("escape")
+        # A receipt with other outputs (a new attempt's) has its checks run by themselves.
+        renewed = dataclasses.replace(d.board.standings[key], outputs="a new receipt's outputs")
+        d.board.post_message(ChecksFound({key: renewed}))
+        await d.until(lambda: runner.running(key), "the check to run by itself on the new receipt")
+        runner.stop(d.board.view.rows)
+        await d.until(lambda: not runner.live, "every check to stop")
+    assert processes_left(marker) == []
+    assert not layout.check_record(key, "slow").exists()
 
 
 async def test_t_runs_the_checks_again(demo: Demo) -> None:

@@ -28,11 +28,12 @@ from core.work.fleet import HostView, Note, fleet
 from tui.widgets.key_bar import Hint, KeyBar
 
 REFRESH = 2.0
-COLUMNS = ("host", "transport", "target", "conc", "now", "rtt", "last error")
+COLUMNS = ("host", "transport", "conc", "now", "rtt", "last error")
 # Cells cut (with …) to this many characters so that every column fits at 80 columns; the
-# line under the table shows the highlighted host's target and last error whole.
-TARGET_SHOWN = 12
-ERROR_SHOWN = 18
+# lines under the table show the highlighted host's name, transport and last error whole.
+HOST_SHOWN = 12
+TRANSPORT_SHOWN = 20
+ERROR_SHOWN = 16
 
 
 def _cut(text: str, width: int) -> str:
@@ -49,9 +50,8 @@ def host_cells(view: HostView, now: float) -> tuple[Text, ...]:
     if len(error.plain) > ERROR_SHOWN:
         error = error[: ERROR_SHOWN - 1] + Text("…", style=error.style)
     return (
-        Text(visible(view.name), style="bold"),
+        Text(_cut(visible(view.name), HOST_SHOWN), style="bold", no_wrap=True),
         _transport(view),
-        Text(_cut(visible(view.target), TARGET_SHOWN), no_wrap=True),
         Text(str(view.concurrency), justify="right"),
         Text(str(busy), justify="right", style="bold yellow" if busy else "dim"),
         rtt,
@@ -65,9 +65,12 @@ def host_error(view: HostView, now: float) -> Text:
 
 
 def host_detail(view: HostView, now: float) -> Text:
-    """The line under the table: the highlighted host, its whole target and last error."""
+    """The lines under the table: the highlighted host's whole name, transport, target and
+    sandbox, and its last error."""
     text = Text(visible(view.name), style="bold")
-    text.append(f"  {visible(view.target)}\n", style="dim")
+    text.append(f"  {view.transport}{' (stand-in)' if view.stand_in else ''} · {visible(view.target)}\n")
+    if view.isolation is not None:
+        text.append(f"{view.isolation}\n", style="green" if view.sandboxed else "bold red")
     text.append("last error: ")
     text.append_text(host_error(view, now))
     return text
@@ -79,12 +82,15 @@ def _missing(view: HostView) -> Text | None:
 
 
 def _transport(view: HostView) -> Text:
-    """The transport, and for a local host whether its runs are sandboxed (in red when not)."""
-    text = Text(view.transport + (" (stand-in)" if view.stand_in else ""))
+    """The transport's kind and where it goes, short: a local host's sandbox (in red when
+    its runs are not sandboxed), a remote one's target cut to fit."""
+    text = Text(f"{view.transport} · ", no_wrap=True)
     if view.sandboxed is True:
-        text.append(" bwrap", style="green")
+        text.append("bwrap", style="green")
     elif view.sandboxed is False:
-        text.append(" UNSANDBOXED", style="bold red")
+        text.append("UNSANDBOXED", style="bold red")
+    else:
+        text.append(_cut(visible(view.target), TRANSPORT_SHOWN - len(text.plain)))
     return text
 
 

@@ -6,8 +6,10 @@ on the operator's request (`t`), at most `[check_runs] concurrency` at once.
 the output tail of the checks under way and posts what happens as messages: a check
 started, its output moved on (at most a few times a second), it ended. A stop (`T`)
 sets the run's event: the sandbox and every process in it are killed, and no record is
-kept. Leaving the board stops every check the same way. `core.review.checks` (pydantic, the
-config model) is imported when a check first runs, not with the board.
+kept; however the check was started, it is not run by itself again on that receipt
+until `t` asks for it or a new receipt comes. Leaving the board stops every check the
+same way. `core.review.checks` (pydantic, the config model) is imported when a check
+first runs, not with the board.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class CheckRunner(Widget):
         self.live: dict[tuple[str, str], LiveCheck] = {}
         # The checks run by themselves once for each receipt's outputs: never again in a loop.
         self._tried: set[tuple[str, str, str]] = set()
+        # Each received job's outputs as last judged, and the checks `T` stopped with the
+        # outputs they were stopped on (None: not judged yet): those wait for `t`.
+        self._outputs: dict[str, str] = {}
+        self._stopped: dict[tuple[str, str], str | None] = {}
         self._output_timers: dict[str, Timer] = {}
         self._output_at: dict[str, float] = {}
 
@@ -87,7 +93,10 @@ class CheckRunner(Widget):
 
     def consider(self, standings: Mapping[str, Standing]) -> None:
         """Run, once per receipt, the checks not run (or stale) of each job whose receipt
-        verifies, when the config asks for that."""
+        verifies, when the config asks for that; never one `T` stopped on these outputs."""
+        for key, standing in standings.items():
+            if standing.outputs is not None:
+                self._outputs[key] = standing.outputs
         if not self.on_receipt:
             return
         for key, standing in standings.items():
@@ -100,16 +109,31 @@ class CheckRunner(Widget):
                     check.state in AUTO_STATES
                     and tried not in self._tried
                     and (key, check.name) not in self.live
+                    and not self._held(key, check.name, standing.outputs)
                 ):
                     self._tried.add(tried)
                     names.append(check.name)
             if names:
                 self.start(key, names, manual=False)
 
+    def _held(self, key: str, name: str, outputs: str) -> bool:
+        """Whether `T` stopped this check on these outputs (a new receipt lets it run)."""
+        pair = (key, name)
+        if pair not in self._stopped:
+            return False
+        at = self._stopped[pair]
+        if at is not None and at != outputs:
+            del self._stopped[pair]  # stopped on the last receipt, not this one
+            return False
+        self._stopped[pair] = outputs
+        return True
+
     def start(self, key: str, names: Iterable[str], manual: bool = True) -> list[str]:
         """Run these checks of `key` (each once: one under way is not started again)."""
         started = []
         for name in names:
+            if manual:
+                self._stopped.pop((key, name), None)
             if (key, name) in self.live:
                 continue
             live = self.live[(key, name)] = LiveCheck(key, name, time.time(), manual)
@@ -123,6 +147,7 @@ class CheckRunner(Widget):
         stopping = [live for (key, _), live in self.live.items() if key in wanted]
         for live in stopping:
             live.stop.set()
+            self._stopped[(live.key, live.name)] = self._outputs.get(live.key)
         return len(stopping)
 
     async def _run(self, live: LiveCheck) -> None:

@@ -170,11 +170,17 @@ class JobTable(ScrollView, can_focus=True):
     def apply(self, changed: Mapping[str, JobRow | None] | None = None) -> None:
         """Apply changed rows (or a new filter when None), keeping cursor and scroll.
 
-        The job under the cursor stays under the cursor at the same line on screen; if it
-        left the view, the cursor takes the job now at its old position.
+        Rows that arrive or leave above the view shift it by as many rows, so every row
+        shown stays on its line; those between the top and the cursor push the cursor down
+        without scrolling the top row away. A job under the cursor that changes state is
+        followed at the same line on screen, as is the cursor under a new filter; if the
+        job left the view, the cursor takes the job now at its old position.
         """
         old_index = self.cursor_index
         offset = None if old_index is None else old_index - int(self.scroll_y)
+        cursor = self.cursor_key
+        cursor_state = None if cursor is None else self.view.where.get(cursor)
+        anchor = None if changed is None else self._anchor(changed)
         if changed is None:
             self.view.set_filter()
         else:
@@ -194,13 +200,27 @@ class JobTable(ScrollView, can_focus=True):
             self._set_cursor(None)
         if new_index is not None and offset is not None:
             height = self.scrollable_content_region.height
-            top = max(0, min(new_index - offset, count + 1 - height))
+            under = self.view.key_at(new_index)
+            followed = under != cursor or self.view.where.get(under) != cursor_state
+            top = new_index - offset
+            if anchor is not None and not followed and (at := self.view.index_of(anchor[0])) is not None:
+                top = at - anchor[1]
+            top = max(0, min(top, count + 1 - height))
             if not int(self.scroll_y) and new_index < height - 1:
                 top = 0  # a list at its top stays there: a row read into a state above shows
             self.scroll_to(y=top, animate=False, immediate=True, force=True)
-            self._show_cursor()
+            if 0 <= offset < self.page or followed:
+                self._show_cursor()
         self._show_position()
         self.refresh()
+
+    def _anchor(self, changed: Mapping[str, JobRow | None]) -> tuple[str, int] | None:
+        """The first row in view that `changed` leaves alone, and its line: the rows around
+        it keep their places relative to it, wherever the changed ones go."""
+        for line, key in enumerate(self.in_view()):
+            if key not in changed:
+                return key, line
+        return None
 
     def _set_cursor(self, key: str | None) -> None:
         if key != self.cursor_key:
