@@ -392,6 +392,8 @@ async def test_the_candidates_with_a_rejected_ones_reason(
         await d.press("down", "down")
         reason = screen.query_one("#cand-reason", Static)
         await d.until(lambda: "exited with status 5" in plain(reason), "the rejected one's whole reason")
+        assert "status is" not in plain(reason), "the failed status step says again how the run ended"
+        assert table.virtual_size.width <= size[0], "every column fits, why not included"
         assert await screenshot(d) == svg
 
 

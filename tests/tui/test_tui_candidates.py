@@ -56,7 +56,7 @@ async def test_a_on_a_job_with_candidates_compares_them_and_approves_the_one_pic
             ["2", "b", "ok", "yes"],
             ["3", "broken", "rejected", "no"],
         ]
-        assert cells(table, 0)[5] == "1 file(s) +1 -2"
+        assert cells(table, 0)[5] == "1 file +1 -2"
         assert cells(table, 0)[4] == "-", "no checks configured"
         assert cells(table, 2)[7].endswith("…"), "the reason is cut to fit 80 columns"
         reason = screen.query_one("#cand-reason", Static)

@@ -39,12 +39,15 @@ from core.store.candidate_store import load
 from core.store.layout import Layout
 from tui import render
 from tui.dialogs.preflight import Approval
+from tui.text import counted
 from tui.widgets.key_bar import Hint, KeyBar
 
 COLUMNS = ("#", "host", "status", "verify", "checks", "change", "signer", "why not")
-# A signer's fingerprint and the reason are cut to this many characters, so that every
-# column fits at 80; the line under the table shows the highlighted one's reason whole.
-SIGNER_SHOWN = 10
+# A host, a signer's fingerprint (its hash, without "SHA256:") and the reason are cut to
+# this many characters, so that every column fits at 80; the line under the table shows
+# the highlighted one's reason whole.
+HOST_SHOWN = 10
+SIGNER_SHOWN = 9
 WHY_SHOWN = 12
 
 
@@ -60,7 +63,9 @@ def why_not(c: CandidateView) -> str:
 def reason_line(c: CandidateView) -> Text:
     """The line under the table: the highlighted candidate's whole reason (and every failure)."""
     text = Text(f"candidate {c.number} on {visible(c.host or '?')}: ", style="bold")
-    reasons = [r for r in (c.reason, *c.failures) if r]
+    # A failed status step only restates how the run ended, which the reason says.
+    failures = [f for f in c.failures if not (c.reason and f.startswith("status: "))]
+    reasons = [r for r in (c.reason, *failures) if r]
     if not reasons:
         text.append("nothing against it" if c.ok else c.status, style="green" if c.ok else "red")
     text.append("; ".join(visible(r) for r in reasons), style="red")
@@ -84,18 +89,18 @@ def candidate_cells(c: CandidateView, pinned: int | None, running: bool = False)
     status = Text(c.status, style="green" if c.status == ReceiptStatus.OK else "red")
     verifies = Text("yes" if c.ok else "no", style="bold green" if c.ok else "bold red")
     if c.signer:
-        signer = visible(c.signer)
+        signer = visible(c.signer).removeprefix("SHA256:")
         signature = Text(_cut(signer, SIGNER_SHOWN), style="green", no_wrap=True)
     else:
         signature = Text("unsigned" if not c.signed else "not trusted", style="red")
     change = Text("-", style="dim")
     if c.status == ReceiptStatus.OK:
-        change = Text(f"{c.files} file(s) ")
+        change = Text(f"{counted(c.files, 'file')} ")
         change.append(f"+{c.added}", style="green")
         change.append(f" -{c.removed}", style="red")
     return (
         number,
-        Text(visible(c.host or "?")),
+        Text(_cut(visible(c.host or "?"), HOST_SHOWN)),
         status,
         verifies,
         checks_cell(c, running),
@@ -220,7 +225,7 @@ class CandidatesScreen(Screen[Approval | None]):
             table.add_row(*candidate_cells(c, self.pinned, c.number == self.checking), key=str(c.number))
         verify = sum(1 for c in shown if c.ok)
         title = Text(f" {self.key} ", style="bold reverse")
-        title.append(f"  {len(shown)} candidate(s), {verify} verify", style="bold")
+        title.append(f"  {counted(len(shown), 'candidate')}, {verify} verify", style="bold")
         picked = next((c.number for c in shown if c.chosen), None)
         title.append(f"  candidate {picked} chosen" if picked else "  none chosen yet")
         against = f"candidate {self.pinned}" if self.pinned else "the tree"
