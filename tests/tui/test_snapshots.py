@@ -15,7 +15,7 @@ from boardkit import Driver, plain, run_board
 from corekit import set_config
 from pytest_textual_snapshot import SVGImageExtension
 from syrupy.assertion import SnapshotAssertion
-from textual.widgets import DataTable, Input, Log, MarkdownViewer, OptionList, Static, TextArea
+from textual.widgets import Button, DataTable, Input, Log, MarkdownViewer, OptionList, Static, TextArea
 
 from core.store.layout import Layout
 from core.work.ship_candidates import CandidateRequest, ship_candidates
@@ -414,4 +414,28 @@ async def test_a_check_running_with_its_output(
         await d.until(lambda: all(c.output for c in d.board.checks.live.values()), "their output")
         tab = pane.query_one("#detail-verify", Static)
         await d.until(lambda: "started the slow one" in plain(tab), "the output in the Verify tab")
+        assert await screenshot(d, running=True) == svg
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_preflight_during_a_required_check(
+    size: tuple[int, int], fresh_frozen_demo: Demo, svg: SnapshotAssertion
+) -> None:
+    """Approve while a required check runs: the preflight says it is running, offers no
+    apply until it has passed, and follows it as it goes (the clock here is frozen)."""
+    demo = fresh_frozen_demo
+    layout = Layout(demo.root)
+    config = layout.config.read_text().replace(
+        'require_checks = ["tests"]', 'require_checks = ["tests", "slow"]'
+    )
+    set_config(layout, config + '\n[checks.slow]\nrun = "echo started the slow one; sleep 600"\n')
+    key = demo.keys["verified"]
+    async with run_board(demo.root, size) as d:
+        await on_job(d, key)
+        await d.until(lambda: any(k == key for k, _ in d.board.checks.live), "the slow check to run")
+        await d.press("a")
+        dialog = await d.showing(PreflightDialog)
+        body = dialog.query_one("#preflight-body", Static)
+        await d.until(lambda: "slow" in plain(body) and "running for" in plain(body), "the running check")
+        assert dialog.query_one("#yes", Button).disabled
         assert await screenshot(d, running=True) == svg
