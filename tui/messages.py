@@ -155,8 +155,8 @@ class ActionDone(Message):
 
 @dataclass
 class RunEnded(Message):
-    """A ship of the board's ended, with the result of each of its runs (none when it
-    ended before a run did)."""
+    """A ship of the board's ended (a job's, or a batch's: `key` its first), with the
+    result of each of its runs (none when it ended before a run did)."""
 
     key: str
     results: tuple[ShipResult, ...]

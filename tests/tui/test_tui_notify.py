@@ -14,6 +14,8 @@ from shipkit import host_block, write_config
 
 from core.store.layout import Layout, user_config_dir
 from core.store.queue import claim
+from tui.dialogs.bulk_ship import BulkShipDialog
+from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.ship import ShipDialog
 from tui.messages import CheckEnded
 from tui.services.notices import Notices
@@ -110,3 +112,23 @@ async def test_a_failing_command_is_said_on_the_board(repo: Layout, signer: Ed25
         await notifier_ready(d)
         receive(repo, key, {"src/app.py": b"def main():\n    return 2\n"}, signer)
         await d.until(lambda: d.inbox.said("exit 4: webhook down"), "the command's failure, said")
+
+
+async def test_a_job_of_a_batch_that_its_host_failed_is_told(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path
+) -> None:
+    out = tmp_path / "heard.jsonl"
+    operator_notify(hook_into(out, ["host_failed"]))
+    write_config(repo, host_block("local", None, "echo the model is down >&2; exit 3"))
+    keys = [mint(repo, "One.").key, mint(repo, "Two.", ["src/util.py"]).key]
+    async with run_board(repo.root) as d:
+        await notifier_ready(d)
+        for key in keys:
+            await d.select(key)
+            await d.press("space")
+        await d.press("s")
+        await d.showing(ConfirmDialog)
+        await d.press("y")
+        dialog = await d.showing(BulkShipDialog)
+        await d.until(lambda: dialog.board_batch.done, "the batch to end")
+        await d.until(lambda: sorted(heard(out)) == sorted(("host_failed", k) for k in keys), "both failures")

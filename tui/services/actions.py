@@ -242,6 +242,7 @@ class Dispatcher(Widget):
             if batch.done and not batch.watched:
                 line = batch_ended_line(batch)
                 self.post_message(Say(line, "information" if batch.succeeded else "warning", "ship"))
+            self.post_message(RunEnded(batch.keys[0], tuple(batch.results)))
             self.post_message(ActionDone("ship", [], [], batch.keys))
 
     async def show_batch(self, batch: BoardBatch) -> None:

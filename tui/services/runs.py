@@ -232,6 +232,7 @@ class BoardBatch:
     outcome: Text | None = None
     lines: dict[str, tuple[str, Style]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    results: list[ShipResult] = field(default_factory=list)  # each job's, as it ended
     _viewers: list[BatchViewer] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -269,6 +270,7 @@ class BoardBatch:
         if event.phase == "started":
             self.lines[event.key] = (f"running on {event.host} ({event.text})", BUSY)
         elif event.phase == "finished" and event.result is not None:
+            self.results.append(event.result)
             status = event.result.status
             self.counts[status] = self.counts.get(status, 0) + 1
             why = f": {event.text}" if event.text else ""
