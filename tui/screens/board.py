@@ -235,6 +235,9 @@ class BoardScreen(Screen[None]):
         self.plane: PlaneView | None = None
         self._plane_dirty = True
         self._plane_reading = False
+        # Held until the feed has read the policy, after the first rows are painted: the read
+        # parses every job in flight, and would hold the first paint back.
+        self._plane_held = True
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -278,7 +281,7 @@ class BoardScreen(Screen[None]):
         row = self.view.rows.get(key) if key else None
         if row is not None and row.state is State.RUNNING and time.monotonic() - self._loaded_at > RELOAD:
             self._schedule_detail()
-        if self._plane_dirty and not self._plane_reading:
+        if self._plane_dirty and not self._plane_reading and not self._plane_held:
             self._plane_dirty, self._plane_reading = False, True
             self._read_plane()
 
@@ -462,6 +465,7 @@ class BoardScreen(Screen[None]):
         self.config_error = message.config_error
         self.config_held = message.config_held
         self.trusted_keys = message.trusted_keys
+        self._plane_held = False
         self._plane_moved()
         self.table.set_protected(message.protected)
         pane = self.query_one(DetailPane)
@@ -480,7 +484,7 @@ class BoardScreen(Screen[None]):
         if plane is None:
             return
         self.plane = plane
-        self.table.set_plane({k: i for i, k in enumerate(plane.ready, 1)}, frozenset(plane.overlaps))
+        self.table.set_plane({k: i for i, k in enumerate(plane.ready, 1)}, plane.flight.overlapping())
         if self.view.only is not None:
             self.view.set_filter(only=plane.ready)
             self._refilter()
