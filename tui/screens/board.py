@@ -235,9 +235,10 @@ class BoardScreen(Screen[None]):
         self.plane: PlaneView | None = None
         self._plane_dirty = True
         self._plane_reading = False
-        # Held until the feed has read the policy, after the first rows are painted: the read
-        # parses every job in flight, and would hold the first paint back.
-        self._plane_held = True
+        # Whether the feed has read the policy, which it does once the first rows are
+        # painted: the apply plane and the notifier wait for it (the plane parses every job
+        # in flight, the notifier imports the config model: either would hold that paint back).
+        self._up = False
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -281,7 +282,7 @@ class BoardScreen(Screen[None]):
         row = self.view.rows.get(key) if key else None
         if row is not None and row.state is State.RUNNING and time.monotonic() - self._loaded_at > RELOAD:
             self._schedule_detail()
-        if self._plane_dirty and not self._plane_reading and not self._plane_held:
+        if self._up and self._plane_dirty and not self._plane_reading:
             self._plane_dirty, self._plane_reading = False, True
             self._read_plane()
 
@@ -465,7 +466,9 @@ class BoardScreen(Screen[None]):
         self.config_error = message.config_error
         self.config_held = message.config_held
         self.trusted_keys = message.trusted_keys
-        self._plane_held = False
+        if not self._up:
+            self._up = True
+            self.query_one(Notices).load()
         self._plane_moved()
         self.table.set_protected(message.protected)
         pane = self.query_one(DetailPane)
