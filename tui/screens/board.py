@@ -53,6 +53,7 @@ from tui.messages import (
     RunEnded,
     Say,
     SearchFound,
+    StampsRead,
     Trouble,
     VerdictsFound,
 )
@@ -333,6 +334,12 @@ class BoardScreen(Screen[None]):
         self.view.set_listing(message.listing)
         self._plane_moved()
         self._refilter()
+
+    @on(StampsRead)
+    def _stamps_read(self, message: StampsRead) -> None:
+        """The queue's files stat'ed: its jobs go newest first, the cursor on its job."""
+        self.view.set_stamps(message.stamps)
+        self.table.apply(None)
 
     @on(JobTable.WindowShown)
     def _window_shown(self, message: JobTable.WindowShown) -> None:

@@ -2,8 +2,9 @@
 
 `BoardFeed` is a widget that shows nothing: it keeps up with the disk for the board's
 read-model (`core.read.board_view`). A full scan lists the state folders (names only:
-`NamesListed`) and then reads the operator's jobs (in running/, with a receipt or
-candidates); it runs at start, after a watch failure and now and then as a fallback for
+`NamesListed`), reads the operator's jobs (in running/, with a receipt or candidates)
+and, once the first rows are painted, stats the queue's files for its order
+(`StampsRead`); it runs at start, after a watch failure and now and then as a fallback for
 filesystems that deliver no events (NFS). Other jobs are read when their rows come into
 view (`want`, with their attempts files) or a text filter searches them (`search`). A
 watch worker turns `watchfiles` events into job keys, and only those are read again;
@@ -44,6 +45,7 @@ from tui.messages import (
     PolicyRead,
     RowsChanged,
     SearchFound,
+    StampsRead,
     Trouble,
     VerdictsFound,
 )
@@ -287,6 +289,10 @@ class BoardFeed(Widget):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
                 self.rows_shown()  # as if they were, when the board never says so
+            if listing.groups[State.QUEUED]:
+                from core.store.queue import queue_stamps  # here: it loads the job model (pydantic)
+
+                self.post_message(StampsRead(await asyncio.to_thread(queue_stamps, self.repo)))
             policy, _ = await asyncio.to_thread(read_policy, self.repo)
             trusted = await asyncio.to_thread(self._count_trusted)
             signature, fault, _, held, protected = policy

@@ -4,7 +4,8 @@ channels the operator chose (`core.store.notify`); renders nothing.
 The operator's `[notify]` is read in a thread once the board is up (`load`, after its
 first rows are painted: pydantic and the config model load then, and would hold that
 paint back); until then nothing is told. What the board finds on disk as it starts is
-not news: a receipt is told when a job the board saw without one gets one. The bell rings on the board's own terminal (`App.bell`).
+not news: a receipt is told when a job the board saw without one gets one. The bell
+rings on the board's own terminal (`App.bell`).
 """
 
 from __future__ import annotations
