@@ -33,6 +33,13 @@ class NamesListed(Message):
 
 
 @dataclass
+class StampsRead(Message):
+    """The mtime (ns) of each queued job's file, read after the first frame: the queue's order."""
+
+    stamps: dict[str, int]
+
+
+@dataclass
 class RowsChanged(Message):
     """Jobs that appeared or changed (a row), or left (None)."""
 

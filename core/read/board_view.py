@@ -4,14 +4,13 @@
 `BoardView.update` moves a key to its state's group once its row is read. The view holds
 a string and a dict slot per job, the operator's rows and at most `KEPT_ROWS` others.
 Order: `STATE_ORDER`; within a state the newest job file first where each is stat'ed
-anyway (running/ and the queue, as `Claimer` lists it), else by key; a group is sorted
-when first looked into.
+anyway (running/ and the queue, as `Claimer` lists it; the queue once `set_stamps` has
+its mtimes, after the first frame), else by key; a group is sorted when first looked into.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
@@ -49,13 +48,12 @@ def row_matches(row: JobRow, needle: str) -> bool:
 class BoardListing(NamedTuple):
     where: dict[str, State]  # each key's provisional state
     groups: dict[State, list[str]]  # the keys of each state, not sorted yet
-    stamps: dict[str, int]  # the mtime (ns) of each queued job's file
     operators: list[str]  # the jobs in running/, with a receipt or with candidates: read at once
 
 
 def board_listing(gen: str) -> BoardListing:
-    """Each state folder listed once, the queue's files stat'ed; a key in two folders, or
-    with a receipt, takes the state its names give it."""
+    """Each state folder listed once, names alone; a key in two folders, or with a receipt,
+    takes the state its names give it."""
     keys = {folder: folder_keys(f"{gen}/{folder}") for folder in (*JOB_FOLDERS, "receipts")}
     biggest = max(JOB_FOLDERS, key=lambda folder: len(keys[folder]))
     where = dict.fromkeys(keys[biggest], _NAMED[biggest])  # one dict of a million slots, made once
@@ -78,17 +76,8 @@ def board_listing(gen: str) -> BoardListing:
         )
         where[key] = provisional_state(key, filter(None, named), receipt=key in receipts)
         groups[where[key]].append(key)
-    stamps = {}
-    if groups[State.QUEUED]:
-        fd = os.open(f"{gen}/queue", os.O_RDONLY | os.O_DIRECTORY)
-        for key in groups[State.QUEUED]:
-            try:
-                stamps[key] = os.stat(f"{key}.json", dir_fd=fd, follow_symlinks=False).st_mtime_ns
-            except FileNotFoundError:  # claimed since: its events follow
-                continue
-        os.close(fd)
     operators = dict.fromkeys([*keys["running"], *receipts, *folder_keys(f"{gen}/candidates", "")])
-    return BoardListing(where, groups, stamps, list(operators))
+    return BoardListing(where, groups, list(operators))
 
 
 class BoardView:
@@ -215,7 +204,7 @@ class BoardView:
     def set_listing(self, listing: BoardListing) -> None:
         """Start again from a listing; a row read is kept while the listing names its files."""
         where = listing.where
-        self.stamps = {k: s for k, s in self.stamps.items() if where.get(k) in OPERATORS} | listing.stamps
+        self.stamps = {k: s for k, s in self.stamps.items() if where.get(k) in STAMPED}
         rows = self.rows.items()
         kept = {
             k: r
@@ -226,6 +215,12 @@ class BoardView:
         self.rows, self.read, self._others, self._shown = {}, set(), {}, None
         self.matched = {k for k in self.matched if k in where}
         self.update(kept)
+
+    def set_stamps(self, queued: Mapping[str, int]) -> None:
+        """The queue's mtimes (`core.store.queue.queue_stamps`): its jobs go newest first."""
+        self.stamps = {k: s for k, s in queued.items() if k in self.where} | self.stamps
+        self._sorted.discard(State.QUEUED)
+        self._shown = None
 
     def update(self, changed: Mapping[str, JobRow | None]) -> None:
         """Apply rows read, and keys gone (None)."""

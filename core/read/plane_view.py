@@ -3,7 +3,7 @@ which order, why it leaves the rest, and which jobs in flight overlap.
 
 One read of `.gen/` that writes nothing and takes no lock: the pass listing only
 (`core.review.ready.pull` with `apply=False`) and the overlaps of every job in flight
-(`core.store.overlaps.overlap_map`). The board reads it off its event loop whenever the
+(`core.store.overlaps.flight_paths`). The board reads it off its event loop whenever the
 jobs in flight or their checks change.
 """
 
@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 
 from core.review.ready import pull
 from core.store.layout import Layout
-from core.store.overlaps import Overlap, overlap_map
+from core.store.overlaps import FlightPaths, flight_paths
 
 
 @dataclass(frozen=True)
 class PlaneView:
     """`ready`: the keys a pass would apply (or merge), in its order; `left`: each other job
-    with a receipt and why a pass leaves it; `overlaps`: each job in flight that overlaps."""
+    with a receipt and why a pass leaves it; `flight`: what each job in flight overlaps."""
 
     ready: tuple[str, ...] = ()
     left: dict[str, str] = field(default_factory=dict)
-    overlaps: dict[str, list[Overlap]] = field(default_factory=dict)
+    flight: FlightPaths = field(default_factory=FlightPaths)
 
     def position(self, key: str) -> int | None:
         """Where a pass would take `key` (1 first), or None when it would not."""
@@ -36,7 +36,7 @@ class PlaneView:
         said = [f"apply --ready takes it #{at} of {len(self.ready)}"] if at else []
         if key in self.left:
             said.append(f"apply --ready leaves it: {self.left[key]}")
-        return said + [o.line() for o in self.overlaps.get(key, [])]
+        return said + [o.line() for o in self.flight.of(key)]
 
 
 def plane_view(layout: Layout) -> PlaneView:
@@ -44,4 +44,4 @@ def plane_view(layout: Layout) -> PlaneView:
     pulled = pull(layout, apply=False)
     ready = tuple(p.key for p in pulled if p.done == "ready")
     left = {p.key: p.why for p in pulled if p.done != "ready"}
-    return PlaneView(ready, left, overlap_map(layout))
+    return PlaneView(ready, left, flight_paths(layout))

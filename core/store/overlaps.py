@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.errors import BadInput
 from core.model.canonical import read_bytes, sha256_file
@@ -71,22 +71,45 @@ def overlapping(job: Job, others: Mapping[str, Job]) -> list[Overlap]:
     return found
 
 
+@dataclass(frozen=True)
+class FlightPaths:
+    """The allowed paths of each job in flight and the jobs in flight on each path: the
+    overlaps of one job are found when asked, since those of every job at once grow with
+    the square of the jobs (a queue of jobs on one file)."""
+
+    paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    on_path: dict[str, list[str]] = field(default_factory=dict)
+
+    def overlapping(self) -> frozenset[str]:
+        """The jobs in flight that share an allowed path with another."""
+        return frozenset(key for keys in self.on_path.values() if len(keys) > 1 for key in keys)
+
+    def of(self, key: str) -> list[Overlap]:
+        """The jobs in flight (but `key` itself) that share an allowed path with `key`, by key."""
+        shared: dict[str, list[str]] = {}
+        for rel in self.paths.get(key, ()):
+            for other in self.on_path[rel]:
+                if other != key:
+                    shared.setdefault(other, []).append(rel)
+        return [Overlap(other, tuple(sorted(rels))) for other, rels in sorted(shared.items())]
+
+
+def flight_paths(layout: Layout) -> FlightPaths:
+    """Every job in flight by its allowed paths, and each path's jobs."""
+    paths = {key: tuple(job.allowed_paths) for key, job in in_flight(layout).items()}
+    on_path: dict[str, list[str]] = {}
+    for key, rels in paths.items():
+        for rel in rels:
+            on_path.setdefault(rel, []).append(key)
+    return FlightPaths(paths, on_path)
+
+
 def overlap_map(layout: Layout, keys: Iterable[str] | None = None) -> dict[str, list[Overlap]]:
     """For each job in flight (or each of `keys` that is), the jobs in flight it overlaps;
-    a job that overlaps none is left out. What `ls --json` and the board show per row."""
-    jobs = in_flight(layout)
-    by_path: dict[str, list[str]] = {}
-    for key, job in jobs.items():
-        for rel in job.allowed_paths:
-            by_path.setdefault(rel, []).append(key)
-    wanted = jobs.keys() if keys is None else [k for k in keys if k in jobs]
-    found: dict[str, list[Overlap]] = {}
-    for key in wanted:
-        near = {k: jobs[k] for rel in jobs[key].allowed_paths for k in by_path[rel]}
-        listed = overlapping(jobs[key], near)
-        if listed:
-            found[key] = listed
-    return found
+    a job that overlaps none is left out. What `ls --json` shows per row."""
+    flight = flight_paths(layout)
+    wanted = flight.paths.keys() if keys is None else [k for k in keys if k in flight.paths]
+    return {key: found for key in wanted if (found := flight.of(key))}
 
 
 def overlaps_of(layout: Layout, key: str) -> list[Overlap]:

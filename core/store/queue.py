@@ -118,6 +118,19 @@ class Claim:
     path: Path
 
 
+def queue_stamps(layout: Layout) -> dict[str, int]:
+    """The mtime (ns) of each queued job's file, by key: claims take the oldest first."""
+    stamps = {}
+    with os.scandir(layout.queue) as it:
+        for e in it:
+            if e.name.endswith(".json") and KEY_RE.fullmatch(e.name[:-5]):
+                try:
+                    stamps[e.name[:-5]] = e.stat(follow_symlinks=False).st_mtime_ns
+                except FileNotFoundError:  # claimed since
+                    continue
+    return stamps
+
+
 class Claimer:
     """Claims jobs for one worker, oldest first, from one listing of the queue at a time.
 
@@ -143,16 +156,8 @@ class Claimer:
         self.skipped: dict[str, str] = {}  # what the last claim left queued, and why
 
     def _list(self) -> list[str]:
-        entries = []
-        with os.scandir(self.layout.queue) as it:
-            for e in it:
-                if e.name.endswith(".json") and KEY_RE.fullmatch(e.name[:-5]):
-                    try:
-                        entries.append((e.stat(follow_symlinks=False).st_mtime_ns, e.name[:-5]))
-                    except FileNotFoundError:
-                        continue
-        entries.sort()
-        keys = [k for _, k in entries]
+        stamps = queue_stamps(self.layout)
+        keys = sorted(stamps, key=lambda k: (stamps[k], k))
         # Racing claimers start a little apart so they do not all collide on the head.
         if len(keys) > 64:
             cut = random.randrange(min(len(keys), 64))

@@ -53,6 +53,7 @@ from tui.messages import (
     RunEnded,
     Say,
     SearchFound,
+    StampsRead,
     Trouble,
     VerdictsFound,
 )
@@ -235,6 +236,10 @@ class BoardScreen(Screen[None]):
         self.plane: PlaneView | None = None
         self._plane_dirty = True
         self._plane_reading = False
+        # Whether the feed has read the policy, which it does once the first rows are
+        # painted: the apply plane and the notifier wait for it (the plane parses every job
+        # in flight, the notifier imports the config model: either would hold that paint back).
+        self._up = False
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -278,7 +283,7 @@ class BoardScreen(Screen[None]):
         row = self.view.rows.get(key) if key else None
         if row is not None and row.state is State.RUNNING and time.monotonic() - self._loaded_at > RELOAD:
             self._schedule_detail()
-        if self._plane_dirty and not self._plane_reading:
+        if self._up and self._plane_dirty and not self._plane_reading:
             self._plane_dirty, self._plane_reading = False, True
             self._read_plane()
 
@@ -329,6 +334,12 @@ class BoardScreen(Screen[None]):
         self.view.set_listing(message.listing)
         self._plane_moved()
         self._refilter()
+
+    @on(StampsRead)
+    def _stamps_read(self, message: StampsRead) -> None:
+        """The queue's files stat'ed: its jobs go newest first, the cursor on its job."""
+        self.view.set_stamps(message.stamps)
+        self.table.apply(None)
 
     @on(JobTable.WindowShown)
     def _window_shown(self, message: JobTable.WindowShown) -> None:
@@ -462,6 +473,9 @@ class BoardScreen(Screen[None]):
         self.config_error = message.config_error
         self.config_held = message.config_held
         self.trusted_keys = message.trusted_keys
+        if not self._up:
+            self._up = True
+            self.query_one(Notices).load()
         self._plane_moved()
         self.table.set_protected(message.protected)
         pane = self.query_one(DetailPane)
@@ -480,7 +494,7 @@ class BoardScreen(Screen[None]):
         if plane is None:
             return
         self.plane = plane
-        self.table.set_plane({k: i for i, k in enumerate(plane.ready, 1)}, frozenset(plane.overlaps))
+        self.table.set_plane({k: i for i, k in enumerate(plane.ready, 1)}, plane.flight.overlapping())
         if self.view.only is not None:
             self.view.set_filter(only=plane.ready)
             self._refilter()

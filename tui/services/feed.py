@@ -2,8 +2,9 @@
 
 `BoardFeed` is a widget that shows nothing: it keeps up with the disk for the board's
 read-model (`core.read.board_view`). A full scan lists the state folders (names only:
-`NamesListed`) and then reads the operator's jobs (in running/, with a receipt or
-candidates); it runs at start, after a watch failure and now and then as a fallback for
+`NamesListed`), reads the operator's jobs (in running/, with a receipt or candidates)
+and, once the first rows are painted, stats the queue's files for its order
+(`StampsRead`); it runs at start, after a watch failure and now and then as a fallback for
 filesystems that deliver no events (NFS). Other jobs are read when their rows come into
 view (`want`, with their attempts files) or a text filter searches them (`search`). A
 watch worker turns `watchfiles` events into job keys, and only those are read again;
@@ -44,6 +45,7 @@ from tui.messages import (
     PolicyRead,
     RowsChanged,
     SearchFound,
+    StampsRead,
     Trouble,
     VerdictsFound,
 )
@@ -56,17 +58,11 @@ if TYPE_CHECKING:
     from core.store.config import Config
 
 # The folders of `.gen/` watched alone, and those whose entries are folders (watched recursively).
-FLAT_FOLDERS = (
-    "queue",
-    "running",
-    "receipts",
-    "applied",
-    "rejected",
-    "attempts",
-    "trusted_keys",
-    "logs",
-    "fleet",
-)
+FLAT_FOLDERS = ("queue", "running", "receipts", "attempts", "trusted_keys", "logs", "fleet")
+# The folders jobs end in, watched alone once the first rows are painted: a watch set up
+# reads its whole folder (most of a million names), and a job that ends there leaves a
+# folder watched from the start.
+FINAL_FOLDERS = ("applied", "rejected")
 NESTED_FOLDERS = ("candidates", "checks")
 # Watch events are gathered this long (ms) before the board re-derives the keys they name.
 DEBOUNCE_MS = 120
@@ -163,14 +159,15 @@ class BoardFeed(Widget):
 
     def on_mount(self) -> None:
         self._process()
-        self._watch()
-        self._watch(nested=True)
+        self._watch(FLAT_FOLDERS, top=True)
+        self._watch(NESTED_FOLDERS, recursive=True)
 
     def rows_shown(self) -> None:
         """The board has painted rows: the verdicts and the config may be read now."""
         if self._rows_shown.is_set():
             return
         self._rows_shown.set()
+        self._watch(FINAL_FOLDERS)
         if self._judge_later:
             self._verdicts(self._judge_later)
             self._judge_later = []
@@ -191,34 +188,34 @@ class BoardFeed(Widget):
 
     # -- following the disk ------------------------------------------------------------------
     @work(group="watch", exit_on_error=False)
-    async def _watch(self, *, nested: bool = False) -> None:
-        """Feed the keys that file events name to `_process`, forever: `.gen/` and its flat
-        folders each watched alone (a recursive watch walks every file, seconds at a million
-        jobs, holding the GIL), or with `nested` the folders of folders, recursively."""
+    async def _watch(self, names: tuple[str, ...], *, recursive: bool = False, top: bool = False) -> None:
+        """Feed the keys that file events name to `_process`, forever: the folders `names`
+        of `.gen/`, each watched alone (a recursive watch walks every file, seconds at a
+        million jobs, holding the GIL) or, for folders of folders, `recursive`ly; with `top`,
+        `.gen/` itself too, and a folder of `names` made since is watched from then on."""
         from watchfiles import awatch  # here, not before the first frame
 
         gen = self.repo.gen
         while True:
-            names = NESTED_FOLDERS if nested else FLAT_FOLDERS
             watched = [gen / name for name in names if (gen / name).is_dir()]
-            if nested and not watched:
+            if not top and not watched:
                 await asyncio.sleep(5.0)  # none made yet
                 continue
             try:
                 self._status(watching="watching")
                 async for changes in awatch(
-                    *([] if nested else [gen]),
+                    *([gen] if top else []),
                     *watched,
                     watch_filter=_watch_filter,
                     debounce=DEBOUNCE_MS,
                     step=STEP_MS,
-                    recursive=nested,
+                    recursive=recursive,
                     ignore_permission_denied=True,
                 ):
                     paths = [p for _, p in changes]
                     self._heard(paths)
                     made = {gen / name for name in names} & set(map(Path, paths))
-                    if not nested and not made.issubset(watched):
+                    if top and not made.issubset(watched):
                         break  # a folder made since: watch it too
             except Exception as exc:
                 self._status(watching="polling")
@@ -300,6 +297,10 @@ class BoardFeed(Widget):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
                 self.rows_shown()  # as if they were, when the board never says so
+            if listing.groups[State.QUEUED]:
+                from core.store.queue import queue_stamps  # here: it loads the job model (pydantic)
+
+                self.post_message(StampsRead(await asyncio.to_thread(queue_stamps, self.repo)))
             await self._read_policy()
             await self._read_checks()
             # What the listing built and dropped, handed back to the system.

@@ -1,10 +1,11 @@
 """The board's notifications: what its feed, its checks and its runs saw, told to the
 channels the operator chose (`core.store.notify`); renders nothing.
 
-The operator's `[notify]` is read in a thread once the board is up (pydantic and the
-config model load then, not with the first frame); until then nothing is told. What the
-board finds on disk as it starts is not news: a receipt is told when a job the board saw
-without one gets one. The bell rings on the board's own terminal (`App.bell`).
+The operator's `[notify]` is read in a thread once the board is up (`load`, after its
+first rows are painted: pydantic and the config model load then, and would hold that
+paint back); until then nothing is told. What the board finds on disk as it starts is
+not news: a receipt is told when a job the board saw without one gets one. The bell
+rings on the board's own terminal (`App.bell`).
 """
 
 from __future__ import annotations
@@ -37,11 +38,9 @@ class Notices(Widget):
         self.repo = repo
         self.notifier: Notifier | None = None
 
-    def on_mount(self) -> None:
-        self._load()
-
-    @work(thread=True, exit_on_error=False)
-    def _load(self) -> None:
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def load(self) -> None:
+        """Read the operator's channels; until then nothing is told."""
         from core.store.notify import Notifier
 
         self.notifier = Notifier.of_operator(self.repo.root, "board", bell=self._bell, said=self._said)

@@ -14,7 +14,7 @@ from core.model.terminal import visible
 from core.read.board_view import STAMPED, BoardListing, BoardView, board_listing, row_matches
 from core.read.snapshot import JobRow
 from core.store.layout import Layout
-from core.store.queue import claim, reject
+from core.store.queue import claim, queue_stamps, reject
 
 KEYS = [f"{i:032x}" for i in range(12)]
 RANK = {state: i for i, state in enumerate(STATE_ORDER)}
@@ -32,13 +32,12 @@ def row(key: str, state: State, modified: int, text: str) -> JobRow:
     )
 
 
-def listing(named: dict[str, str], stamps: dict[str, int]) -> BoardListing:
+def listing(named: dict[str, str]) -> BoardListing:
     where = {key: NAMED[folder] for key, folder in named.items()}
     groups: dict[State, list[str]] = {state: [] for state in STATE_ORDER}
     for key, state in where.items():
         groups[state].append(key)
-    queued = {k: s for k, s in stamps.items() if where.get(k) is State.QUEUED}
-    return BoardListing(where, groups, queued, [k for k, s in where.items() if s is State.RUNNING])
+    return BoardListing(where, groups, [k for k, s in where.items() if s is State.RUNNING])
 
 
 rows = st.builds(
@@ -91,10 +90,12 @@ def test_view_matches_a_fresh_sort(
     text: str,
 ) -> None:
     view = BoardView(track={State.RUNNING, State.RECEIVED})
-    first = listing(named, queue_stamps)
+    first = listing(named)
     view.set_listing(first)
     view.set_filter(states, text)
-    where, read, stamps = dict(first.where), {}, dict(first.stamps)
+    stamps = {k: s for k, s in queue_stamps.items() if first.where.get(k) is State.QUEUED}
+    view.set_stamps(stamps)
+    where, read = dict(first.where), {}
     for batch in batches:
         fixed = {k: (r if r is None else r._replace(key=k)) for k, r in batch.items()}
         view.update(fixed)
@@ -120,7 +121,7 @@ def test_view_matches_a_fresh_sort(
 
 def test_a_text_filter_searches_only_what_names_and_rows_do_not_decide() -> None:
     view = BoardView()
-    view.set_listing(listing({KEYS[0]: "queue", KEYS[1]: "queue", KEYS[2]: "applied"}, {}))
+    view.set_listing(listing({KEYS[0]: "queue", KEYS[1]: "queue", KEYS[2]: "applied"}))
     view.update({KEYS[1]: row(KEYS[1], State.QUEUED, 1, "fix parser")})
     view.set_filter(text="FIX")
     assert [view.key_at(i) for i in range(len(view))] == [KEYS[1]]
@@ -136,11 +137,22 @@ def test_a_text_filter_searches_only_what_names_and_rows_do_not_decide() -> None
 
 def test_a_new_listing_keeps_the_rows_its_names_agree_with() -> None:
     view = BoardView()
-    view.set_listing(listing({KEYS[0]: "queue", KEYS[1]: "queue"}, {}))
+    view.set_listing(listing({KEYS[0]: "queue", KEYS[1]: "queue"}))
     view.update({k: row(k, State.QUEUED, 1, "x") for k in KEYS[:2]})
-    view.set_listing(listing({KEYS[0]: "queue", KEYS[1]: "running"}, {}))
+    view.set_listing(listing({KEYS[0]: "queue", KEYS[1]: "running"}))
     assert KEYS[0] in view.rows and KEYS[1] not in view.rows, "claimed since: read again"
     assert view.where[KEYS[1]] is State.RUNNING and view.unread == 1
+
+
+def test_the_queue_is_by_key_until_its_stamps_come_then_newest_first_across_listings() -> None:
+    view = BoardView()
+    view.set_listing(listing(dict.fromkeys(KEYS[:3], "queue")))
+    assert [view.key_at(i) for i in range(3)] == KEYS[:3]
+    view.set_stamps({KEYS[0]: 1, KEYS[1]: 3, KEYS[2]: 2, KEYS[5]: 9})
+    assert [view.key_at(i) for i in range(3)] == [KEYS[1], KEYS[2], KEYS[0]]
+    assert view.index_of(KEYS[0]) == 2 and KEYS[5] not in view.stamps, "a key not listed: no stamp"
+    view.set_listing(listing(dict.fromkeys(KEYS[:4], "queue")))
+    assert [view.key_at(i) for i in range(4)] == [KEYS[1], KEYS[2], KEYS[0], KEYS[3]], "kept till restamped"
 
 
 def test_board_listing_gives_each_key_its_provisional_state(repo: Layout) -> None:
@@ -156,7 +168,7 @@ def test_board_listing_gives_each_key_its_provisional_state(repo: Layout) -> Non
         twice: State.INCONSISTENT,
     }
     assert got.groups[State.QUEUED] == [queued] and got.groups[State.INCONSISTENT] == [twice]
-    assert got.stamps == {queued: os.stat(repo.queue / f"{queued}.json").st_mtime_ns}
+    assert queue_stamps(repo) == {k: os.stat(repo.queue / f"{k}.json").st_mtime_ns for k in (queued, twice)}
     assert got.operators == [running]
     (repo.receipts / f"{running}.json").write_bytes(b"{}")  # names alone: never parsed here
     (repo.receipts / ("f" * 32 + ".json")).write_bytes(b"{}")
