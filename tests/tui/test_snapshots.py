@@ -160,7 +160,11 @@ async def host_picker(d: Driver, demo: Demo) -> None:
 
 
 async def new_job(d: Driver, demo: Demo) -> None:
+    """The dialog opened once the board is still: a note of a check that ends while it is
+    open would be written into it, so the screenshot would depend on when it ended."""
     await on_job(d, demo.keys["queued3"])
+    await d.until(lambda: not d.board.checks.live, "the checks under way to end")
+    await d.until(lambda: d.board.plane_settled, "the apply plane read after its last change")
     await d.press("n")
     dialog = await d.showing(NewJobDialog)
     await d.until(lambda: bool(dialog.files), "the repository's files")
