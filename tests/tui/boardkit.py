@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tui.app import GenjobApp, make_app
+from tui.dialogs.confirm import ConfirmDialog
 from tui.screens.board import BoardScreen
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
@@ -137,6 +138,15 @@ class Driver:
         await self.until(
             lambda: pane.detail is not None and pane.detail.row.key == key, f"the detail of {key}"
         )
+
+    async def ship_marked(self, keys: Iterable[str]) -> None:
+        """Mark `keys`, press `s` and confirm the batch (a host picker may come next)."""
+        for key in keys:
+            await self.select(key)
+            await self.press("space")
+        await self.press("s")
+        await self.showing(ConfirmDialog)
+        await self.press("y")
 
     def state_of(self, key: str) -> str | None:
         row = self.board.view.rows.get(key)

@@ -271,12 +271,7 @@ async def test_bulk_ship_at_its_end(
     demo = fresh_frozen_demo
     keys = [demo.keys["queued"], demo.keys["queued3"]]
     async with run_board(demo.root, size) as d:
-        for key in keys:
-            await d.select(key)
-            await d.press("space")
-        await d.press("s")
-        await d.showing(ConfirmDialog)
-        await d.press("y")
+        await d.ship_marked(keys)
         picker = await d.showing(HostPicker)
         picker.query_one("OptionList").highlighted = 0
         await d.press("enter")
@@ -322,12 +317,7 @@ async def test_bulk_ship_during_its_run(
     demo = fresh_frozen_demo
     slower(demo)
     async with run_board(demo.root, size) as d:
-        for role in ("queued", "queued3"):
-            await d.select(demo.keys[role])
-            await d.press("space")
-        await d.press("s")
-        await d.showing(ConfirmDialog)
-        await d.press("y")
+        await d.ship_marked(demo.keys[role] for role in ("queued", "queued3"))
         await ship_to(d, "slow-local")
         dialog: BulkShipDialog = await d.showing(BulkShipDialog)
         await d.until(

@@ -35,12 +35,7 @@ def two_jobs(repo: Layout) -> tuple[str, str]:
 
 async def ship_marked(d: Driver, keys: tuple[str, ...]) -> BulkShipDialog:
     """Mark `keys`, ship them as a batch, and wait for its first job to run."""
-    for key in keys:
-        await d.select(key)
-        await d.press("space")
-    await d.press("s")
-    await d.showing(ConfirmDialog)
-    await d.press("y")
+    await d.ship_marked(keys)
     dialog: BulkShipDialog = await d.showing(BulkShipDialog)
     await d.until(lambda: "running on local" in d.text("#bulk-jobs"), "a job of the batch running")
     return dialog

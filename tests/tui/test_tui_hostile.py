@@ -22,7 +22,6 @@ from core.store.evidence import MAX_TAIL_BYTES, keep
 from core.store.layout import Layout
 from core.work.ship_candidates import CandidateRequest, ship_candidates
 from tui.dialogs.bulk_ship import BulkShipDialog
-from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.new_job import NewJobDialog
 from tui.dialogs.ship import MAX_LINE_CHARS, MAX_UNSHOWN_CHARS, ShipDialog, Unshown
 from tui.screens.candidates import CandidatesScreen
@@ -64,12 +63,7 @@ async def test_the_bulk_ship_dialog_keeps_a_reason_of_a_megabyte_cut(
     write_config(repo, hostile_host(tmp_path, "evil", runner_result(violations=violations)))
     keys = [mint(repo, f"job {i}").key for i in range(2)]
     async with run_board(repo.root) as d:
-        for key in keys:
-            await d.select(key)
-            await d.press("space")
-        await d.press("s")
-        await d.showing(ConfirmDialog)
-        await d.press("y")
+        await d.ship_marked(keys)
         dialog = await d.showing(BulkShipDialog)
         await d.until(lambda: dialog.done, "the batch to end")
     for key in keys:

@@ -15,7 +15,6 @@ from shipkit import host_block, write_config
 from core.store.layout import Layout, user_config_dir
 from core.store.queue import claim
 from tui.dialogs.bulk_ship import BulkShipDialog
-from tui.dialogs.confirm import ConfirmDialog
 from tui.dialogs.ship import ShipDialog
 from tui.messages import CheckEnded
 from tui.services.notices import Notices
@@ -123,12 +122,7 @@ async def test_a_job_of_a_batch_that_its_host_failed_is_told(
     keys = [mint(repo, "One.").key, mint(repo, "Two.", ["src/util.py"]).key]
     async with run_board(repo.root) as d:
         await notifier_ready(d)
-        for key in keys:
-            await d.select(key)
-            await d.press("space")
-        await d.press("s")
-        await d.showing(ConfirmDialog)
-        await d.press("y")
+        await d.ship_marked(keys)
         dialog = await d.showing(BulkShipDialog)
         await d.until(lambda: dialog.board_batch.done, "the batch to end")
         await d.until(lambda: sorted(heard(out)) == sorted(("host_failed", k) for k in keys), "both failures")
