@@ -33,7 +33,7 @@ def two_jobs(repo: Layout) -> tuple[str, str]:
     return first, second
 
 
-async def ship_marked(d: Driver, keys: tuple[str, ...]) -> BulkShipDialog:
+async def batch_running(d: Driver, keys: tuple[str, ...]) -> BulkShipDialog:
     """Mark `keys`, ship them as a batch, and wait for its first job to run."""
     await d.ship_marked(keys)
     dialog: BulkShipDialog = await d.showing(BulkShipDialog)
@@ -60,7 +60,7 @@ async def test_escape_hides_the_batch_and_it_goes_on_to_its_receipts(
     gate = gated_host(repo, tmp_path)
     first, second = two_jobs(repo)
     async with run_board(repo.root) as d:
-        await ship_marked(d, (first, second))
+        await batch_running(d, (first, second))
         batch = await hide(d)
         assert d.inbox.said("the batch goes on; s on any of them shows it again, ctrl+k stops it")
         assert not batch.stopping and not batch.done
@@ -90,7 +90,7 @@ async def test_s_on_any_job_of_the_batch_shows_it_again(
     gate = gated_host(repo, tmp_path)
     first, second = two_jobs(repo)
     async with run_board(repo.root) as d:
-        await ship_marked(d, (first, second))
+        await batch_running(d, (first, second))
         batch = await hide(d)
         assert not d.table.marks, "the marks went with the batch"
         await d.select(second)
@@ -121,7 +121,7 @@ async def test_ctrl_k_on_a_job_of_the_batch_asks_then_stops_it(
     gated_host(repo, tmp_path)
     first, second = two_jobs(repo)
     async with run_board(repo.root) as d:
-        await ship_marked(d, (first, second))
+        await batch_running(d, (first, second))
         batch = await hide(d)
         await d.select(first)
         await d.press("ctrl+k")
@@ -147,7 +147,7 @@ async def test_stop_all_in_the_dialog_asks_first(
     gated_host(repo, tmp_path)
     first, second = two_jobs(repo)
     async with run_board(repo.root) as d:
-        dialog = await ship_marked(d, (first, second))
+        dialog = await batch_running(d, (first, second))
         await d.pilot.click("#bulk-stop")
         await d.showing(ConfirmDialog)
         await d.press("n")
@@ -171,7 +171,7 @@ async def test_quit_with_a_batch_asks_and_stop_exits_clean(
     gated_host(repo, tmp_path)
     first, second = two_jobs(repo)
     async with run_board(repo.root) as d:
-        await ship_marked(d, (first, second))
+        await batch_running(d, (first, second))
         await hide(d)
         await d.press("ctrl+q")
         dialog: QuitDialog = await d.showing(QuitDialog)
@@ -201,7 +201,7 @@ async def test_quit_waits_for_the_whole_batch(
     gate = gated_host(repo, tmp_path)
     first, second = two_jobs(repo)
     async with run_board(repo.root) as d:
-        await ship_marked(d, (first, second))
+        await batch_running(d, (first, second))
         await hide(d)
         await d.press("q")
         await d.showing(QuitDialog)
@@ -221,7 +221,7 @@ async def test_marked_jobs_already_in_a_batch_do_not_ship_twice(
     first, second = two_jobs(repo)
     third = mint(repo, "job 2").key
     async with run_board(repo.root) as d:
-        batch = (await ship_marked(d, (first, second))).board_batch
+        batch = (await batch_running(d, (first, second))).board_batch
         await hide(d)
         for key in (first, third):
             await d.select(key)
