@@ -36,9 +36,6 @@ from tui.screens.help import HelpScreen
 from tui.widgets.detail import DetailPane
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 35), id="120x35")]
-# One worker takes every screenshot, in the file's order: spread over several, two of the
-# 120x35 frames came out differently in some full runs, never alone or in one process.
-pytestmark = pytest.mark.xdist_group("snapshots")
 
 
 class SVGFile(SVGImageExtension):
