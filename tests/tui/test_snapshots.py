@@ -36,6 +36,10 @@ from tui.screens.help import HelpScreen
 from tui.widgets.detail import DetailPane
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 35), id="120x35")]
+# One worker takes every screenshot: spread over several, the candidates and bulk frames
+# came out differently in some full runs. The frames still race the reading of rows out of
+# view (the counts bar's trailing ≈ shows in one process too); one worker makes it rarer.
+pytestmark = pytest.mark.xdist_group("snapshots")
 
 
 class SVGFile(SVGImageExtension):
