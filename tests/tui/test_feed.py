@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from core.store.layout import Layout
+from tui.services import feed
 from tui.services.feed import keys_from_paths
 
 
@@ -18,3 +21,8 @@ def test_keys_from_paths(repo: Layout) -> None:
         repo.candidates / ("d" * 32),
     ]
     assert keys_from_paths(repo, paths) == {key, "a" * 32, "c" * 32, "d" * 32}
+
+
+def test_the_dashboard_topic_gives_the_queue_size_read_whole() -> None:
+    topic = (Path(feed.__file__).parents[1] / "reference" / "dashboard.md").read_text()
+    assert f"to {feed.READ_WHOLE:,} jobs is read whole" in " ".join(topic.split())

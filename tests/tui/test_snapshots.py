@@ -36,10 +36,6 @@ from tui.screens.help import HelpScreen
 from tui.widgets.detail import DetailPane
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 35), id="120x35")]
-# One worker takes every screenshot: spread over several, the candidates and bulk frames
-# came out differently in some full runs. The frames still race the reading of rows out of
-# view (the counts bar's trailing ≈ shows in one process too); one worker makes it rarer.
-pytestmark = pytest.mark.xdist_group("snapshots")
 
 
 class SVGFile(SVGImageExtension):
@@ -54,10 +50,10 @@ def svg(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 
 
 async def screenshot(d: Driver, running: bool = False) -> str:
-    """The screen once it is still: the rows in view read, animations over, no cursor
+    """The screen once it is still: every row read, animations over, no cursor
     blinking, verdicts and check marks in, and (unless `running`) no check under way."""
     board = d.board
-    await d.until(lambda: not board.table.unread_in_view(), "the rows in view to be read")
+    await d.until(lambda: not board.view.unread, "every job read (a queue this small is read whole)")
     # A job whose candidates wait for a choice has no receipt to judge yet.
     received = [k for k, r in board.view.rows.items() if r.state.value == "RECEIVED" and r.receipt_status]
     await d.until(lambda: all(k in board.table.verdicts for k in received), "the list's verdicts")
@@ -391,6 +387,10 @@ async def test_the_candidates_with_a_rejected_ones_reason(
         reason = screen.query_one("#cand-reason", Static)
         await d.until(lambda: "exited with status 5" in plain(reason), "the rejected one's whole reason")
         assert "status is" not in plain(reason), "the failed status step says again how the run ended"
+        # The diff is read off the loop after the reason: until it comes, the pane still
+        # shows the first candidate's.
+        pane = screen.query_one("#cand-diff", Static)
+        await d.until(lambda: plain(pane).startswith("candidate 3 against"), "the rejected one's diff")
         assert table.virtual_size.width <= size[0], "every column fits, why not included"
         assert await screenshot(d) == svg
 

@@ -59,6 +59,26 @@ async def test_every_state_shows_with_counts(demo: Demo) -> None:
         assert "QUEUED 5" in counts and "RECEIVED 4" in counts
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["small-queue", "large-queue"])
+async def test_a_small_queue_is_read_whole_and_a_large_one_in_view(
+    demo: Demo, whole: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to `READ_WHOLE` jobs, the full scan reads every row: the counts are exact, with
+    no ≈. Past it, the rows out of view stay known by name until they are scrolled to."""
+    if not whole:
+        monkeypatch.setattr("tui.services.feed.READ_WHOLE", len(demo.keys) - 1)
+    async with run_board(demo.root, (80, 24)) as d:
+        view, table = d.board.view, d.board.table
+        # The queue's stamps are read after the rows, in the same scan.
+        await d.until(lambda: bool(view.stamps) and not table.unread_in_view(), "the scan to read its rows")
+        assert len(view.where) > table.scrollable_content_region.height, "rows out of view"
+        counts = d.board.query_one("CountsBar").render().plain
+        if whole:
+            assert view.unread == 0 and "≈" not in counts
+        else:
+            assert view.unread > 0 and counts.endswith("≈")
+
+
 async def test_markup_and_escapes_in_instructions_show_literally(demo: Demo) -> None:
     async with run_board(demo.root, (200, 50)) as d:
         b = d.board
