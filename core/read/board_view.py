@@ -51,10 +51,18 @@ class BoardListing(NamedTuple):
     operators: list[str]  # the jobs in running/, with a receipt or with candidates: read at once
 
 
-def board_listing(gen: str) -> BoardListing:
+# The folders of finished jobs: most of a large `.gen/`, and below the rest on the board.
+FINISHED = ("applied", "rejected")
+
+
+def board_listing(gen: str, *, finished: bool = True) -> BoardListing:
     """Each state folder listed once, names alone; a key in two folders, or with a receipt,
-    takes the state its names give it."""
-    keys = {folder: folder_keys(f"{gen}/{folder}") for folder in (*JOB_FOLDERS, "receipts")}
+    takes the state its names give it. Without `finished`, the finished jobs' folders are
+    not listed (their keys, and a key also in one of them, come with the whole listing)."""
+    keys = {
+        folder: folder_keys(f"{gen}/{folder}") if finished or folder not in FINISHED else []
+        for folder in (*JOB_FOLDERS, "receipts")
+    }
     biggest = max(JOB_FOLDERS, key=lambda folder: len(keys[folder]))
     where = dict.fromkeys(keys[biggest], _NAMED[biggest])  # one dict of a million slots, made once
     for folder in JOB_FOLDERS:

@@ -15,6 +15,7 @@ from textual.widgets import Log, OptionList, Static, TabbedContent
 
 from core.model.lifecycle import State
 from core.plan.mint import build_job
+from core.read.board_view import BoardListing, board_listing
 from core.store.layout import Layout
 from core.store.queue import claim, enqueue
 from tui.demo import Demo
@@ -77,6 +78,39 @@ async def test_a_small_queue_is_read_whole_and_a_large_one_in_view(
             assert view.unread == 0 and "≈" not in counts
         else:
             assert view.unread > 0 and counts.endswith("≈")
+
+
+async def test_the_first_rows_come_before_the_finished_jobs_are_listed(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first scan lists the folders of the jobs that need the operator, posts them,
+    and then lists every folder: the finished jobs join the list after its first rows."""
+    listings: list[tuple[bool, set[State]]] = []
+
+    def recorded(gen: str, *, finished: bool = True) -> BoardListing:
+        got = board_listing(gen, finished=finished)
+        listings.append((finished, set(got.where.values())))
+        return got
+
+    monkeypatch.setattr("tui.services.feed.board_listing", recorded)
+    async with run_board(demo.root) as d:
+        assert d.state_of(demo.keys["applied"]) == "APPLIED"
+        assert "APPLIED 1" in d.board.query_one("CountsBar").render().plain
+    (early, named), (whole, everything) = listings[:2]
+    assert (early, whole) == (False, True)
+    assert State.QUEUED in named and not named & {State.APPLIED, State.REJECTED}
+    assert {State.APPLIED, State.REJECTED} <= everything
+
+
+async def test_until_the_operator_moves_it_the_cursor_stays_on_the_top_row(demo: Demo) -> None:
+    """Rows read at the start move jobs between states; a job no one chose is not followed
+    down the list, so the board opens at its top on the job that needs the operator first."""
+    async with run_board(demo.root, (80, 24)) as d:
+        table = d.table
+        await d.until(lambda: not d.board.view.unread, "every job read")
+        assert (int(table.scroll_y), table.cursor_key) == (0, d.board.view.key_at(0))
+        await d.press("down")
+        assert table.cursor_key == d.board.view.key_at(1)
 
 
 async def test_markup_and_escapes_in_instructions_show_literally(demo: Demo) -> None:

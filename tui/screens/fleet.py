@@ -178,15 +178,24 @@ class FleetScreen(Screen[None]):
         self.show(message.views)
 
     def show(self, views: list[HostView]) -> None:
-        self.views = views
+        """Show the hosts read: the same hosts' rows are changed in place, so the columns
+        keep their widths from one reading to the next."""
         table = self.query_one(DataTable)
         now = time.time()
-        cursor = table.cursor_row
-        table.clear()
-        for view in views:
-            table.add_row(*host_cells(view, now), key=view.name)
-        if views:
-            table.move_cursor(row=min(cursor, len(views) - 1))
+        rows = [host_cells(view, now) for view in views]
+        if [v.name for v in views] == [v.name for v in self.views]:
+            for view, cells in zip(views, rows, strict=True):
+                for column, cell in zip(table.columns, cells, strict=True):
+                    if table.get_cell(view.name, column) != cell:
+                        table.update_cell(view.name, column, cell, update_width=True)
+        else:
+            cursor = table.cursor_row
+            table.clear()
+            for view, cells in zip(views, rows, strict=True):
+                table.add_row(*cells, key=view.name)
+            if views:
+                table.move_cursor(row=min(cursor, len(views) - 1))
+        self.views = views
         self._title()
         self._show_detail()
 

@@ -2,18 +2,18 @@
 
 `BoardFeed` is a widget that shows nothing: it keeps up with the disk for the board's
 read-model (`core.read.board_view`). A full scan lists the state folders (names only:
-`NamesListed`), reads the operator's jobs (in running/, with a receipt or candidates),
-or every job of a small queue (`READ_WHOLE`), and, once the first rows are painted,
-stats the queue's files for its order (`StampsRead`); it runs at start, after a watch
-failure and now and then as a fallback for filesystems that deliver no events (NFS).
-Other jobs are read when their rows come into view (`want`, with their attempts files)
-or a text filter searches them (`search`). A watch worker turns `watchfiles` events into
-job keys, and only those are read again; the jobs whose state changes with time alone
-are re-derived on a tick. Receipts are verified for the list's ✔/✘ and a job's detail is
-read in thread workers. Every result is a message that bubbles to the screen; no worker
-touches a widget, and the event loop reads no file. What verifies and judges receipts
-(pydantic, the config model, cryptography) is imported once the board's first frame is
-drawn.
+`NamesListed`; the first scan those of unfinished jobs before the finished ones), reads
+the operator's jobs (in running/, with a receipt or candidates), or every job of a small
+queue (`READ_WHOLE`), and, once the first rows are painted, stats the queue's files for
+its order (`StampsRead`); it runs at start, after a watch failure and now and then as a
+fallback for filesystems that deliver no events (NFS). Other jobs are read when their
+rows come into view (`want`, with their attempts files) or a text filter searches them
+(`search`). A watch worker turns `watchfiles` events into job keys, and only those are
+read again; the jobs whose state changes with time alone are re-derived on a tick.
+Receipts are verified for the list's ✔/✘ and a job's detail is read in thread workers.
+Every result is a message that bubbles to the screen; no worker touches a widget, and
+the event loop reads no file. What verifies and judges receipts (pydantic, the config
+model, cryptography) is imported once the board's first frame is drawn.
 """
 
 from __future__ import annotations
@@ -291,15 +291,21 @@ class BoardFeed(Widget):
 
     async def _full_scan(self) -> None:
         self._status(scanning=True)
+        gen = str(self.repo.gen)
+        first = not self._rows_shown.is_set()
         try:
-            listing = await asyncio.to_thread(board_listing, str(self.repo.gen))
+            if first:
+                # The first rows come from the folders of the jobs that need the operator;
+                # the finished jobs' (most of a large .gen/) are listed after.
+                early = await asyncio.to_thread(board_listing, gen, finished=False)
+                self.post_message(NamesListed(early))
+                await self._read(early.operators)
+            listing = await asyncio.to_thread(board_listing, gen)
             self.post_message(NamesListed(listing))
-            first, whole = listing.operators, len(listing.where) <= READ_WHOLE
-            rest = list(listing.where.keys() - set(first)) if whole else []
-            for keys, attempts in ((first, False), (rest, True)):
-                for start in range(0, len(keys), SCAN_BATCH):
-                    batch = keys[start : start + SCAN_BATCH]
-                    self._emit(await asyncio.to_thread(refresh, self.repo, batch, attempts=attempts))
+            if not first:
+                await self._read(listing.operators)
+            if len(listing.where) <= READ_WHOLE:
+                await self._read(list(listing.where.keys() - set(listing.operators)), attempts=True)
             if not self._rows_shown.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._rows_shown.wait(), FIRST_PAINT_WAIT)
@@ -315,6 +321,12 @@ class BoardFeed(Widget):
         except Exception as exc:
             self.post_message(Trouble(f"scanning .gen/ failed: {exc}", "error"))
         self._status(scanning=False)
+
+    async def _read(self, keys: list[str], *, attempts: bool = False) -> None:
+        """Read `keys` in batches, each in a thread, and post the rows."""
+        for start in range(0, len(keys), SCAN_BATCH):
+            batch = keys[start : start + SCAN_BATCH]
+            self._emit(await asyncio.to_thread(refresh, self.repo, batch, attempts=attempts))
 
     async def _read_checks(self) -> None:
         from core.store.config import load_config

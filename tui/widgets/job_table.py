@@ -119,6 +119,7 @@ class JobTable(ScrollView, can_focus=True):
         super().__init__(id=id)
         self.view = view
         self.cursor_key: str | None = None
+        self.placed = False  # whether the cursor was moved or a job selected since the start
         self.marks: set[str] = set()
         self.wide_keys = False
         self._line_styles: dict[str, Style] | None = None
@@ -192,6 +193,13 @@ class JobTable(ScrollView, can_focus=True):
             self.marks.difference_update(k for k, r in changed.items() if r is None)
         self._sync_size()
         count = len(self.view)
+        if not self.placed and not int(self.scroll_y):
+            # Until the operator moves the cursor (or scrolls), it stays on the top row: a
+            # job no one chose is not followed down the list as the rows are read.
+            self._set_cursor(self.view.key_at(0) if count else None)
+            self.scroll_to(y=0, animate=False, immediate=True, force=True)
+            self.refresh()
+            return
         new_index = self.cursor_index
         if new_index is None and count:
             new_index = min(old_index or 0, count - 1)
@@ -229,6 +237,7 @@ class JobTable(ScrollView, can_focus=True):
         self._show_position()
 
     def _move_to(self, index: int) -> None:
+        self.placed = True
         if not len(self.view):
             self._set_cursor(None)
             return

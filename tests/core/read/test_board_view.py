@@ -178,6 +178,18 @@ def test_board_listing_gives_each_key_its_provisional_state(repo: Layout) -> Non
     assert set(got.operators) == {running, "f" * 32}
 
 
+def test_board_listing_without_the_finished_folders_leaves_their_keys_for_later(repo: Layout) -> None:
+    queued, running, rejected, twice = write_jobs(repo, 4)
+    claim(repo, "w1", running)
+    reject(repo, rejected, "no")
+    os.link(repo.queue / f"{twice}.json", repo.applied / f"{twice}.json")
+    early = board_listing(str(repo.gen), finished=False)
+    assert early.where == {queued: State.QUEUED, running: State.RUNNING, twice: State.QUEUED}
+    assert not early.groups[State.REJECTED] and not early.groups[State.APPLIED]
+    assert early.operators == [running]
+    assert board_listing(str(repo.gen)).where[twice] is State.INCONSISTENT
+
+
 def test_visible_never_passes_controls() -> None:
     raw = "a\x1b[2Jb\x00c\x7fd\x9be\u202ef\u200bg\r\n"
     shown = visible(raw)
