@@ -41,6 +41,7 @@ from tui import render
 from tui.dialogs.preflight import Approval
 from tui.text import counted
 from tui.widgets.key_bar import Hint, KeyBar
+from tui.widgets.sized_table import fill
 
 COLUMNS = ("#", "host", "status", "verify", "checks", "change", "signer", "why not")
 # A host, a signer's fingerprint (its hash, without "SHA256:") and the reason are cut to
@@ -172,7 +173,7 @@ class CandidatesScreen(Screen[Approval | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns(*COLUMNS)
+        fill(table, COLUMNS, [])
         table.focus()
         changes = (
             []
@@ -219,10 +220,8 @@ class CandidatesScreen(Screen[Approval | None]):
     def _show(self, shown: list[CandidateView]) -> None:
         self.shown = shown
         table = self.query_one(DataTable)
-        row = table.cursor_row
-        table.clear()
-        for c in shown:
-            table.add_row(*candidate_cells(c, self.pinned, c.number == self.checking), key=str(c.number))
+        rows = [(str(c.number), candidate_cells(c, self.pinned, c.number == self.checking)) for c in shown]
+        fill(table, COLUMNS, rows)
         verify = sum(1 for c in shown if c.ok)
         title = Text(f" {self.key} ", style="bold reverse")
         title.append(f"  {counted(len(shown), 'candidate')}, {verify} verify", style="bold")
@@ -232,7 +231,6 @@ class CandidatesScreen(Screen[Approval | None]):
         title.append(f"  diffs against {against}", style="dim")
         self._title(title)
         if shown:
-            table.move_cursor(row=min(row, len(shown) - 1))
             self._show_reason()
             self._load_diff()
 

@@ -26,6 +26,7 @@ from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.fleet import HostView, Note, fleet
 from tui.widgets.key_bar import Hint, KeyBar
+from tui.widgets.sized_table import fill
 
 REFRESH = 2.0
 COLUMNS = ("host", "transport", "conc", "now", "rtt", "last error")
@@ -139,7 +140,7 @@ class FleetScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns(*COLUMNS)
+        fill(table, COLUMNS, [])
         table.focus()
         probe = [] if self.readonly else [Hint("p", "Probe every host", "probe")]
         self.query_one(KeyBar).show(probe, [Hint("esc", "Back to the board", "close")])
@@ -178,24 +179,9 @@ class FleetScreen(Screen[None]):
         self.show(message.views)
 
     def show(self, views: list[HostView]) -> None:
-        """Show the hosts read: the same hosts' rows are changed in place, so the columns
-        keep their widths from one reading to the next."""
-        table = self.query_one(DataTable)
-        now = time.time()
-        rows = [host_cells(view, now) for view in views]
-        if [v.name for v in views] == [v.name for v in self.views]:
-            for view, cells in zip(views, rows, strict=True):
-                for column, cell in zip(table.columns, cells, strict=True):
-                    if table.get_cell(view.name, column) != cell:
-                        table.update_cell(view.name, column, cell, update_width=True)
-        else:
-            cursor = table.cursor_row
-            table.clear()
-            for view, cells in zip(views, rows, strict=True):
-                table.add_row(*cells, key=view.name)
-            if views:
-                table.move_cursor(row=min(cursor, len(views) - 1))
         self.views = views
+        now = time.time()
+        fill(self.query_one(DataTable), COLUMNS, [(view.name, host_cells(view, now)) for view in views])
         self._title()
         self._show_detail()
 
