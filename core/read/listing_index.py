@@ -7,7 +7,8 @@ space, and a JSON object: the format, the `.gen/` and device it is of, the sha25
 plain `genjob ls` need not load the config's models). Line 2 is a JSON array: the values
 that recur (folder sets, schemas, paths, statuses, workers), then one column per field of
 the keys' `KeyFacts` and of the inodes their job files and receipts had, a recurring value
-given by its place. Columns decode several times faster than an array per key.
+given by its place. Columns decode several times faster than an array per key. Last, the
+leases read: each key's lease file's identity (inode, size, mtime, ctime) and what it said.
 
 It saves work and decides nothing: nothing that verifies or applies a job reads it. It is
 read only when it is the operator's own (it and its folders up to `.gen/` owned by this
@@ -24,13 +25,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.errors import GenjobError
-from core.model.quick_checks import JobSummary
-from core.read.rows import KeyFacts
+from core.model.quick_checks import JobSummary, LeaseFacts
+from core.read.rows import KeyFacts, Lease
 from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because
 from core.store.seal import seal, sealed_here
 
-FORMAT = "genjob listing index 4"
+FORMAT = "genjob listing index 5"
 NAME = "listing.jsonl"
 COLUMNS = 16
 
@@ -50,11 +51,12 @@ class Index(NamedTuple):
     policy_stamps: list[int]  # of the files the policy was read from, as they were then
     known: dict[str, KeyFacts]
     inodes: dict[str, tuple[int, int]]  # of each key's job file and receipt, as they were read
+    leases: dict[str, Lease]  # of the keys whose lease file was read, while it stays that file
 
 
 def _load(body: Any, inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
     """The facts the columns give back, each shared value one object however many keys hold it."""
-    values, columns = body
+    values, columns, _ = body
     shared = [tuple(tuple(v) if type(v) is list else v for v in x) if type(x) is list else x for x in values]
     keys, inos, receipt_inos, modified, invalid, digests, texts, created, *refs = columns
     folders, rejections, statuses, workers, problems, schemas, paths, inputs = (
@@ -92,7 +94,9 @@ def _dump(index: Index) -> bytes:
             (key, *index.inodes[key], f.modified, f.invalid, digest, text, created, *map(ref, recurring))
         )
     columns = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * COLUMNS
-    return f"[[{','.join(at)}],".encode() + json.dumps(columns, separators=(",", ":")).encode() + b"]"
+    leases = {key: [*identity, *facts] for key, (identity, facts) in index.leases.items()}
+    tail = json.dumps([columns, leases], separators=(",", ":"))[1:]
+    return f"[[{','.join(at)}],{tail}".encode()
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -120,7 +124,12 @@ def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
             required, fault, unsandboxed, held, protected = head["policy"]
             policy = Policy(required, fault, tuple(unsandboxed), held, tuple(protected))
         inodes: dict[str, tuple[int, int]] = {}
-        return Index(policy, head["stamps"], _load(json.loads(body), inodes) if facts else {}, inodes)
+        if not facts:
+            return Index(policy, head["stamps"], {}, inodes, {})
+        decoded = json.loads(body)
+        known = _load(decoded, inodes)
+        leases = {key: (tuple(v[:4]), LeaseFacts(*v[4:])) for key, v in decoded[2].items()}
+        return Index(policy, head["stamps"], known, inodes, leases)
     except (OSError, ValueError, TypeError, KeyError, IndexError, GenjobError):
         return None
 

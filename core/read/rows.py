@@ -31,6 +31,8 @@ from core.store.layout import Layout
 # identity changing: what was read from it is used but not kept (git's "racily clean").
 RACY_NS = 2_000_000_000
 NO_JOB = JobSummary("", "", "", (), (), 0.0)
+# A lease file as it was read: its identity (inode, size, mtime, ctime) and what it said.
+Lease = tuple[tuple[int, ...], LeaseFacts]
 
 
 def racy_after() -> int:
@@ -215,12 +217,19 @@ def hash_of(path: str, st: os.stat_result) -> str:
 
 
 class RowMaker:
-    """Makes rows of facts at one moment: the clock, the tree and each lease as they are now."""
+    """Makes rows of facts at one moment: the clock, the tree and each lease as they are now.
 
-    def __init__(self, layout: Layout, now: float | None = None) -> None:
+    A lease file is read again only when its identity changed since `leases` were kept
+    (a worker's heartbeat replaces it); what it says is judged against the clock each time."""
+
+    def __init__(
+        self, layout: Layout, now: float | None = None, leases: dict[str, Lease] | None = None
+    ) -> None:
         self.layout, self.gen, self.root = layout, str(layout.gen), layout.root
         self.now = time.time() if now is None else now
         self._hashes: dict[str, str | None] = {}  # tree files hashed for this moment
+        self._known, self.leases = leases or {}, dict[str, Lease]()  # kept before, and now
+        self._racy = racy_after()
 
     def _tree_hash(self, rel: str) -> str | None:
         """A tree file's hash; None when it is absent, "" when it is not a safe regular file."""
@@ -238,8 +247,7 @@ class RowMaker:
         """The verdict on a lease of a job in running/ alone, and its holder. Without a lease
         file the state is "claiming" or "missing" by the job file's age, if that matters."""
         path = f"{self.gen}/running/{key}"
-        data = read_file(f"{path}.lease", limit=MAX_LEASE_BYTES).data if leased else None
-        got = parse_lease(data, f"{path}.lease") if isinstance(data, bytes) else data
+        got = self._read_lease(key, f"{path}.lease") if leased else None
         if isinstance(got, LeaseFacts):
             return freshness.judge(got.heartbeat, got.ttl, got.host, got.pid, self.now), got.worker
         if got is not None:
@@ -252,6 +260,23 @@ class RowMaker:
         except FileNotFoundError:
             claimed = None
         return freshness.judge_absent(claimed, self.now), ""
+
+    def _read_lease(self, key: str, path: str) -> LeaseFacts | str | None:
+        """What a lease file says (as kept, while it is the same file), its fault, or None: gone."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        kept = self._known.get(key)
+        if kept is None or kept[0] != identity:
+            read = read_file(path, self._racy, limit=MAX_LEASE_BYTES)
+            got = parse_lease(read.data, path) if isinstance(read.data, bytes) else read.data
+            if not isinstance(got, LeaseFacts) or not read.settled:
+                return got
+            kept = identity, got  # the identity before the read: a file replaced meanwhile is read again
+        self.leases[key] = kept
+        return kept[1]
 
     def row(
         self, key: str, facts: KeyFacts, *, leased: bool, candidates: bool = False, attempts: bool = False

@@ -119,7 +119,7 @@ def take_snapshot(
         return Snapshot(found, time.time() if now is None else now, **policy._asdict())
     names = list_names(gen)
     known, was = (index.known, index.inodes) if index is not None else ({}, {})
-    maker, racy = RowMaker(layout, now), racy_after()
+    maker, racy = RowMaker(layout, now, index.leases if index is not None else None), racy_after()
     kept: dict[str, KeyFacts] = {}
     kept_inodes: dict[str, tuple[int, int]] = {}
     rows: dict[str, JobRow] = {}
@@ -141,7 +141,7 @@ def take_snapshot(
         row = maker.row(key, facts, leased=key in names.leases, candidates=candidates)
         if not wanted or row.state in wanted:
             rows[key] = row
-    new = Index(policy if stamps else None, stamps, kept, kept_inodes)
+    new = Index(policy if stamps else None, stamps, kept, kept_inodes, maker.leases)
     if disk_cache and not wanted and (index is None or index[1:] != new[1:]):
         with contextlib.suppress(OSError, ValueError, GenjobError):  # not kept costs a read next time
             make_folder(layout.cache, layout.gen)

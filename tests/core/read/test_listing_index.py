@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.model.quick_checks import JobSummary
+from core.model.quick_checks import JobSummary, LeaseFacts
 from core.read.listing_index import FORMAT, Index, Policy, read_index, write_index
 from core.read.rows import KeyFacts
 from core.store.seal import seal
@@ -34,7 +34,8 @@ def sample_index(rows: int = 3) -> Index:
     known["b" * 32] = KeyFacts(("queue", "running"), 0, None, "why", "bad", "invalid", "", ("p", "q"))
     inodes = {key: (100 + i, i % 2) for i, key in enumerate(known)}
     policy = Policy(True, None, ("lint",), "it waits", ("*.lock",))
-    return Index(policy, [1, 2, 3, 4] * 3, known, inodes)
+    leases = {KEY: ((5, 190, 10**18, 10**18 + 1), LeaseFacts("w2", "host-a", 4242, 1.5e9, 120.0))}
+    return Index(policy, [1, 2, 3, 4] * 3, known, inodes, leases)
 
 
 def stored(gen: Path, index: Index) -> Path:
@@ -51,6 +52,7 @@ def test_every_record_comes_back_as_it_was_written(tmp_path: Path) -> None:
     assert got is not None
     facts = got.known[KEY]
     assert type(facts) is KeyFacts and type(facts.job) is JobSummary
+    assert type(got.leases[KEY][1]) is LeaseFacts
 
 
 def test_one_tuple_for_equal_folders_and_paths(tmp_path: Path) -> None:
@@ -63,11 +65,11 @@ def test_one_tuple_for_equal_folders_and_paths(tmp_path: Path) -> None:
 def test_the_head_alone_gives_the_policy(tmp_path: Path) -> None:
     index = sample_index()
     got = read_index(stored(tmp_path, index), str(tmp_path), facts=False)
-    assert got is not None and got.policy == index.policy and got.known == {}
+    assert got is not None and got.policy == index.policy and got.known == {} and got.leases == {}
 
 
 def test_an_index_without_policy_or_rows_comes_back_too(tmp_path: Path) -> None:
-    empty = Index(None, [], {}, {})
+    empty = Index(None, [], {}, {}, {})
     assert read_index(stored(tmp_path, empty), str(tmp_path)) == empty
 
 
@@ -170,5 +172,5 @@ facts = st.builds(
 def test_entries_give_back_the_records_they_were_made_of(known: dict[str, KeyFacts]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         gen = Path(folder)
-        index = Index(None, [], known, {key: (1, 0) for key in known})
+        index = Index(None, [], known, {key: (1, 0) for key in known}, {})
         assert read_index(stored(gen, index), str(gen)) == index

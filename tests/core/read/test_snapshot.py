@@ -305,16 +305,47 @@ def test_a_cached_queued_row_shows_running_once_claimed(repo: Layout) -> None:
     assert take_snapshot(repo).rows[key].state is State.RUNNING
 
 
-def test_leases_are_read_on_every_scan(repo: Layout) -> None:
+def test_a_lease_is_read_again_whenever_its_file_changes(repo: Layout, reads: list[str]) -> None:
     key = write_jobs(repo, 1)[0]
     claim(repo, "w1", key)
     settle(repo)
     assert take_snapshot(repo).rows[key].state is State.RUNNING
+    reads.clear()
+    assert take_snapshot(repo).rows[key].state is State.RUNNING
+    assert reads == [], "a lease file that is the same file is not read again"
     lease = json.loads(repo.lease(key).read_bytes())
-    repo.lease(key).write_text(json.dumps({**lease, "heartbeat": 1.0, "ttl": 1.0}))
+    repo.lease(key).write_text(json.dumps({**lease, "heartbeat": 1.0, "ttl": 1.0}))  # in place
     age(repo.lease(key))
     assert take_snapshot(repo).rows[key].state is State.ORPHANED
-    assert refresh(repo, [key])[key].state is State.ORPHANED  # type: ignore[union-attr]
+    assert reads == [f"running/{key}.lease"]
+    replace_with(repo.lease(key), json.dumps(lease).encode())  # a heartbeat: a new file
+    assert take_snapshot(repo).rows[key].state is State.RUNNING, "a lease replaced just now is read"
+    assert take_snapshot(repo).rows[key].state is State.RUNNING
+    assert reads.count(f"running/{key}.lease") == 3, "one that may still change is not kept"
+    assert refresh(repo, [key])[key].state is State.RUNNING  # type: ignore[union-attr]
+
+
+def test_a_lease_kept_is_judged_against_the_clock_of_each_scan(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    claim(repo, "w1", key, ttl=60)
+    settle(repo)
+    heartbeat = json.loads(repo.lease(key).read_bytes())["heartbeat"]
+    assert take_snapshot(repo, now=heartbeat + 1).rows[key].state is State.RUNNING
+    assert take_snapshot(repo, now=heartbeat + 3600).rows[key].state is State.ORPHANED
+
+
+def test_a_lease_turned_into_a_link_or_removed_is_not_taken_from_the_index(repo: Layout) -> None:
+    key = write_jobs(repo, 1)[0]
+    claim(repo, "w1", key)
+    settle(repo)
+    assert take_snapshot(repo).rows[key].state is State.RUNNING
+    elsewhere = repo.root / "lease-elsewhere"
+    os.replace(repo.lease(key), elsewhere)
+    os.symlink(elsewhere, repo.lease(key))
+    row = take_snapshot(repo).rows[key]
+    assert row.state is State.ORPHANED and any("lease" in p for p in row.problems)
+    repo.lease(key).unlink()
+    assert take_snapshot(repo, now=time.time() + 3600).rows[key].state is State.ORPHANED
 
 
 def test_a_received_job_turns_stale_in_the_next_process(repo: Layout, signer: Ed25519PrivateKey) -> None:
@@ -387,7 +418,7 @@ def test_an_index_read_again_gives_the_rows_it_was_made_of(repo: Layout, reads: 
     first = take_snapshot(repo).rows
     reads.clear()
     assert take_snapshot(repo).rows == first
-    assert len(reads) == 1 and reads[0].startswith("running/") and reads[0].endswith(".lease"), reads
+    assert reads == [], "no file, the lease included, is read again"
     assert set(first) == set(keys)
 
 
