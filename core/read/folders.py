@@ -3,7 +3,7 @@
 Job documents, receipts and records are never rewritten in place (each is a whole file
 renamed or linked there), so each is known by the inode its folder's listing gives. A
 key's names give it a provisional state (its files' if they parse and its lease is fresh:
-queue/ alone is QUEUED, two folders INCONSISTENT) and the states it may turn out in.
+queue/ alone is QUEUED, two folders INCONSISTENT), and a folder the states its jobs may turn out in.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from core.model.contract import KEY_RE, RECEIPT_STATUSES
+from core.model.contract import KEY_RE
 from core.model.freshness import LeaseState
 from core.model.lifecycle import Facts, State, derive_state
 from core.store.layout import JOB_FOLDERS
@@ -69,20 +69,12 @@ def provisional_state(key: str, folders: Iterable[str], *, receipt: bool) -> Sta
 
 
 @functools.cache
-def _possible(folders: frozenset[str], receipt: bool, candidates: bool) -> frozenset[State]:
+def may_turn_out(folder: str) -> frozenset[State]:
+    """Every state a job named in `folder` alone (no receipt, no candidates) may turn out in
+    once its files are read: `derive_state` over every value of what is not read yet."""
     return frozenset(
-        derive_state(Facts(folders, lease, status, fresh, invalid, batch))
+        derive_state(Facts(frozenset({folder}), lease, None, fresh, invalid))
         for lease in (None, *LeaseState)
-        for status in ((*RECEIPT_STATUSES, "invalid") if receipt else (None,))
         for fresh in (None, True, False)
         for invalid in (None, "a file that does not parse")
-        for batch in ((None, "ok", "failed") if candidates else (None,))
     )
-
-
-def possible_states(key: str, folders: Iterable[str], *, receipt: bool, candidates: bool) -> frozenset[State]:
-    """Every state a key with these names may turn out in once its files are read:
-    `derive_state` over every value of what is not read yet."""
-    if not KEY_RE.fullmatch(key):
-        return frozenset({State.INVALID})
-    return _possible(frozenset(folders), receipt, candidates)

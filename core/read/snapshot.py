@@ -21,14 +21,13 @@ from pathlib import Path
 from core.errors import GenjobError
 from core.model.lifecycle import State
 from core.model.protected import DEFAULT_PROTECTED
-from core.read.folders import folder_keys, list_names, possible_states
+from core.read.folders import folder_keys, list_names, may_turn_out
 from core.read.listing_index import NAME, Index, Policy, read_index, write_index
 from core.read.rows import JobRow, KeyFacts, RowMaker, racy_after, read_facts
 from core.store.layout import JOB_FOLDERS, Layout, user_config_dir
 from core.store.pins import pins_file
 from core.store.tree import make_folder
 
-VALID = "0" * 32  # any key: what a folder's jobs may turn out in does not depend on which
 __all__ = ["JobRow", "Snapshot", "job_row", "read_policy", "refresh", "take_snapshot"]
 
 
@@ -90,18 +89,14 @@ def read_policy(layout: Layout, index: Index | None = None) -> tuple[Policy, lis
 
 
 # A key in two folders is INCONSISTENT, a file named by no key INVALID: only a listing of
-# every folder by name finds them. Any other state is found from fewer names (`_may_be`).
+# every folder finds them. Any other state is found from fewer names (`_may_be`).
 MIXED = frozenset({State.INCONSISTENT, State.INVALID})
 
 
 def _may_be(gen: str, wanted: frozenset[State]) -> list[str]:
     """The keys that may be in `wanted` (none MIXED): those in a folder whose jobs alone may
     be, and those with a receipt or candidates; the others' names are never listed."""
-    some = [
-        f
-        for f in JOB_FOLDERS
-        if not wanted.isdisjoint(possible_states(VALID, [f], receipt=False, candidates=False))
-    ]
+    some = [f for f in JOB_FOLDERS if not wanted.isdisjoint(may_turn_out(f))]
     keys = [key for folder in (*some, "receipts") for key in folder_keys(f"{gen}/{folder}")]
     return list(dict.fromkeys([*keys, *folder_keys(f"{gen}/candidates", "")]))
 
@@ -111,25 +106,23 @@ def take_snapshot(
 ) -> Snapshot:
     """Every job (or those in `states`) with its state; `disk_cache`: use and keep the index."""
     gen, wanted = str(layout.gen), frozenset(states)
-    index = read_index(layout.cache / NAME, gen, facts=not wanted) if disk_cache else None
-    policy, stamps = read_policy(layout, index)
     if wanted and wanted.isdisjoint(MIXED):
+        policy, _ = read_policy(
+            layout, read_index(layout.cache / NAME, gen, facts=False) if disk_cache else None
+        )
         some = refresh(layout, _may_be(gen, wanted), now=now)
         found = {key: row for key, row in some.items() if row is not None and row.state in wanted}
         return Snapshot(found, time.time() if now is None else now, **policy._asdict())
-    names = list_names(gen)
-    known, was = (index.known, index.inodes) if index is not None else ({}, {})
-    maker, racy = RowMaker(layout, now, index.leases if index is not None else None), racy_after()
+    index = read_index(layout.cache / NAME, gen) if disk_cache else None
+    policy, stamps = read_policy(layout, index)
+    names, (known, was, leases) = list_names(gen), index[2:] if index is not None else ({}, {}, {})
+    maker, racy = RowMaker(layout, now, leases), racy_after()
     kept: dict[str, KeyFacts] = {}
     kept_inodes: dict[str, tuple[int, int]] = {}
     rows: dict[str, JobRow] = {}
     receipts = names.files["receipts"]
     for key in itertools.chain(names.where, receipts.keys() - names.where.keys()):
-        folders, receipt, candidates = names.where.get(key, ()), key in receipts, key in names.candidates
-        if wanted and wanted.isdisjoint(
-            possible_states(key, folders, receipt=receipt, candidates=candidates)
-        ):
-            continue
+        folders, receipt = names.where.get(key, ()), key in receipts
         inodes, facts = names.inodes_of(key), known.get(key)
         settled = facts is not None and was[key] == inodes and facts.folders == folders
         if facts is None or not settled:
@@ -138,15 +131,14 @@ def take_snapshot(
                 continue  # its files went since the listing
         if settled and len(folders) < 2:  # a key in several folders (after a crash) is read again
             kept[key], kept_inodes[key] = facts, inodes
-        row = maker.row(key, facts, leased=key in names.leases, candidates=candidates)
-        if not wanted or row.state in wanted:
-            rows[key] = row
+        rows[key] = maker.row(key, facts, leased=key in names.leases, candidates=key in names.candidates)
     new = Index(policy if stamps else None, stamps, kept, kept_inodes, maker.leases)
-    if disk_cache and not wanted and (index is None or index[1:] != new[1:]):
+    if disk_cache and (index is None or index[1:] != new[1:]):
         with contextlib.suppress(OSError, ValueError, GenjobError):  # not kept costs a read next time
             make_folder(layout.cache, layout.gen)
             write_index(layout.cache / NAME, gen, new)
-    return Snapshot(rows, maker.now, **policy._asdict())
+    found = {key: row for key, row in rows.items() if row.state in wanted} if wanted else rows
+    return Snapshot(found, maker.now, **policy._asdict())
 
 
 def refresh(

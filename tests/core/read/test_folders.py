@@ -7,10 +7,9 @@ import os
 
 from corekit import write_jobs
 
-from core.model.contract import RECEIPT_STATUSES
 from core.model.freshness import LeaseState
 from core.model.lifecycle import Facts, State, derive_state
-from core.read.folders import list_names, possible_states, provisional_state
+from core.read.folders import list_names, may_turn_out, provisional_state
 from core.store.layout import JOB_FOLDERS, Layout
 from core.store.queue import claim
 
@@ -55,21 +54,15 @@ def test_provisional_states_follow_the_names() -> None:
     assert provisional_state("not-a-key", ["queue"], receipt=False) is State.INVALID
 
 
-def test_possible_states_hold_every_state_the_files_may_give() -> None:
-    """Whatever a key's files turn out to say, its state is one its names allowed: the
-    promise `genjob ls --state` rests on when it reads only those keys."""
-    key = "b" * 32
-    for size in range(3):
-        for folders in itertools.combinations(JOB_FOLDERS, size):
-            for receipt, candidates in itertools.product((False, True), repeat=2):
-                allowed = possible_states(key, folders, receipt=receipt, candidates=candidates)
-                for lease, status, fresh, invalid in itertools.product(
-                    (None, *LeaseState),
-                    (*RECEIPT_STATUSES, "invalid") if receipt else (None,),
-                    (None, True, False),
-                    (None, "bad"),
-                ):
-                    got = derive_state(Facts(frozenset(folders), lease, status, fresh, invalid))
-                    assert got in allowed, (folders, receipt, lease, status, fresh, invalid)
-    assert possible_states("../x", ("queue",), receipt=False, candidates=False) == {State.INVALID}
-    assert State.RECEIVED not in possible_states(key, ("queue",), receipt=False, candidates=False)
+def test_a_folder_may_turn_out_in_every_state_its_jobs_files_may_give() -> None:
+    """Whatever a job named in one folder alone turns out to say, its state is one the folder
+    allowed: the promise `genjob ls --state` rests on when it lists only those folders (and
+    the receipts and candidates, read whatever the folder)."""
+    for folder in JOB_FOLDERS:
+        allowed = may_turn_out(folder)
+        for lease, fresh, invalid in itertools.product(
+            (None, *LeaseState), (None, True, False), (None, "bad")
+        ):
+            got = derive_state(Facts(frozenset({folder}), lease, None, fresh, invalid))
+            assert got in allowed, (folder, lease, fresh, invalid)
+    assert State.RECEIVED not in may_turn_out("queue") and State.QUEUED not in may_turn_out("applied")
