@@ -13,6 +13,7 @@ floor that nothing in a repository can lower.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import shlex
@@ -588,7 +589,15 @@ def candidate_hosts(config: Config, names: Sequence[str], how_many: int | None =
 
 
 def _parse_toml(path: Path, model: type[_M]) -> _M:
-    data = read_bytes(path, MAX_CONFIG_BYTES)
+    parsed = _parsed(model, read_bytes(path, MAX_CONFIG_BYTES), str(path))
+    assert isinstance(parsed, model)
+    return parsed
+
+
+# Every listing and command reads the config again, and a scan may read it once per job
+# folder it judges: the same bytes give the same frozen model, so they are parsed once.
+@functools.lru_cache(maxsize=32)
+def _parsed(model: type[BaseModel], data: bytes, path: str) -> BaseModel:
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
