@@ -123,6 +123,7 @@ def test_a_step_its_killed_worker_left_is_cancelled_by_the_hosts_cleanup(
         wait_for(lambda: bool(started(repo, job.key)), "the run's facts in the attempt records")
         clients = children_named(worker.pid, "srun")
         assert clients, "srun runs the step"
+        os.kill(worker.pid, signal.SIGSTOP)  # the worker dies with its clients: it sees none of them go
         for pid in clients:
             os.kill(pid, signal.SIGSTOP)
         os.kill(worker.pid, signal.SIGKILL)
