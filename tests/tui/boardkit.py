@@ -90,8 +90,10 @@ class Driver:
         what it waited for."""
         try:
             while not condition():
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(self.inbox.next(), RECHECK_EVERY)
+                except TimeoutError:
+                    continue  # nothing was posted: what the condition reads is as it was
                 await self.pilot.pause()
         except BaseException as exc:
             exc.add_note(f"while waiting for: {what}")
