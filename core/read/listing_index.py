@@ -5,10 +5,11 @@ Line 1 is the head: this machine's seal (`core.store.seal`) of the rest of the l
 space, and a JSON object: the format, the `.gen/` and device it is of, the sha256 of line
 2, and the policy read from the config with the stamps of the files it came from (so a
 plain `genjob ls` need not load the config's models). Line 2 is a JSON array: the values
-that recur (folder sets, schemas, paths, statuses, workers), then one column per field of
-the keys' `KeyFacts` and of the inodes their job files and receipts had, a recurring value
-given by its place. Columns decode several times faster than an array per key. Last, the
-leases read: each key's lease file's identity (inode, size, mtime, ctime) and what it said.
+that recur (folder sets, schemas, paths, statuses, workers); the columns of the keys, of
+the inodes their job files and receipts had and of each field of their `KeyFacts`, a
+recurring value given by its place (columns decode several times faster than an array per
+key); the leases read: each key's lease file's identity (inode, size, mtime, ctime) and
+what it said.
 
 It saves work and decides nothing: nothing that verifies or applies a job reads it. It is
 read only when it is the operator's own (it and its folders up to `.gen/` owned by this
@@ -25,15 +26,28 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.errors import GenjobError
-from core.model.quick_checks import JobSummary, LeaseFacts
+from core.model.quick_checks import LeaseFacts
 from core.read.rows import KeyFacts, Lease
 from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because
 from core.store.seal import seal, sealed_here
 
-FORMAT = "genjob listing index 5"
+FORMAT = "genjob listing index 6"
 NAME = "listing.jsonl"
-COLUMNS = 16
+# The fields of `KeyFacts` whose values recur from key to key: their columns give places in
+# the shared values.
+RECURRING = frozenset(
+    {
+        "folders",
+        "schema",
+        "allowed_paths",
+        "inputs",
+        "rejection",
+        "receipt",
+        "receipt_worker",
+        "receipt_problems",
+    }
+)
 
 
 class Policy(NamedTuple):
@@ -58,17 +72,13 @@ def _load(body: Any, inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
     """The facts the columns give back, each shared value one object however many keys hold it."""
     values, columns, _ = body
     shared = [tuple(tuple(v) if type(v) is list else v for v in x) if type(x) is list else x for x in values]
-    keys, inos, receipt_inos, modified, invalid, digests, texts, created, *refs = columns
-    folders, rejections, statuses, workers, problems, schemas, paths, inputs = (
-        list(map(shared.__getitem__, column)) for column in refs
-    )
-    jobs = [
-        JobSummary(*job) if job[0] is not None else None
-        for job in zip(schemas, digests, texts, paths, inputs, created, strict=True)
+    keys, inos, receipt_inos, *fields = columns
+    fields = [
+        list(map(shared.__getitem__, column)) if name in RECURRING else column
+        for name, column in zip(KeyFacts._fields, fields, strict=True)
     ]
     inodes.update(zip(keys, zip(inos, receipt_inos, strict=True), strict=True))
-    facts = zip(folders, modified, jobs, rejections, invalid, statuses, workers, problems, strict=True)
-    return dict(zip(keys, map(KeyFacts._make, facts), strict=True))
+    return dict(zip(keys, map(KeyFacts._make, zip(*fields, strict=True)), strict=True))
 
 
 def _dump(index: Index) -> bytes:
@@ -77,23 +87,12 @@ def _dump(index: Index) -> bytes:
     def ref(value: object) -> int:
         return at.setdefault(json.dumps(value, separators=(",", ":")), len(at))
 
-    rows = []
-    for key, f in index.known.items():
-        schema, digest, text, paths, inputs, created = f.job or (None,) * 6  # a null schema: no job
-        recurring = (
-            f.folders,
-            f.rejection,
-            f.receipt,
-            f.receipt_worker,
-            f.receipt_problems,
-            schema,
-            paths,
-            inputs,
-        )
-        rows.append(
-            (key, *index.inodes[key], f.modified, f.invalid, digest, text, created, *map(ref, recurring))
-        )
-    columns = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * COLUMNS
+    recurring = [name in RECURRING for name in KeyFacts._fields]
+    rows = [
+        (key, *index.inodes[key], *(ref(v) if shared else v for v, shared in zip(f, recurring, strict=True)))
+        for key, f in index.known.items()
+    ]
+    columns = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * (3 + len(recurring))
     leases = {key: [*identity, *facts] for key, (identity, facts) in index.leases.items()}
     tail = json.dumps([columns, leases], separators=(",", ":"))[1:]
     return f"[[{','.join(at)}],{tail}".encode()

@@ -64,11 +64,18 @@ class JobRow(NamedTuple):
 
 
 class KeyFacts(NamedTuple):
-    """What a key's job documents and receipt say."""
+    """What a key's job documents and receipt say: the first valid job document's
+    `JobSummary` fields (its schema "" when there is none; its inputs kept only in queue/
+    and running/, where the tree is met)."""
 
     folders: tuple[str, ...]  # the state folders holding `<key>.json`, in `JOB_FOLDERS` order
     modified: int  # the mtime (ns) of the first of those files
-    job: JobSummary | None  # inputs kept only in queue/ and running/, where the tree is met
+    schema: str
+    digest: str
+    instruction: str
+    allowed_paths: tuple[str, ...]
+    inputs: tuple[tuple[str, str | None], ...]
+    created_at: float
     rejection: str  # the reason in a rejected record, else ""
     invalid: str | None  # the first fault of the key's name or a job document
     receipt: str | None  # the receipt's status, "invalid", or None when there is none
@@ -176,7 +183,7 @@ def read_facts(
     elif got is not None:
         status, worker = got.status, got.worker_id
         problems = ("receipt names another job digest",) if job and got.job_digest != job.digest else ()
-    facts = KeyFacts(tuple(kept), modified, job, rejection, invalid, status, worker, problems)
+    facts = KeyFacts(tuple(kept), modified, *(job or NO_JOB), rejection, invalid, status, worker, problems)
     return facts, settled and read.settled
 
 
@@ -283,11 +290,11 @@ class RowMaker:
     ) -> JobRow:
         """The row of `key`, which has a lease file or a candidates folder if so said; with
         `attempts`, its attempts file is read too."""
-        folders, job, receipt = facts.folders, facts.job or NO_JOB, facts.receipt
+        folders, receipt = facts.folders, facts.receipt
         problems = [facts.invalid, *facts.receipt_problems] if facts.invalid else [*facts.receipt_problems]
         fresh = None
-        if facts.job and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK):
-            stale = [p for p, want in job.inputs if self._tree_hash(p) != want]
+        if facts.schema and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK):
+            stale = [p for p, want in facts.inputs if self._tree_hash(p) != want]
             fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
         count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)
         rest = (fresh, facts.invalid is not None or None, ("ok" if ok else "failed") if count else None)
@@ -307,11 +314,11 @@ class RowMaker:
         row = JobRow(
             key=key,
             state=state,
-            schema=job.schema,
-            digest=job.digest,
-            instruction=job.instruction,
-            allowed_paths=job.allowed_paths,
-            created_at=job.created_at,
+            schema=facts.schema,
+            digest=facts.digest,
+            instruction=facts.instruction,
+            allowed_paths=facts.allowed_paths,
+            created_at=facts.created_at,
             worker=worker,
             receipt_status=receipt,
             folders=folders,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from core.model.quick_checks import JobSummary, LeaseFacts
 from core.read.listing_index import FORMAT, Index, Policy, read_index, write_index
-from core.read.rows import KeyFacts
+from core.read.rows import NO_JOB, KeyFacts
 from core.store.seal import seal
 
 KEY = "a" * 32
@@ -23,15 +23,16 @@ DIGEST = "d" * 64
 def sample_index(rows: int = 3) -> Index:
     """An index holding every kind of record, with shared and unshared values."""
     paths = ("src/app.py", "src/util.py")
+    problem = ('a "quoted" problem',)
     known = {
-        f"{i:032x}": KeyFacts(("applied",), 10**18 + i, None, "", None, None, "", ('a "quoted" problem',) * i)
+        f"{i:032x}": KeyFacts(("applied",), 10**18 + i, *NO_JOB, "", None, None, "", problem * i)
         for i in range(rows)
     }
     job = JobSummary(
         "genjob.v2", DIGEST, "run me", paths, (("src/app.py", "e" * 64), ("src/util.py", None)), 2.0
     )
-    known[KEY] = KeyFacts(("running",), 7, job, "", None, "ok", "w2", ())
-    known["b" * 32] = KeyFacts(("queue", "running"), 0, None, "why", "bad", "invalid", "", ("p", "q"))
+    known[KEY] = KeyFacts(("running",), 7, *job, "", None, "ok", "w2", ())
+    known["b" * 32] = KeyFacts(("queue", "running"), 0, *NO_JOB, "why", "bad", "invalid", "", ("p", "q"))
     inodes = {key: (100 + i, i % 2) for i, key in enumerate(known)}
     policy = Policy(True, None, ("lint",), "it waits", ("*.lock",))
     leases = {KEY: ((5, 190, 10**18, 10**18 + 1), LeaseFacts("w2", "host-a", 4242, 1.5e9, 120.0))}
@@ -51,7 +52,7 @@ def test_every_record_comes_back_as_it_was_written(tmp_path: Path) -> None:
     assert got == index
     assert got is not None
     facts = got.known[KEY]
-    assert type(facts) is KeyFacts and type(facts.job) is JobSummary
+    assert type(facts) is KeyFacts and type(facts.inputs) is tuple and type(facts.inputs[0]) is tuple
     assert type(got.leases[KEY][1]) is LeaseFacts
 
 
@@ -143,22 +144,19 @@ TEXT = st.text(max_size=8)
 STRS = st.lists(st.text(st.characters(blacklist_characters="\n"), min_size=1, max_size=8), max_size=3).map(
     tuple
 )
-summaries = st.builds(
-    JobSummary,
-    TEXT,
-    TEXT,
-    TEXT,
-    STRS,
-    st.lists(
-        st.tuples(st.text(st.characters(blacklist_characters="\n"), min_size=1), st.none()), max_size=3
-    ).map(tuple),
-    st.floats(allow_nan=False, allow_infinity=False),
-)
+INPUTS = st.lists(
+    st.tuples(st.text(st.characters(blacklist_characters="\n"), min_size=1), st.none()), max_size=3
+).map(tuple)
 facts = st.builds(
     KeyFacts,
     STRS,
     st.integers(0, 2**62),
-    st.none() | summaries,
+    TEXT,
+    TEXT,
+    TEXT,
+    STRS,
+    INPUTS,
+    st.floats(allow_nan=False, allow_infinity=False),
     TEXT,
     st.none() | TEXT,
     st.none() | TEXT,
