@@ -90,10 +90,8 @@ class Driver:
         what it waited for."""
         try:
             while not condition():
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.inbox.next(), RECHECK_EVERY)
-                except TimeoutError:
-                    continue  # nothing was posted: what the condition reads is as it was
                 await self.pilot.pause()
         except BaseException as exc:
             exc.add_note(f"while waiting for: {what}")

@@ -277,8 +277,7 @@ class BoardScreen(Screen[None]):
     def _tick(self) -> None:
         """Ages move on, and so do the detail's relative times; a running job's heartbeat
         is read again now and then."""
-        if self.table.ages_moved():
-            self.table.refresh()
+        self.table.refresh()
         self.query_one(DetailPane).tick()
         key = self.table.cursor_key
         row = self.view.rows.get(key) if key else None

@@ -141,7 +141,6 @@ class JobTable(ScrollView, can_focus=True):
         self._rows_drawn = False
         self._asked: list[str] = []  # the keys last asked for in `WindowShown`
         self._window: list[str] = []  # the keys in view when it was last posted
-        self._ages: dict[str, tuple[float, str]] = {}  # each row drawn: its job's creation, the age shown
 
     # -- geometry ------------------------------------------------------------------------
     @property
@@ -383,7 +382,6 @@ class JobTable(ScrollView, can_focus=True):
             self.post_message(self.FirstRowsDrawn())
         if len(self._strips) > STRIP_CACHE:
             self._strips.clear()
-            self._ages.clear()
         self._ask_for_window()
         return super().render_lines(crop)
 
@@ -402,12 +400,6 @@ class JobTable(ScrollView, can_focus=True):
         if (unread and unread != self._asked) or window != self._window:
             self.post_message(self.WindowShown(unread, window))
         self._asked, self._window = unread, window
-
-    def ages_moved(self) -> bool:
-        """Whether a row in view would show another age now than when it was drawn."""
-        now = time.time()
-        drawn = [self._ages[k] for k in self._window if k in self._ages]
-        return any(created and age(now - created) != when for created, when in drawn)
 
     def notify_style_update(self) -> None:
         self._strips.clear()
@@ -446,7 +438,6 @@ class JobTable(ScrollView, can_focus=True):
         cursor = row.key == self.cursor_key
         created = row.created_at
         when = age(time.time() - created) if created else "-"
-        self._ages[key] = created, when
         marked = row.key in self.marks
         verdict = self.verdicts.get(row.key) if row.state is State.RECEIVED else None
         checks = self.checks.get(row.key, "") if self.check_column else None
