@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -53,7 +52,6 @@ class DetailPane(Vertical):
         self._active = f"tab-{TABS[0][0]}"  # the tab to show once they are mounted (`build`)
         # What the apply plane says of the shown job, atop its Job tab (set by the board).
         self.plane: list[str] = []
-        self._shown: dict[str, object] = {}  # what each Static shows now (`_put`)
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no job selected"), id="detail-title")
@@ -85,8 +83,8 @@ class DetailPane(Vertical):
             return
         now = time.time()
         job = render.plane_text(self.plane, self.root) + render.job_text(self.detail, now, self.root)
-        self._put("detail-job", job)
-        self._put("detail-lease", render.lease_text(self.detail, now))
+        self._body("job").update(job)
+        self._body("lease").update(render.lease_text(self.detail, now))
 
     def set_plane(self, lines: list[str]) -> None:
         """What the apply plane says of the shown job: its queue place, why it is left, its overlaps."""
@@ -110,36 +108,21 @@ class DetailPane(Vertical):
         else:
             self._active = pane_id
 
-    def _put(self, static_id: str, content: Text | Group | str) -> None:
-        """Show `content` in the Static `static_id` unless it shows that already: each
-        update lays the whole screen out again, and a job's detail is shown every second."""
-        seen: object = content
-        if isinstance(content, Text):
-            seen = (content.plain, str(content.style), content.spans)
-        elif isinstance(content, Group):
-            seen = object()  # a diff's syntax blocks: shown again
-        if self._shown.get(static_id) != seen:
-            self._shown[static_id] = seen
-            self.query_one(f"#{static_id}", Static).update(content)
-
-    @staticmethod
-    def _label(tabs: TabbedContent, tab_id: str, label: str) -> None:
-        tab = tabs.get_tab(f"tab-{tab_id}")
-        if tab.label.plain != label:
-            tab.label = label
+    def _body(self, tab_id: str) -> Static:
+        return self.query_one(f"#detail-{tab_id}", Static)
 
     def show_loading(self, key: str) -> None:
         """Say which job is on its way, keeping the last one shown until it arrives."""
-        self._put("detail-title", Text(f"{key}  loading…", style="dim"))
+        self.query_one("#detail-title", Static).update(Text(f"{key}  loading…", style="dim"))
 
     def show_message(self, message: Text) -> None:
         self.detail = None
-        self._put("detail-title", message)
+        self.query_one("#detail-title", Static).update(message)
         if self._tabs is None:
             return
         for tab_id, title in TABS:
-            self._put(f"detail-{tab_id}", "")
-            self._label(self._tabs, tab_id, title)  # no badge of a job not shown
+            self._body(tab_id).update("")
+            self._tabs.get_tab(f"tab-{tab_id}").label = title  # no badge of a job not shown
 
     def show_checks(self, live: Mapping[str, LiveCheck]) -> None:
         """Show the checks this board runs for the shown job (their output as it comes)."""
@@ -151,8 +134,7 @@ class DetailPane(Vertical):
         applied = detail.located is not None and detail.located.folder == "applied"
         checks = render.checks_text(detail.checks, self.live, root=self.root)
         missing = [c.name for c in detail.checks if c.required and not c.satisfied]
-        self._put(
-            "detail-verify",
+        self._body("verify").update(
             render.verification_text(
                 detail.verification,
                 self.signature_required,
@@ -160,26 +142,26 @@ class DetailPane(Vertical):
                 root=self.root,
                 checks=checks,
                 missing=missing,
-            ),
+            )
         )
         if detail.verification is not None:
             v = detail.verification
             label = f"Verify {'✔' if v.ok or (applied and v.only_base_failed()) else '✘'}"
             marks = render.check_marks(detail.checks, self.live)
-            self._label(tabs, "verify", f"{label} {marks}" if marks else label)
+            tabs.get_tab("tab-verify").label = f"{label} {marks}" if marks else label
 
     def show(self, detail: JobDetail) -> None:
         self.detail = detail
-        self._put("detail-title", render.title_text(detail))
+        self.query_one("#detail-title", Static).update(render.title_text(detail))
         tabs = self._tabs
         if tabs is None:
             return  # `build` shows it
         applied = detail.located is not None and detail.located.folder == "applied"
         self.tick()
         self._show_verify(detail, tabs)
-        self._put("detail-diff", render.diffs_text(detail.diffs, applied))
-        self._put("detail-timeline", render.timeline_text(detail))
-        self._put("detail-output", render.output_text(detail))
+        self._body("diff").update(render.diffs_text(detail.diffs, applied))
+        self._body("timeline").update(render.timeline_text(detail))
+        self._body("output").update(render.output_text(detail))
         for tab_id, title in TABS:
             label = title
             if tab_id == "verify" and detail.verification is not None:
@@ -188,4 +170,4 @@ class DetailPane(Vertical):
                 label = f"Diff ({len(detail.diffs)})"
             elif tab_id == "timeline" and detail.timeline:
                 label = f"Timeline ({len(detail.timeline)})"
-            self._label(tabs, tab_id, label)
+            tabs.get_tab(f"tab-{tab_id}").label = label
