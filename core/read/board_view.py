@@ -177,10 +177,6 @@ class BoardView:
         """Whether the jobs shown are a list of their own (a text or the ready filter)."""
         return bool(self.text) or self.only is not None
 
-    def keys_in(self, state: State) -> list[str]:
-        """The keys in `state`'s group (not sorted)."""
-        return self._groups[state]
-
     def __len__(self) -> int:
         return len(self._filtered()) if self.listed else sum(len(self._groups[s]) for s in self._selected())
 

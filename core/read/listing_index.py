@@ -5,9 +5,9 @@ Line 1 is the head: this machine's seal (`core.store.seal`) of the rest of the l
 space, and a JSON object: the format, the `.gen/` and device it is of, the sha256 of line
 2, and the policy read from the config with the stamps of the files it came from (so a
 plain `genjob ls` need not load the config's models). Line 2 is a JSON array: the values
-that recur (folder sets, schemas, paths, statuses, workers); the columns of the keys, of
-the inodes their job files and receipts had and of each field of their `KeyFacts`, a
-recurring value given by its place (columns decode several times faster than an array per
+that recur (folder sets, schemas, paths, statuses, workers); the columns of the keys and of
+each field of their `KeyFacts` (the inodes of the files read among them), a recurring
+value given by its place (columns decode several times faster than an array per
 key); the leases read: each key's lease file's identity (inode, size, mtime, ctime) and
 what it said.
 
@@ -32,22 +32,12 @@ from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because
 from core.store.seal import seal, sealed_here
 
-FORMAT = "genjob listing index 6"
+FORMAT = "genjob listing index 7"
 NAME = "listing.jsonl"
-# The fields of `KeyFacts` whose values recur from key to key: their columns give places in
-# the shared values.
-RECURRING = frozenset(
-    {
-        "folders",
-        "schema",
-        "allowed_paths",
-        "inputs",
-        "rejection",
-        "receipt",
-        "receipt_worker",
-        "receipt_problems",
-    }
-)
+# The fields of `KeyFacts` whose values recur from key to key (all but these): their columns
+# give places in the shared values.
+OWN = ("inode", "receipt_inode", "modified", "digest", "instruction", "created_at", "invalid")
+RECURRING = frozenset(KeyFacts._fields) - set(OWN)
 
 
 class Policy(NamedTuple):
@@ -64,20 +54,17 @@ class Index(NamedTuple):
     policy: Policy | None
     policy_stamps: list[int]  # of the files the policy was read from, as they were then
     known: dict[str, KeyFacts]
-    inodes: dict[str, tuple[int, int]]  # of each key's job file and receipt, as they were read
     leases: dict[str, Lease]  # of the keys whose lease file was read, while it stays that file
 
 
-def _load(body: Any, inodes: dict[str, tuple[int, int]]) -> dict[str, KeyFacts]:
+def _load(body: Any) -> dict[str, KeyFacts]:
     """The facts the columns give back, each shared value one object however many keys hold it."""
-    values, columns, _ = body
+    values, (keys, *fields), _ = body
     shared = [tuple(tuple(v) if type(v) is list else v for v in x) if type(x) is list else x for x in values]
-    keys, inos, receipt_inos, *fields = columns
     fields = [
         list(map(shared.__getitem__, column)) if name in RECURRING else column
         for name, column in zip(KeyFacts._fields, fields, strict=True)
     ]
-    inodes.update(zip(keys, zip(inos, receipt_inos, strict=True), strict=True))
     return dict(zip(keys, map(KeyFacts._make, zip(*fields, strict=True)), strict=True))
 
 
@@ -89,10 +76,10 @@ def _dump(index: Index) -> bytes:
 
     recurring = [name in RECURRING for name in KeyFacts._fields]
     rows = [
-        (key, *index.inodes[key], *(ref(v) if shared else v for v, shared in zip(f, recurring, strict=True)))
+        (key, *(ref(v) if shared else v for v, shared in zip(f, recurring, strict=True)))
         for key, f in index.known.items()
     ]
-    columns = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * (3 + len(recurring))
+    columns = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * (1 + len(recurring))
     leases = {key: [*identity, *facts] for key, (identity, facts) in index.leases.items()}
     tail = json.dumps([columns, leases], separators=(",", ":"))[1:]
     return f"[[{','.join(at)}],{tail}".encode()
@@ -122,13 +109,11 @@ def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
         if head["policy"] is not None:
             required, fault, unsandboxed, held, protected = head["policy"]
             policy = Policy(required, fault, tuple(unsandboxed), held, tuple(protected))
-        inodes: dict[str, tuple[int, int]] = {}
         if not facts:
-            return Index(policy, head["stamps"], {}, inodes, {})
+            return Index(policy, head["stamps"], {}, {})
         decoded = json.loads(body)
-        known = _load(decoded, inodes)
         leases = {key: (tuple(v[:4]), LeaseFacts(*v[4:])) for key, v in decoded[2].items()}
-        return Index(policy, head["stamps"], known, inodes, leases)
+        return Index(policy, head["stamps"], _load(decoded), leases)
     except (OSError, ValueError, TypeError, KeyError, IndexError, GenjobError):
         return None
 

@@ -69,6 +69,8 @@ class KeyFacts(NamedTuple):
     and running/, where the tree is met)."""
 
     folders: tuple[str, ...]  # the state folders holding `<key>.json`, in `JOB_FOLDERS` order
+    inode: int  # of the first of those files, as it was read (0: none)
+    receipt_inode: int  # of the receipt read (0: none)
     modified: int  # the mtime (ns) of the first of those files
     schema: str
     digest: str
@@ -85,6 +87,7 @@ class KeyFacts(NamedTuple):
 
 class FileRead(NamedTuple):
     data: bytes | str | None  # the bytes, or why they cannot be read, or None: the file is gone
+    inode: int
     modified: int  # mtime (ns)
     settled: bool  # changed before the time asked about: what is made of it may be kept
 
@@ -97,8 +100,8 @@ def read_file(path: str, racy_ns: int = 0, limit: int = MAX_JSON_BYTES) -> FileR
         try:
             data, st = str(exc), os.lstat(path)
         except FileNotFoundError:
-            return FileRead(None, 0, False)
-    return FileRead(data, st.st_mtime_ns, st.st_mtime_ns < racy_ns)
+            return FileRead(None, 0, 0, False)
+    return FileRead(data, st.st_ino, st.st_mtime_ns, st.st_mtime_ns < racy_ns)
 
 
 def _checked(data: bytes, path: str, quick: Callable[[Any], Any], strict: Callable[[], Any]) -> Any:
@@ -161,7 +164,7 @@ def read_facts(
     gen: str, key: str, folders: tuple[str, ...], *, receipt: bool, racy_ns: int
 ) -> tuple[KeyFacts, bool]:
     """What the files of `key` in `folders` (and its receipt) say, and whether all had settled."""
-    name, settled, kept, modified, job, rejection = f"{key}.json", True, [], 0, None, ""
+    name, settled, kept, inode, modified, job, rejection = f"{key}.json", True, [], 0, 0, None, ""
     invalid = None if KEY_RE.fullmatch(key) else f"{name}: file name is not a job key"
     for folder in folders:
         path = f"{gen}/{folder}/{name}"
@@ -169,21 +172,32 @@ def read_facts(
         settled = settled and read.settled
         if read.data is not None:  # else gone since its folder was listed
             kept.append(folder)
-            modified = modified or read.modified
+            inode, modified = inode or read.inode, modified or read.modified
             parsed = parse_job(read.data, path, folder, key) if isinstance(read.data, bytes) else read.data
             if isinstance(parsed, str):
                 invalid = invalid or parsed
             elif job is None:
                 job, rejection = parsed
     status, worker, problems = None, "", tuple[str, ...]()
-    read = read_file(f"{gen}/receipts/{name}", racy_ns) if receipt else FileRead(None, 0, True)
+    read = read_file(f"{gen}/receipts/{name}", racy_ns) if receipt else FileRead(None, 0, 0, True)
     got = parse_receipt(read.data, f"{gen}/receipts/{name}") if isinstance(read.data, bytes) else read.data
     if isinstance(got, str):
         status, problems = "invalid", (got,)
     elif got is not None:
         status, worker = got.status, got.worker_id
         problems = ("receipt names another job digest",) if job and got.job_digest != job.digest else ()
-    facts = KeyFacts(tuple(kept), modified, *(job or NO_JOB), rejection, invalid, status, worker, problems)
+    facts = KeyFacts(
+        tuple(kept),
+        inode,
+        read.inode,
+        modified,
+        *(job or NO_JOB),
+        rejection,
+        invalid,
+        status,
+        worker,
+        problems,
+    )
     return facts, settled and read.settled
 
 
@@ -290,19 +304,21 @@ class RowMaker:
     ) -> JobRow:
         """The row of `key`, which has a lease file or a candidates folder if so said; with
         `attempts`, its attempts file is read too."""
-        folders, receipt = facts.folders, facts.receipt
-        problems = [facts.invalid, *facts.receipt_problems] if facts.invalid else [*facts.receipt_problems]
+        folders, receipt, invalid = facts.folders, facts.receipt, facts.invalid
+        problems = [invalid, *facts.receipt_problems] if invalid else [*facts.receipt_problems]
         fresh = None
         if facts.schema and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK):
             stale = [p for p, want in facts.inputs if self._tree_hash(p) != want]
             fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
         count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)
-        rest = (fresh, facts.invalid is not None or None, ("ok" if ok else "failed") if count else None)
+        bad, batch = invalid is not None or None, ("ok" if ok else "failed") if count else None
         verdict, worker = None, facts.receipt_worker
         if folders == ("running",):
-            verdict, holder = self._lease(key, leased, lambda lease: _state(folders, lease, receipt, *rest))
+            verdict, holder = self._lease(
+                key, leased, lambda lease: _state(folders, lease, receipt, fresh, bad, batch)
+            )
             worker = holder or worker
-        state = _state(folders, verdict.state if verdict else None, receipt, *rest)
+        state = _state(folders, verdict.state if verdict else None, receipt, fresh, bad, batch)
         if state is State.INCONSISTENT:
             problems.append(inconsistency_rule(frozenset(folders), receipt is not None))
         elif state is State.ORPHANED and verdict is not None:

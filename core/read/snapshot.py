@@ -115,24 +115,27 @@ def take_snapshot(
         return Snapshot(found, time.time() if now is None else now, **policy._asdict())
     index = read_index(layout.cache / NAME, gen) if disk_cache else None
     policy, stamps = read_policy(layout, index)
-    names, (known, was, leases) = list_names(gen), index[2:] if index is not None else ({}, {}, {})
+    names, (known, leases) = list_names(gen), index[2:] if index is not None else ({}, {})
     maker, racy = RowMaker(layout, now, leases), racy_after()
     kept: dict[str, KeyFacts] = {}
-    kept_inodes: dict[str, tuple[int, int]] = {}
     rows: dict[str, JobRow] = {}
     receipts = names.files["receipts"]
     for key in itertools.chain(names.where, receipts.keys() - names.where.keys()):
         folders, receipt = names.where.get(key, ()), key in receipts
-        inodes, facts = names.inodes_of(key), known.get(key)
-        settled = facts is not None and was[key] == inodes and facts.folders == folders
+        facts = known.get(key)
+        settled = (
+            facts is not None
+            and facts.folders == folders
+            and names.inodes_of(key) == (facts.inode, facts.receipt_inode)
+        )
         if facts is None or not settled:
             facts, settled = read_facts(gen, key, folders, receipt=receipt, racy_ns=racy)
             if not facts.folders and facts.receipt is None:
                 continue  # its files went since the listing
         if settled and len(folders) < 2:  # a key in several folders (after a crash) is read again
-            kept[key], kept_inodes[key] = facts, inodes
+            kept[key] = facts
         rows[key] = maker.row(key, facts, leased=key in names.leases, candidates=key in names.candidates)
-    new = Index(policy if stamps else None, stamps, kept, kept_inodes, maker.leases)
+    new = Index(policy if stamps else None, stamps, kept, maker.leases)
     if disk_cache and (index is None or index[1:] != new[1:]):
         with contextlib.suppress(OSError, ValueError, GenjobError):  # not kept costs a read next time
             make_folder(layout.cache, layout.gen)

@@ -13,7 +13,7 @@ import pytest
 from boardkit import plain, run_board
 from textual.widgets import Log, OptionList, Static, TabbedContent
 
-from core.model.lifecycle import State
+from core.model.lifecycle import STATE_ORDER, State
 from core.plan.mint import build_job
 from core.read.board_view import BoardListing, board_listing
 from core.store.layout import Layout
@@ -226,7 +226,9 @@ async def test_arrivals_above_the_cursor_leave_the_rows_shown_in_place(demo: Dem
             return table.cursor_index - int(table.scroll_y)
 
         await arrive("early", 60)
-        queued = min(i for k in b.view.keys_in(State.QUEUED) if (i := b.view.index_of(k)) is not None)
+        queued = sum(
+            n for s, n in b.view.counts.items() if STATE_ORDER.index(s) < STATE_ORDER.index(State.QUEUED)
+        )
         # The view starts inside the queue, whose newest jobs come first: above its top.
         table.scroll_to(y=queued + 5, animate=False, immediate=True, force=True)
         table.select(b.view.key_at(queued + 5 + table.page // 2))

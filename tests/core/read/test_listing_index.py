@@ -25,18 +25,19 @@ def sample_index(rows: int = 3) -> Index:
     paths = ("src/app.py", "src/util.py")
     problem = ('a "quoted" problem',)
     known = {
-        f"{i:032x}": KeyFacts(("applied",), 10**18 + i, *NO_JOB, "", None, None, "", problem * i)
+        f"{i:032x}": KeyFacts(("applied",), 100 + i, 0, 10**18 + i, *NO_JOB, "", None, None, "", problem * i)
         for i in range(rows)
     }
     job = JobSummary(
         "genjob.v2", DIGEST, "run me", paths, (("src/app.py", "e" * 64), ("src/util.py", None)), 2.0
     )
-    known[KEY] = KeyFacts(("running",), 7, *job, "", None, "ok", "w2", ())
-    known["b" * 32] = KeyFacts(("queue", "running"), 0, *NO_JOB, "why", "bad", "invalid", "", ("p", "q"))
-    inodes = {key: (100 + i, i % 2) for i, key in enumerate(known)}
+    known[KEY] = KeyFacts(("running",), 5, 1, 7, *job, "", None, "ok", "w2", ())
+    known["b" * 32] = KeyFacts(
+        ("queue", "running"), 6, 0, 0, *NO_JOB, "why", "bad", "invalid", "", ("p", "q")
+    )
     policy = Policy(True, None, ("lint",), "it waits", ("*.lock",))
     leases = {KEY: ((5, 190, 10**18, 10**18 + 1), LeaseFacts("w2", "host-a", 4242, 1.5e9, 120.0))}
-    return Index(policy, [1, 2, 3, 4] * 3, known, inodes, leases)
+    return Index(policy, [1, 2, 3, 4] * 3, known, leases)
 
 
 def stored(gen: Path, index: Index) -> Path:
@@ -70,7 +71,7 @@ def test_the_head_alone_gives_the_policy(tmp_path: Path) -> None:
 
 
 def test_an_index_without_policy_or_rows_comes_back_too(tmp_path: Path) -> None:
-    empty = Index(None, [], {}, {}, {})
+    empty = Index(None, [], {}, {})
     assert read_index(stored(tmp_path, empty), str(tmp_path)) == empty
 
 
@@ -151,6 +152,8 @@ facts = st.builds(
     KeyFacts,
     STRS,
     st.integers(0, 2**62),
+    st.integers(0, 2**62),
+    st.integers(0, 2**62),
     TEXT,
     TEXT,
     TEXT,
@@ -170,5 +173,5 @@ facts = st.builds(
 def test_entries_give_back_the_records_they_were_made_of(known: dict[str, KeyFacts]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         gen = Path(folder)
-        index = Index(None, [], known, {key: (1, 0) for key in known}, {})
+        index = Index(None, [], known, {})
         assert read_index(stored(gen, index), str(gen)) == index

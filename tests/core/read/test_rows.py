@@ -99,7 +99,7 @@ def test_read_says_what_became_of_a_file(tmp_path: Path) -> None:
     got = read_file(str(path), racy_after())
     assert (got.data, got.settled) == (b"{}", False)
     settle(path)
-    assert read_file(str(path), racy_after()) == (b"{}", OLD_NS, True)
+    assert read_file(str(path), racy_after()) == (b"{}", path.stat().st_ino, OLD_NS, True)
     assert read_file(str(tmp_path / "gone"), racy_after()).data is None
     os.mkfifo(tmp_path / "fifo")
     data = read_file(str(tmp_path / "fifo"), racy_after()).data
