@@ -27,6 +27,7 @@ from tui.dialogs.reason import ReasonDialog
 from tui.dialogs.ship import ShipDialog
 from tui.screens.diff import DiffScreen
 from tui.screens.help import HelpScreen
+from tui.widgets.counts import CountsBar
 from tui.widgets.detail import DetailPane
 from tui.widgets.job_table import JobTable
 
@@ -476,7 +477,10 @@ async def test_filter_by_text_and_state(demo: Demo) -> None:
 async def test_click_a_count_filters(demo: Demo) -> None:
     async with run_board(demo.root) as d:
         pilot, b = d.pilot, d.board
-        bar = b.query_one("CountsBar")
+        bar = b.query_one(CountsBar)
+        # Until every row is read and the ready count known, a count or the chip may still
+        # move the spans between the render here and the click.
+        await d.until(lambda: not b.view.unread and bar.ready is not None, "every row read")
         bar.render()
         start = next(s for s, _, state in bar._spans if state.value == "QUEUED")
         await pilot.click("CountsBar", offset=(start + 3, 0))
