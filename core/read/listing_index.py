@@ -36,8 +36,8 @@ FORMAT = "genjob listing index 7"
 NAME = "listing.jsonl"
 # The fields of `KeyFacts` whose values recur from key to key (all but these): their columns
 # give places in the shared values.
-OWN = ("inode", "receipt_inode", "modified", "digest", "instruction", "created_at", "invalid")
-RECURRING = frozenset(KeyFacts._fields) - set(OWN)
+UNSHARED = ("inode", "receipt_inode", "modified", "digest", "instruction", "created_at", "invalid")
+RECURRING = frozenset(KeyFacts._fields) - set(UNSHARED)
 
 
 class Policy(NamedTuple):
