@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,15 +51,6 @@ def private_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     monkeypatch.setenv("TMPDIR", str(folder))
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     return folder
-
-
-@pytest.fixture(autouse=True)
-def collector_thawed() -> Iterator[None]:
-    """What a test froze is thawed after it. The CLI, run in this process, freezes what it
-    loaded for good, as a command's process should; left frozen, it would change how every
-    later test collects (`gc.get_freeze_count` alone walks all that is frozen)."""
-    yield
-    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")
