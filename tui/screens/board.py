@@ -80,6 +80,8 @@ NARROW = 140
 # Relative times tick this often (s); a running job's detail is read again every RELOAD.
 TICK = 1.0
 RELOAD = 5.0
+# The least rest between two reads of the apply plane (s).
+PLANE_REST = 0.2
 
 # The board's actions on jobs, most useful first: the order of their hints.
 JOB_ACTIONS = (
@@ -232,10 +234,15 @@ class BoardScreen(Screen[None]):
         self.standings: dict[str, Standing] = {}
         self.unsandboxed: tuple[str, ...] = ()
         # The apply plane as last read (None: not yet), and whether something it depends on
-        # changed since: the tick then reads it again, in a thread, one read at a time.
+        # changed since. It is read in a thread, one read at a time, and after a read rests
+        # as long as that read took (at least PLANE_REST): at most half a thread's time,
+        # however large the queue.
         self.plane: PlaneView | None = None
         self._plane_dirty = True
         self._plane_reading = False
+        self._plane_began = 0.0
+        self._plane_rests_until = 0.0
+        self._plane_timer: Timer | None = None
         # Whether the feed has read the policy, which it does once the first rows are
         # painted: the apply plane and the notifier wait for it (the plane parses every job
         # in flight, the notifier imports the config model: either would hold that paint back).
@@ -283,9 +290,6 @@ class BoardScreen(Screen[None]):
         row = self.view.rows.get(key) if key else None
         if row is not None and row.state is State.RUNNING and time.monotonic() - self._loaded_at > RELOAD:
             self._schedule_detail()
-        if self._up and self._plane_dirty and not self._plane_reading:
-            self._plane_dirty, self._plane_reading = False, True
-            self._read_plane()
 
     @work(thread=True, group="plane", exit_on_error=False)
     def _read_plane(self) -> None:
@@ -305,8 +309,24 @@ class BoardScreen(Screen[None]):
         return not self._plane_dirty and not self._plane_reading
 
     def _plane_moved(self) -> None:
-        """Something the apply plane depends on changed: the next tick reads it again."""
+        """Something the apply plane depends on changed: it is read again once it may be."""
         self._plane_dirty = True
+        self._next_plane_read()
+
+    def _next_plane_read(self) -> None:
+        if not (self._up and self._plane_dirty) or self._plane_reading or self._plane_timer:
+            return
+        wait = self._plane_rests_until - time.monotonic()
+        if wait > 0:
+            self._plane_timer = self.set_timer(wait, self._plane_rested)
+            return
+        self._plane_dirty, self._plane_reading = False, True
+        self._plane_began = time.monotonic()
+        self._read_plane()
+
+    def _plane_rested(self) -> None:
+        self._plane_timer = None
+        self._next_plane_read()
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < NARROW, "narrow")
@@ -490,6 +510,9 @@ class BoardScreen(Screen[None]):
         """The ready jobs' places in the queue and the overlaps, on the list and in the
         detail; the ready filter follows the new order."""
         self._plane_reading = False
+        now = time.monotonic()
+        self._plane_rests_until = now + max(PLANE_REST, now - self._plane_began)
+        self._next_plane_read()
         plane = message.plane
         if plane is None:
             return
