@@ -13,9 +13,9 @@ from core.errors import NotFound
 from core.model.contract import ReceiptStatus
 from core.model.standing import CheckStatus
 from core.read.inspect_job import JobDetail
-from core.review.candidates import verify_candidate
 from core.review.check_status import check_statuses
 from core.review.diff import DiffStatus, FileDiff, file_diff
+from core.review.verify import verify_candidate
 from core.store.candidate_store import Candidate, chosen, load, load_all
 from core.store.config import Config, load_config
 from core.store.layout import Layout

@@ -32,7 +32,6 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from core.errors import BadInput, Stale, VerificationFailed, WrongState
 from core.model.canonical import read_bytes
@@ -40,7 +39,7 @@ from core.model.models import Job, check_key
 from core.review.apply import Applied, apply_job
 from core.review.check_status import ChecksRequired, stale_because
 from core.review.commit import check_commit_ready
-from core.review.verify import Verification, verify
+from core.review.verify import Verification, verify_candidate
 from core.store.candidate_store import CHOSEN, SSH_SIGNATURE, Candidate, chosen, count, load, staging
 from core.store.check_records import read_record, write_record
 from core.store.config import Config, load_config
@@ -52,15 +51,6 @@ from core.store.layout import Layout
 from core.store.lease import read_lease
 from core.store.queue import locate
 from core.store.tree import make_folder
-
-if TYPE_CHECKING:
-    pass
-
-
-def verify_candidate(layout: Layout, job: Job, config: Config, candidate: Candidate) -> Verification:
-    """Every check a receipt gets (`core.review.verify`), signature included, on the candidate's
-    own receipt, signature and outputs."""
-    return verify(layout, job, config, candidate.files)
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,8 @@ from core.model.canonical import canonical
 from core.model.check_record import RECORD_SCHEMA, CheckRecord, CheckResult, MergedOutputs
 from core.model.models import Job, Receipt
 from core.review import sandbox
-from core.review.candidates import verify_candidate
 from core.review.scratch import Mode, Scratch, scratch_tree
-from core.review.verify import Verification, verify
+from core.review.verify import Verification, verify, verify_candidate
 from core.store.candidate_store import load
 from core.store.check_records import _process_start, write_record
 from core.store.config import Check, Config, load_config

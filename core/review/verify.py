@@ -39,6 +39,7 @@ from core.model.canonical import read_bytes, sha256_file
 from core.model.models import Job, Receipt, ReceiptStatus, receipt_from_bytes
 from core.model.paths import check_relpath, lstat_inside
 from core.model.standing import FAILED, PASSED, SKIPPED
+from core.store.candidate_store import Candidate
 from core.store.config import Config
 from core.store.layout import Layout
 from core.store.ownership import repository_owners, untrusted_because
@@ -171,6 +172,12 @@ def verify(layout: Layout, job: Job, config: Config, files: ReceiptFiles | None 
         _check_receipt(v, layout, files, job, rec, config=config)
         _check_base(v, base.result())
     return v
+
+
+def verify_candidate(layout: Layout, job: Job, config: Config, candidate: Candidate) -> Verification:
+    """Every check a receipt gets, signature included, on a best-of-N candidate's own
+    receipt, signature and outputs."""
+    return verify(layout, job, config, candidate.files)
 
 
 def _check_receipt(

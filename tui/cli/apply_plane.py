@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from core.errors import GenjobError
 from core.model.terminal import visible
+from core.store.job_keys import resolve_key
 from core.store.layout import Layout
 from tui.cli.output import notifying, say, say_on_stderr
 
@@ -127,7 +128,6 @@ class PulledNews:
 
 def _merge(layout: Layout, key: str, commit: bool, protected: bool, sign: bool | None) -> None:
     from core.review.merge import MergeConflict, apply_merged
-    from tui.cli.commands import resolve_key
 
     full = resolve_key(layout, key)
     try:

@@ -11,7 +11,8 @@ from core.model.standing import CheckState
 from core.model.terminal import visible
 from core.read.candidate_view import CandidateView, diff, views
 from core.store.candidate_store import load
-from tui.cli.commands import layout_of, resolve_key
+from core.store.job_keys import resolve_key
+from tui.cli.commands import layout_of
 from tui.cli.output import print_json, say
 
 

@@ -13,10 +13,11 @@ from core.review.check_status import awaiting_approval, check_statuses, describe
 from core.review.checks import CheckRun, run_checks
 from core.review.verify import verify
 from core.store.config import load_config
+from core.store.job_keys import resolve_key
 from core.store.layout import Layout
 from core.store.notify import Notifier, check_failed
 from core.store.queue import locate
-from tui.cli.commands import layout_of, resolve_key
+from tui.cli.commands import layout_of
 from tui.cli.output import notifying, print_json, say, say_on_stderr
 
 

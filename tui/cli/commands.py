@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from core.errors import GenjobError, NotFound
+from core.errors import GenjobError
 from core.model.freshness import MAX_TTL
 from core.model.lifecycle import State
 from core.model.protected import PROTECTED_HINT, protected_among
 from core.model.protected import describe as describe_protected
 from core.model.terminal import visible
-from core.store.layout import JOB_FOLDERS, Layout, find_root
+from core.store.job_keys import resolve_key
+from core.store.layout import Layout, find_root
 from tui.cli.output import guarded, print_json, say
 
 if TYPE_CHECKING:
@@ -89,42 +90,6 @@ def main(ctx: click.Context, root: Path | None) -> None:
 
 def layout_of(ctx: click.Context) -> Layout:
     return find_root(explicit=ctx.find_root().obj)
-
-
-def resolve_key(layout: Layout, given: str) -> str:
-    """A full key, or a unique prefix of one (like a git commit id)."""
-    from core.model.contract import KEY_RE
-
-    if KEY_RE.fullmatch(given):
-        if _job_file_named(layout, given) is None and not os.path.lexists(layout.receipt(given)):
-            raise NotFound(f"{given}: no job has this key; `genjob ls` lists the jobs")
-        return given
-    if not given or not all(c in "0123456789abcdef" for c in given):
-        plain_name = given and "/" not in given and not given.startswith(".")
-        stray = _job_file_named(layout, given) if plain_name else None
-        if stray is not None:
-            raise GenjobError(
-                f"{stray}: not named by a job key, so genjob did not write it; "
-                "move it out of .gen/ to keep it, or delete it"
-            )
-        raise GenjobError(f"{given!r}: not a job key; `genjob ls` lists the jobs")
-    found: set[str] = set()
-    for folder in JOB_FOLDERS:
-        try:
-            names = os.listdir(layout.gen / folder)
-        except FileNotFoundError:  # a folder a clone dropped holds no job
-            continue
-        found.update(n[:32] for n in names if n.startswith(given) and n.endswith(".json"))
-    if not found:
-        raise NotFound(f"{given}: no job key starts with this; `genjob ls` lists the jobs")
-    if len(found) > 1:
-        raise GenjobError(f"{given}: ambiguous, matches {len(found)} jobs; type more of the key")
-    return found.pop()
-
-
-def _job_file_named(layout: Layout, name: str) -> Path | None:
-    """`<name>.json` in the first state folder that has one (a link counts: it is there)."""
-    return next((p for f in JOB_FOLDERS if os.path.lexists(p := layout.job_file(f, name))), None)
 
 
 @main.command()
@@ -489,9 +454,8 @@ def report_cleanups(cleanups: Sequence[Cleanup]) -> None:
 def verify_cmd(ctx: click.Context, key: str, candidate: int | None, as_json: bool) -> None:
     """Check a job's receipt (or a candidate's) step by step, and list its checks. Exit 0
     only when apply may run."""
-    from core.review.candidates import verify_candidate
     from core.review.check_status import check_statuses
-    from core.review.verify import verify
+    from core.review.verify import verify, verify_candidate
     from core.store.candidate_store import load
     from core.store.config import load_config
     from core.store.queue import locate

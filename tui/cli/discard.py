@@ -6,7 +6,8 @@ import click
 
 from core.model.terminal import visible
 from core.review.discard import discard
-from tui.cli.commands import layout_of, resolve_key
+from core.store.job_keys import resolve_key
+from tui.cli.commands import layout_of
 
 
 @click.command("discard")

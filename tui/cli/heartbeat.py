@@ -21,10 +21,11 @@ import click
 from core.errors import BadInput, WrongState
 from core.model.freshness import MAX_TTL
 from core.model.terminal import visible
+from core.store.job_keys import resolve_key
 from core.store.layout import Layout
 from core.store.lease import Lease, read_lease
 from core.store.queue import heartbeat, renew_claim
-from tui.cli.commands import layout_of, resolve_key
+from tui.cli.commands import layout_of
 from tui.cli.output import say
 
 # Signals passed on to CMD: a CI runner stopping the step, or its terminal gone. Ctrl-C

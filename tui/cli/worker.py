@@ -25,9 +25,10 @@ from core.remote.rules import LineCap
 from core.review.check_status import check_statuses
 from core.review.verify import verify
 from core.store.config import load_config
+from core.store.job_keys import resolve_key
 from core.store.layout import Layout
 from core.store.queue import locate
-from tui.cli.commands import layout_of, print_checks, resolve_key
+from tui.cli.commands import layout_of, print_checks
 from tui.cli.output import notifying, say, say_on_stderr
 
 if TYPE_CHECKING:

@@ -32,8 +32,9 @@ from shipkit import (
 
 from core.errors import BadInput, NotFound, VerificationFailed, WrongState
 from core.read.candidate_view import views
-from core.review.candidates import apply_choice, choose, verify_candidate
+from core.review.candidates import apply_choice, choose
 from core.review.recover import recover
+from core.review.verify import verify_candidate
 from core.store.candidate_store import chosen, load, load_all, numbers
 from core.store.config import load_config
 from core.store.layout import Layout

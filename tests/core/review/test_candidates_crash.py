@@ -16,8 +16,9 @@ from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_crash import temp_files
 
-from core.review.candidates import apply_choice, verify_candidate
+from core.review.candidates import apply_choice
 from core.review.recover import recover
+from core.review.verify import verify_candidate
 from core.store.candidate_store import OUT, Holder, chosen, commit_candidate, load, numbers, staging
 from core.store.config import load_config
 from core.store.layout import Layout
