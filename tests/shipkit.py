@@ -26,7 +26,7 @@ from core.model.models import Job
 from core.plan.mint import build_job
 from core.remote.rules import HELLO
 from core.remote.runner import write_tar
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.consent import allow_as_written
 from core.review.verify import verify
 from core.store.config import load_config

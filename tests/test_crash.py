@@ -20,7 +20,7 @@ from core.model.lifecycle import State
 from core.model.models import job_bytes
 from core.plan.mint import build_job
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.recover import recover
 from core.review.verify import verify
 from core.store.config import load_config

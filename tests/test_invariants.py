@@ -17,7 +17,7 @@ from core.errors import BadInput, KeyConflict, NothingToClaim, VerificationFaile
 from core.model.models import V1, Job, job_bytes
 from core.plan.mint import build_job
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.layout import Layout
 from core.store.queue import Claimer, claim, enqueue, locate, requeue
 

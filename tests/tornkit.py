@@ -12,7 +12,7 @@ from crashkit import first_crash_where
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.models import Job
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.layout import Layout
 from core.store.signing import load_private_key
 

@@ -37,7 +37,7 @@ from core.model.models import Job
 from core.plan.mint import build_job
 from core.remote.demo_generator import comment_block
 from core.review import sandbox
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.checks import CheckRun, run_checks
 from core.review.consent import allow_as_written
 from core.store.durable import atomic_write

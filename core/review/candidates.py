@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from core.errors import BadInput, Stale, VerificationFailed, WrongState
 from core.model.canonical import read_bytes
 from core.model.models import Job, check_key
-from core.review.apply import Applied, apply_job
+from core.review.apply import Applied
+from core.review.apply_job import apply_job
 from core.review.check_status import ChecksRequired, stale_because
 from core.review.commit import check_commit_ready
 from core.review.verify import Verification, verify_candidate

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from core.errors import GenjobError, Stale
 from core.model.models import KEY_RE, Job, JobV1, JobV2
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.check_status import READY, require_checks
 from core.review.merge import MergeConflict, apply_merged
 from core.review.verify import verify

@@ -1,7 +1,7 @@
 """Recovery after a crash: finish interrupted applies and resolve inconsistent pairs.
 
 The rules, applied in this order (each is reported):
- R1 an open apply journal is finished by `core.review.apply`: rolled forward when the receipt
+ R1 an open apply journal is finished by `core.review.apply_job`: rolled forward when the receipt
     verifies now and every target is at its before or after hash; rolled back, from the
     originals it kept, when one holds a user's edit or the receipt no longer verifies (a
     key no longer trusted, a policy turned on, outputs changed or gone), and the line
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from core.errors import ApplyConflict, BadInput, GenjobError, NotFound
 from core.model.models import KEY_RE
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.commit import commit_applied, commit_state
 from core.review.writer_lock import writer
 from core.store.blobs import blobs_dir, collect

@@ -1,7 +1,7 @@
 """One writer: every apply of a repository's tree runs under `.gen/apply.lock`.
 
 An exclusive `fcntl.flock` on that file, held for the whole apply (its commit too), by
-the CLI's `apply`, the board's approve (both call `core.review.apply.apply_job`), `apply
+the CLI's `apply`, the board's approve (both call `core.review.apply_job.apply_job`), `apply
 --ready` and `recover`, across every process of this machine. The kernel drops it when
 its process dies, however it dies, so a killed apply never leaves the lock taken. Who
 holds a busy lock is what the kernel says (`/proc/locks`), with that process's command

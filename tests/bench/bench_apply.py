@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
 from core.plan.mint import build_job  # noqa: E402
-from core.review.apply import apply_job  # noqa: E402
+from core.review.apply_job import apply_job  # noqa: E402
 from core.store.layout import Layout  # noqa: E402
 from core.store.pins import pin_key  # noqa: E402
 from core.store.queue import Claimer, enqueue  # noqa: E402

@@ -10,7 +10,7 @@ from lineskit import commit_lines, edit, received
 from textual.widgets import Static
 
 from core.plan.mint import build_job
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.layout import Layout
 from core.store.queue import enqueue
 from tui.dialogs.next_step import NextStepDialog

@@ -29,7 +29,7 @@ from core.model.lifecycle import (
 )
 from core.plan.mint import build_job
 from core.read.snapshot import refresh, take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.job_state import read_job_file
 from core.store.layout import Layout
 from core.store.queue import Claimer, enqueue, reject, requeue

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.model.protected import DEFAULT_PROTECTED, ProtectedPaths, matching, protected_among
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.candidates import apply_choice
 from core.store.config import DEFAULT_CONFIG, load_config
 from core.store.layout import Layout

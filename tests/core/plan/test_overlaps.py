@@ -12,7 +12,7 @@ from core.errors import WrongState
 from core.model.lifecycle import State
 from core.plan.overlaps import replay_waiting
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.config import DEFAULT_CONFIG, load_config
 from core.store.layout import Layout
 from core.store.overlaps import overlap_map, overlaps_of

@@ -14,7 +14,7 @@ from core.model.lifecycle import State
 from core.model.models import V1, JobV1
 from core.plan.replay import replay
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.events import job_events
 from core.store.layout import Layout
 from core.store.queue import Claimer, locate, reject

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.errors import GenjobError
 from core.model.lifecycle import State
 from core.read.inspect_job import job_detail
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.layout import Layout
 from core.store.queue import Claimer
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from core.model.lifecycle import State
 from core.read import listing_index, rows, snapshot
 from core.read.snapshot import job_row, refresh, take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.events import last_claim
 from core.store.layout import Layout
 from core.store.pins import pins_file

@@ -14,7 +14,7 @@ from rich.console import Console
 from core.model.canonical import canonical, loads_strict
 from core.model.models import Job
 from core.read.inspect_job import job_detail
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.diff import DiffStatus, FileDiff
 from core.store.blobs import blobs_dir
 from core.store.layout import Layout

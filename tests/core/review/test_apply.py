@@ -18,7 +18,7 @@ from core.model.lifecycle import State
 from core.model.models import Job
 from core.plan.replay import replay
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.layout import Layout
 from core.store.queue import locate, reject
 

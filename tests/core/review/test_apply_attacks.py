@@ -21,13 +21,14 @@ from corekit import FILES, git, mint, receive, sha, tree_files
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import core.review.apply
+import core.review.apply_job
 from core.errors import ApplyConflict, BadInput, DurabilityError, RolledBack, Stale, VerificationFailed
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.model.models import Job
 from core.plan.replay import replay
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.recover import recover
 from core.store.layout import Layout
 from core.store.queue import claim, locate
@@ -263,14 +264,14 @@ def test_a_source_swapped_after_verification(
         else:
             src.write_bytes(b"not what was signed\n")
 
-    real_verify = core.review.apply.verify
+    real_verify = core.review.apply_job.verify
 
     def verify_then_swap(*args: Any, **kwargs: Any) -> Any:
         v = real_verify(*args, **kwargs)
         swap()
         return v
 
-    monkeypatch.setattr(core.review.apply, "verify", verify_then_swap)
+    monkeypatch.setattr(core.review.apply_job, "verify", verify_then_swap)
     tree = tree_files(repo.root)
     with pytest.raises((BadInput, VerificationFailed)) as err:
         apply_job(repo, received.key)
@@ -362,14 +363,14 @@ def test_a_new_file_is_created_only_if_still_absent(
 def test_an_edit_after_verify_and_before_any_write_leaves_no_journal(
     repo: Layout, received: Job, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_verify = core.review.apply.verify
+    real_verify = core.review.apply_job.verify
 
     def verify_then_edit(*args: Any, **kwargs: Any) -> Any:
         v = real_verify(*args, **kwargs)
         (repo.root / "src/util.py").write_bytes(b"saved just now\n")
         return v
 
-    monkeypatch.setattr(core.review.apply, "verify", verify_then_edit)
+    monkeypatch.setattr(core.review.apply_job, "verify", verify_then_edit)
     with pytest.raises(Stale, match=f"genjob replay {received.key}"):
         apply_job(repo, received.key)
     assert os.listdir(repo.journal) == []

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.model.lifecycle import State
 from core.plan.mint import build_job
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.recover import recover
 from core.store.blobs import blobs_dir, collect, keeping
 from core.store.durable import create_exclusive

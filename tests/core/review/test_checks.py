@@ -32,7 +32,7 @@ from core.model.check_record import CheckResult
 from core.model.models import Job
 from core.model.standing import CheckState
 from core.review import sandbox
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.check_status import ChecksRequired, check_statuses
 from core.review.checks import run_check, run_checks
 from core.review.verify import verify

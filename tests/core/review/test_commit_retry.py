@@ -19,7 +19,7 @@ from core.model.models import Job
 from core.read.inspect_job import job_detail
 from core.read.snapshot import take_snapshot
 from core.review import commit as commit_module
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.recover import recover
 from core.store.layout import Layout
 from core.store.queue import locate

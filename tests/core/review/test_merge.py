@@ -17,7 +17,7 @@ from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.plan.mint import build_job
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.merge import MergeConflict, apply_merged
 from core.review.recover import recover
 from core.store.blobs import blobs_dir

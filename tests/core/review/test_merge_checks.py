@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from core.model.check_record import CheckResult
 from core.plan.mint import build_job
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.check_status import ChecksRequired
 from core.review.checks import run_checks
 from core.review.merge import apply_merged

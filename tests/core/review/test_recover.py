@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core.model.canonical import canonical
 from core.model.models import job_bytes
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.recover import recover
 from core.store.durable import folder, temp_at
 from core.store.layout import Layout

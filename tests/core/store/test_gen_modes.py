@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from shipkit import DEMO, host_block, script, write_config
 from test_missing_folders import group_or_other_writable
 
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.candidates import choose
 from core.store.candidate_store import OUT
 from core.store.layout import Layout

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from core.errors import GenjobError, Untrusted, VerificationFailed
 from core.model.models import Job
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.review.verify import verify
 from core.store.config import load_config, user_config_dir
 from core.store.layout import Layout

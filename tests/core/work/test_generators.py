@@ -19,7 +19,7 @@ from corekit import cli, mint, tree_state
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import core
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.config import load_config
 from core.store.layout import Layout
 from core.work.fleet import fleet

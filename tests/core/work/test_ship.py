@@ -42,7 +42,7 @@ from core.model.lifecycle import State
 from core.model.models import job_from_bytes
 from core.read.inspect_job import job_detail
 from core.read.snapshot import take_snapshot
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.config import load_config
 from core.store.events import attempts
 from core.store.layout import Layout

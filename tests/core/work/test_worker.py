@@ -21,7 +21,7 @@ from shipkit import (
     write_config,
 )
 
-from core.review.apply import apply_job
+from core.review.apply_job import apply_job
 from core.store.layout import Layout
 from core.store.queue import Claimer, heartbeat, lease_state, requeue
 from core.store.receipts import commit_receipt, make_receipt

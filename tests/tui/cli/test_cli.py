@@ -200,7 +200,7 @@ def test_an_ambiguous_prefix_is_refused(repo: Layout) -> None:
 
 def every_state(layout: Layout, signer: Ed25519PrivateKey) -> dict[str, str]:
     """One job in each state a user can see, by the state's name."""
-    from core.review.apply import apply_job
+    from core.review.apply_job import apply_job
     from core.store.queue import reject
 
     queued, running, orphaned = write_jobs(layout, 3)
