@@ -137,7 +137,7 @@ def plan(job: Job, receipt: Receipt) -> list[Target]:
     ]
 
 
-def _refuse_journal(layout: Layout, key: str, why: str) -> NoReturn:
+def refuse_journal(layout: Layout, key: str, why: str) -> NoReturn:
     """Set a journal (and any originals it kept) aside as evidence; nothing is written."""
     path = layout.journal_file(key)
     aside = set_aside(layout, key, path, "journal-refused")
@@ -205,7 +205,7 @@ def _held(now: str | None) -> str:
     return "neither the job's input nor its output"
 
 
-class _Apply:
+class TreeWrite:
     """One run of steps 4 and 5 over open descriptors of the tree, `.gen/` and the outputs."""
 
     def __init__(
@@ -748,7 +748,7 @@ def _describe(now: str | None, t: Target) -> str:
     return f"changed (now {now[:12]}…, the job was minted on {t.before[:12]}…)"
 
 
-def _record(
+def record_applied(
     layout: Layout,
     job: Job,
     targets: list[Target],
@@ -775,11 +775,11 @@ def _record(
     }
     path = layout.job_file("applied", job.key)
     create_exclusive(make_folder(path.parent, layout.gen) / path.name, canonical(record))
-    _close(layout, job)
+    close_applied(layout, job)
     record_event(layout, "applied", job.key, changed=changed, signer=v.signer)
 
 
-def _close(layout: Layout, job: Job) -> None:
+def close_applied(layout: Layout, job: Job) -> None:
     """With the apply record made: remove the job's other copies of the same document,
     its lease and cancel request, and the journal with the originals it kept."""
     for folder_name in ("running", "queue"):

@@ -13,7 +13,7 @@ from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongS
 from core.model.canonical import loads_strict, read_bytes
 from core.model.models import Receipt
 from core.model.protected import ProtectedPaths, require_approval
-from core.review.apply import Applied, Target, _Apply, _close, _record, _refuse_journal, plan
+from core.review.apply import Applied, Target, TreeWrite, close_applied, plan, record_applied, refuse_journal
 from core.review.check_status import require_checks
 from core.review.commit import check_commit_ready, commit_applied, commit_state, git_commit, pending_commit
 from core.review.merge import finish_merge
@@ -51,7 +51,7 @@ def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign:
         if loc.folder == "applied":
             if os.path.lexists(journal_path) or os.path.lexists(layout.journal / key):
                 # Killed after the apply record was made: only the cleanup was left to do.
-                _close(layout, loc.job)
+                close_applied(layout, loc.job)
             pending = commit_state(loc.record) == "pending"
     if loc.folder == "applied":
         if pending and commit:
@@ -63,7 +63,7 @@ def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign:
             return Applied(key, [], True, loc.path, None, uncommitted=commit_state(loc.record) == "pending")
         if loc.folder != "running":
             if os.path.lexists(journal_path):
-                _refuse_journal(
+                refuse_journal(
                     layout, key, f"the job is {said_state(layout, key)}; no apply of it can be under way"
                 )
             hint = f" (ship it first: genjob ship {key})" if loc.folder == "queue" else ""
@@ -80,7 +80,7 @@ def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign:
             targets, wish = _journal_targets(layout, loc, v.receipt)
             if wish is not None and not commit:  # an apply with --commit was interrupted
                 commit, signed = True, wish
-            resumed = _Apply(layout, loc.job, targets, config, resuming=True)
+            resumed = TreeWrite(layout, loc.job, targets, config, resuming=True)
             failed = [c for c in v.failures if c.name != "base"]  # a torn tree is off its base
             if failed or v.receipt is None:
                 why = "; ".join(f"{c.name}: {c.detail}" for c in failed) or "the receipt was not read"
@@ -96,9 +96,9 @@ def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign:
             require_checks(layout, loc.job, config, v)
             require_approval(key, [t.path for t in targets], config.policy.protected_paths, protected)
             wish = signed if commit else None
-            changed = _Apply(layout, loc.job, targets, config, resuming=False, commit=wish).run()
+            changed = TreeWrite(layout, loc.job, targets, config, resuming=False, commit=wish).run()
         wanted = pending_commit(signed) if commit and changed else None
-        _record(layout, loc.job, targets, changed, v, commit=wanted)
+        record_applied(layout, loc.job, targets, changed, v, commit=wanted)
     result = Applied(key, changed, False, layout.job_file("applied", key), v)
     if commit and changed:
         return Applied(
@@ -125,7 +125,7 @@ def _checked_plan(layout: Layout, loc: Located, v: Verification) -> list[Target]
 def _journal_targets(
     layout: Layout, loc: Located, receipt: Receipt | None
 ) -> tuple[list[Target], bool | None]:
-    """The targets of an open journal, if it counts (see the module's docstring), and
+    """The targets of an open journal, if it counts (see `core.review.apply`'s docstring), and
     whether the interrupted apply was to commit (signed or not; None: no commit).
 
     A journal another user could have written stays where it is, with the command that
@@ -140,13 +140,13 @@ def _journal_targets(
     try:
         journal = loads_strict(read_bytes(path), str(path))
     except BadInput as exc:
-        _refuse_journal(layout, loc.key, str(exc))
+        refuse_journal(layout, loc.key, str(exc))
     targets = _fitting_targets(journal, loc)
     if targets is None:
-        _refuse_journal(layout, loc.key, "its targets are not the job's paths at the job's input hashes")
+        refuse_journal(layout, loc.key, "its targets are not the job's paths at the job's input hashes")
     derived = plan(loc.job, receipt) if receipt is not None else targets
     if [t.to_dict() for t in targets] != [t.to_dict() for t in derived]:
-        _refuse_journal(layout, loc.key, "it does not name exactly the outputs of the verified receipt")
+        refuse_journal(layout, loc.key, "it does not name exactly the outputs of the verified receipt")
     wish = journal.get("commit") if isinstance(journal, dict) else None
     return targets, wish.get("sign") is True if isinstance(wish, dict) else None
 

@@ -36,9 +36,9 @@ from core.model.protected import ProtectedPaths, require_approval
 from core.review.apply import (
     Applied,
     Target,
-    _Apply,
-    _record,
-    _refuse_journal,
+    TreeWrite,
+    record_applied,
+    refuse_journal,
 )
 from core.review.commit import check_commit_ready, git_commit
 from core.review.merge_checks import require_merged_checks, run_merged_checks
@@ -281,12 +281,12 @@ def apply_merged(
             _stage_merge(layout, loc.job, v.receipt, plan.merged, config.limits.max_file_bytes)
             source = ["merges", key]
             try:
-                changed = _Apply(
+                changed = TreeWrite(
                     layout, loc.job, plan.targets, config, False, source=source, merge=info
                 ).run()
             finally:
                 _drop_stage(layout, key)
-            _record(layout, loc.job, plan.targets, changed, v, merged=info)
+            record_applied(layout, loc.job, plan.targets, changed, v, merged=info)
             record_event(layout, "merged", key, over=info["over"], tool=info["tool"])
         result = Applied(key, changed, False, layout.job_file("applied", key), v)
         if commit and changed:
@@ -363,7 +363,7 @@ def finish_merge(
         raise VerificationFailed(f"{exc}; nothing was written, and the journal was left in place") from None
     journal = loads_strict(read_bytes(path), str(path))
     targets, info = _journal_merge(layout, journal, loc)
-    resumed = _Apply(layout, loc.job, targets, config, True, source=["merges", loc.key], merge=info)
+    resumed = TreeWrite(layout, loc.job, targets, config, True, source=["merges", loc.key], merge=info)
     why = _underivable(layout, loc, v, resumed, info)
     if why is None:
         try:
@@ -379,13 +379,13 @@ def finish_merge(
     _stage_merge(layout, loc.job, v.receipt, merged, config.limits.max_file_bytes)
     changed = resumed.run()
     _drop_stage(layout, loc.key)
-    _record(layout, loc.job, targets, changed, v, merged=info)
+    record_applied(layout, loc.job, targets, changed, v, merged=info)
     record_event(layout, "merged", loc.key, over=info["over"], tool=info["tool"], resumed=True)
     return Applied(loc.key, changed, False, layout.job_file("applied", loc.key), v)
 
 
 def _refuse_unanchored(
-    layout: Layout, loc: Located, v: Verification, run: _Apply, info: dict[str, Any], why: str
+    layout: Layout, loc: Located, v: Verification, run: TreeWrite, info: dict[str, Any], why: str
 ) -> None:
     """A merged target's before hash is the tree's, not the job's, so a rollback of one is
     anchored only when the bytes kept at that hash merge with the job's base and the
@@ -397,14 +397,14 @@ def _refuse_unanchored(
             return
         except GenjobError:
             pass
-    _refuse_journal(layout, loc.key, f"{why}; and what it would put back is not anchored to the job")
+    refuse_journal(layout, loc.key, f"{why}; and what it would put back is not anchored to the job")
 
 
 def _journal_merge(layout: Layout, journal: object, loc: Located) -> tuple[list[Target], dict[str, Any]]:
     """A merge journal's targets and provenance; one of another shape is set aside."""
     shaped = _merge_shape(journal, loc.key)
     if shaped is None:
-        _refuse_journal(layout, loc.key, "it is not a merge journal of this job")
+        refuse_journal(layout, loc.key, "it is not a merge journal of this job")
     return shaped
 
 
@@ -429,7 +429,7 @@ def _merge_shape(journal: object, key: str) -> tuple[list[Target], dict[str, Any
 
 
 def _underivable(
-    layout: Layout, loc: Located, v: Verification, run: _Apply, info: dict[str, Any]
+    layout: Layout, loc: Located, v: Verification, run: TreeWrite, info: dict[str, Any]
 ) -> str | None:
     """Why the journal's writes cannot be derived again from what verifies now; None if they can."""
     failed = [c for c in v.failures if c.name != "base"]  # a half-merged tree is off its base
@@ -455,7 +455,7 @@ def _underivable(
 
 
 def _derived(
-    layout: Layout, loc: Located, run: _Apply, info: dict[str, Any], outputs: dict[str, str]
+    layout: Layout, loc: Located, run: TreeWrite, info: dict[str, Any], outputs: dict[str, str]
 ) -> dict[str, MergedFile]:
     """Each merged target merged again from the kept base, the tree's bytes at its before
     hash (wherever the apply left them) and the receipt's verified output; each must be

@@ -128,7 +128,7 @@ def test_an_apply_commit_killed_mid_apply_is_finished_and_committed_by_recover(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr("core.review.apply._close", killed)  # after the tree is written, before the cleanup
+        m.setattr("core.review.apply.close_applied", killed)  # after the tree is written, before the cleanup
         with pytest.raises(KeyboardInterrupt):
             apply_job(repo, received.key, commit=True)
     before = commits(repo)
