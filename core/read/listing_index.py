@@ -5,11 +5,13 @@ Line 1 is the head: this machine's seal (`core.store.seal`) of the rest of the l
 space, and a JSON object: the format, the `.gen/` and device it is of, the sha256 of line
 2, and the policy read from the config with the stamps of the files it came from (so a
 plain `genjob ls` need not load the config's models). Line 2 is a JSON array: the values
-that recur (folder sets, schemas, paths, statuses, workers); the columns of the keys and of
-each field of their `KeyFacts` (the inodes of the files read among them), a recurring
-value given by its place (columns decode several times faster than an array per
-key); the leases read: each key's lease file's identity (inode, size, mtime, ctime) and
-what it said.
+that recur (folder sets, schemas, paths, states, workers); the rows that hold whatever
+the moment (of jobs whose row meets no lease, clock or candidates), each with the inodes
+of its job file and receipt; the `KeyFacts` of the other jobs, whose rows are made again
+each time; both as columns, a recurring value given by its place (columns decode several
+times faster than an array per key); the leases read: each lease file's identity (inode,
+size, mtime, ctime) and what it said; and the tree files the rows met, each identity
+with the file's sha256.
 
 It saves work and decides nothing: nothing that verifies or applies a job reads it. It is
 read only when it is the operator's own (it and its folders up to `.gen/` owned by this
@@ -26,18 +28,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.errors import GenjobError
+from core.model.lifecycle import State
 from core.model.quick_checks import LeaseFacts
-from core.read.rows import KeyFacts, Lease
+from core.read.rows import JobRow, KeyFacts, Lease, TreeFile
 from core.store.durable import atomic_write
 from core.store.ownership import operator_owners, untrusted_because
 from core.store.seal import seal, sealed_here
 
-FORMAT = "genjob listing index 7"
+FORMAT = "genjob listing index 8"
 NAME = "listing.jsonl"
-# The fields of `KeyFacts` whose values recur from key to key (all but these): their columns
+# The fields of `KeyFacts` and `JobRow` whose values recur from key to key (all but these): their columns
 # give places in the shared values.
-UNSHARED = ("inode", "receipt_inode", "modified", "digest", "instruction", "created_at", "invalid")
-RECURRING = frozenset(KeyFacts._fields) - set(UNSHARED)
+UNSHARED = ("inode", "receipt_inode", "modified", "digest", "instruction", "created_at", "invalid", "key")
+RECURRING = frozenset(KeyFacts._fields + JobRow._fields) - set(UNSHARED)
 
 
 class Policy(NamedTuple):
@@ -53,35 +56,76 @@ class Policy(NamedTuple):
 class Index(NamedTuple):
     policy: Policy | None
     policy_stamps: list[int]  # of the files the policy was read from, as they were then
-    known: dict[str, KeyFacts]
+    known: dict[str, KeyFacts]  # of the jobs whose rows are made again each time
     leases: dict[str, Lease]  # of the keys whose lease file was read, while it stays that file
+    rows: dict[str, JobRow]  # the rows that hold while their files and tree files do
+    inodes: dict[str, int]  # of each kept row's job file
+    receipt_inodes: dict[str, int]  # of each kept row's receipt, if it has one
+    tree: dict[str, TreeFile]  # the tree files the rows met, by path
 
 
-def _load(body: Any) -> dict[str, KeyFacts]:
-    """The facts the columns give back, each shared value one object however many keys hold it."""
-    values, (keys, *fields), _ = body
+def _decoded(names: tuple[str, ...], columns: list[list[Any]], shared: list[Any]) -> list[list[Any]]:
+    """The columns of the fields `names` with each recurring value's place replaced by it."""
+    out = []
+    for name, column in zip(names, columns, strict=True):
+        if name == "state":
+            states = {at: State(shared[at]) for at in set(column)}
+            column = list(map(states.__getitem__, column))
+        elif name in RECURRING:
+            column = list(map(shared.__getitem__, column))
+        out.append(column)
+    return out
+
+
+def _load(body: Any) -> Index:
+    """The index the body gives back, each shared value one object however many keys hold it."""
+    values, (keys, inodes, receipt_inodes, *fields), (known_keys, *facts), leases, tree = body
     shared = [tuple(tuple(v) if type(v) is list else v for v in x) if type(x) is list else x for x in values]
-    fields = [
-        list(map(shared.__getitem__, column)) if name in RECURRING else column
-        for name, column in zip(KeyFacts._fields, fields, strict=True)
-    ]
-    return dict(zip(keys, map(KeyFacts._make, zip(*fields, strict=True)), strict=True))
+    row_fields = _decoded(JobRow._fields[1:], fields, shared)
+    return Index(
+        None,
+        [],
+        dict(
+            zip(
+                known_keys,
+                map(KeyFacts._make, zip(*_decoded(KeyFacts._fields, facts, shared), strict=True)),
+                strict=True,
+            )
+        ),
+        {key: (tuple(v[:4]), LeaseFacts(*v[4:])) for key, v in leases.items()},
+        dict(zip(keys, map(JobRow._make, zip(keys, *row_fields, strict=True)), strict=True)),
+        dict(zip(keys, inodes, strict=True)),
+        {key: inode for key, inode in zip(keys, receipt_inodes, strict=True) if inode},
+        {path: (tuple(v[:4]), v[4]) for path, v in tree.items()},
+    )
 
 
 def _dump(index: Index) -> bytes:
     at: dict[str, int] = {}
+    seen: dict[object, int] = {}
+
+    def columns(records: dict[str, Any], names: tuple[str, ...], *before: dict[str, Any]) -> list[Any]:
+        recurring = [name in RECURRING for name in names]
+        table = [
+            (key, *(b[key] for b in before), *(ref(v) if r else v for v, r in zip(f, recurring, strict=True)))
+            for key, f in records.items()
+        ]
+        return [list(c) for c in zip(*table, strict=True)] if table else [[]] * (1 + len(before) + len(names))
 
     def ref(value: object) -> int:
-        return at.setdefault(json.dumps(value, separators=(",", ":")), len(at))
+        """The place of a recurring value (each encoded once: no bool or float recurs to
+        be taken for an int)."""
+        if value not in seen:
+            seen[value] = at.setdefault(json.dumps(value, separators=(",", ":")), len(at))
+        return seen[value]
 
-    recurring = [name in RECURRING for name in KeyFacts._fields]
-    rows = [
-        (key, *(ref(v) if shared else v for v, shared in zip(f, recurring, strict=True)))
-        for key, f in index.known.items()
-    ]
-    columns = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * (1 + len(recurring))
+    rows = {key: row[1:] for key, row in index.rows.items()}
+    receipt_inodes = {key: index.receipt_inodes.get(key, 0) for key in rows}
+    kept = columns(rows, JobRow._fields[1:], index.inodes, receipt_inodes)
+    known = columns(index.known, KeyFacts._fields)
     leases = {key: [*identity, *facts] for key, (identity, facts) in index.leases.items()}
-    tail = json.dumps([columns, leases], separators=(",", ":"))[1:]
+    tree = {path: [*identity, digest] for path, (identity, digest) in index.tree.items()}
+    tail = json.dumps([kept, known, leases, tree], separators=(",", ":"))[1:]
     return f"[[{','.join(at)}],{tail}".encode()
 
 
@@ -110,10 +154,8 @@ def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
             required, fault, unsandboxed, held, protected = head["policy"]
             policy = Policy(required, fault, tuple(unsandboxed), held, tuple(protected))
         if not facts:
-            return Index(policy, head["stamps"], {}, {})
-        decoded = json.loads(body)
-        leases = {key: (tuple(v[:4]), LeaseFacts(*v[4:])) for key, v in decoded[2].items()}
-        return Index(policy, head["stamps"], _load(decoded), leases)
+            return Index(policy, head["stamps"], {}, {}, {}, {}, {}, {})
+        return _load(json.loads(body))._replace(policy=policy, policy_stamps=head["stamps"])
     except (OSError, ValueError, TypeError, KeyError, IndexError, GenjobError):
         return None
 

@@ -33,6 +33,8 @@ RACY_NS = 2_000_000_000
 NO_JOB = JobSummary("", "", "", (), (), 0.0)
 # A lease file as it was read: its identity (inode, size, mtime, ctime) and what it said.
 Lease = tuple[tuple[int, ...], LeaseFacts]
+# A tree file as a row met it: its identity (zeros: absent) and sha256 (None: absent).
+TreeFile = tuple[tuple[int, ...], str | None]
 
 
 def racy_after() -> int:
@@ -201,6 +203,12 @@ def read_facts(
     return facts, settled and read.settled
 
 
+def meets_tree(schema: str, folders: tuple[str, ...], receipt: str | None) -> bool:
+    """Whether a job's row is judged against the tree: a queued job's, or one whose receipt
+    came back ok (its inputs are its allowed paths)."""
+    return bool(schema) and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK)
+
+
 @functools.cache
 def _state(folders: tuple[str, ...], lease: LeaseState | None, receipt: str | None, *rest: Any) -> State:
     """`derive_state`, once for each combination (`rest`: fresh, invalid, batch)."""
@@ -241,26 +249,48 @@ class RowMaker:
     """Makes rows of facts at one moment: the clock, the tree and each lease as they are now.
 
     A lease file is read again only when its identity changed since `leases` were kept
-    (a worker's heartbeat replaces it); what it says is judged against the clock each time."""
+    (a worker's heartbeat replaces it), a tree file hashed again only when its identity
+    changed since `tree`; what a lease says is judged against the clock each time.
+    `momentary` says whether the last row made met a lease, the clock, candidates or a
+    tree file that may still be changing: such a row holds for this moment only."""
 
     def __init__(
-        self, layout: Layout, now: float | None = None, leases: dict[str, Lease] | None = None
+        self,
+        layout: Layout,
+        now: float | None = None,
+        leases: dict[str, Lease] | None = None,
+        tree: dict[str, TreeFile] | None = None,
     ) -> None:
         self.layout, self.gen, self.root = layout, str(layout.gen), layout.root
         self.now = time.time() if now is None else now
         self._hashes: dict[str, str | None] = {}  # tree files hashed for this moment
         self._known, self.leases = leases or {}, dict[str, Lease]()  # kept before, and now
+        self._known_tree, self.tree = tree or {}, dict[str, TreeFile]()
         self._racy = racy_after()
+        self.momentary = False
 
     def _tree_hash(self, rel: str) -> str | None:
         """A tree file's hash; None when it is absent, "" when it is not a safe regular file."""
         if rel not in self._hashes:
             try:
                 st = lstat_inside(self.root, rel)
-                self._hashes[rel] = None if st is None else hash_of(str(self.root / rel), st)
+                identity = (0,) * 4 if st is None else (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                kept = self._known_tree.get(rel)
+                if kept is not None and kept[0] == identity:
+                    self._hashes[rel] = kept[1]
+                else:
+                    self._hashes[rel] = None if st is None else hash_of(str(self.root / rel), st)
+                if st is None or st.st_mtime_ns < self._racy:
+                    self.tree[rel] = identity, self._hashes[rel]
             except (BadInput, OSError):
                 self._hashes[rel] = ""
         return self._hashes[rel]
+
+    def tree_changes(self) -> set[str]:
+        """The tree files met before (`tree`) that are not as they were, or not settled."""
+        for rel in self._known_tree:
+            self._tree_hash(rel)
+        return {rel for rel, kept in self._known_tree.items() if self.tree.get(rel) != kept}
 
     def _lease(
         self, key: str, leased: bool, state_with: Callable[[LeaseState], State]
@@ -269,6 +299,7 @@ class RowMaker:
         file the state is "claiming" or "missing" by the job file's age, if that matters."""
         path = f"{self.gen}/running/{key}"
         got = self._read_lease(key, f"{path}.lease") if leased else None
+        self.momentary = self.momentary or leased
         if isinstance(got, LeaseFacts):
             return freshness.judge(got.heartbeat, got.ttl, got.host, got.pid, self.now), got.worker
         if got is not None:
@@ -276,6 +307,7 @@ class RowMaker:
         missing = state_with(LeaseState.MISSING)
         if missing is not State.ORPHANED and missing is state_with(LeaseState.CLAIMING):
             return freshness.NO_LEASE, ""
+        self.momentary = True
         try:
             claimed: float | None = os.lstat(f"{path}.json").st_ctime
         except FileNotFoundError:
@@ -306,10 +338,11 @@ class RowMaker:
         `attempts`, its attempts file is read too."""
         folders, receipt, invalid = facts.folders, facts.receipt, facts.invalid
         problems = [invalid, *facts.receipt_problems] if invalid else [*facts.receipt_problems]
-        fresh = None
-        if facts.schema and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK):
+        fresh, self.momentary = None, candidates
+        if meets_tree(facts.schema, folders, receipt):
             stale = [p for p, want in facts.inputs if self._tree_hash(p) != want]
             fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
+            self.momentary = any(p not in self.tree for p, _ in facts.inputs)
         count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)
         bad, batch = invalid is not None or None, ("ok" if ok else "failed") if count else None
         verdict, worker = None, facts.receipt_worker

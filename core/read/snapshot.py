@@ -21,9 +21,9 @@ from pathlib import Path
 from core.errors import GenjobError
 from core.model.lifecycle import State
 from core.model.protected import DEFAULT_PROTECTED
-from core.read.folders import folder_keys, list_names, may_turn_out
+from core.read.folders import Names, folder_keys, list_names, may_turn_out
 from core.read.listing_index import NAME, Index, Policy, read_index, write_index
-from core.read.rows import JobRow, KeyFacts, RowMaker, racy_after, read_facts
+from core.read.rows import JobRow, KeyFacts, RowMaker, meets_tree, racy_after, read_facts
 from core.store.layout import JOB_FOLDERS, Layout, user_config_dir
 from core.store.pins import pins_file
 from core.store.tree import make_folder
@@ -101,6 +101,43 @@ def _may_be(gen: str, wanted: frozenset[State]) -> list[str]:
     return list(dict.fromkeys([*keys, *folder_keys(f"{gen}/candidates", "")]))
 
 
+NO_INDEX = Index(None, [], {}, {}, {}, {}, {}, {})
+
+
+def held_rows(names: Names, index: Index, moved: set[str]) -> dict[str, JobRow]:
+    """The rows of `index` that still hold: each key in the one folder it was read in, by
+    the same file, with the same receipt (or still none), no lease or candidates since, and
+    no tree file it met changed (`moved`)."""
+    files, where, receipts, inodes = names.files, names.where, names.files["receipts"], index.inodes
+    skip, receipt_inodes = names.leases | names.candidates, index.receipt_inodes
+    return {
+        key: row
+        for key, row in index.rows.items()
+        if where.get(key) == row.folders
+        and inodes[key] == files[row.folders[0]][key]
+        and receipts.get(key, 0) == receipt_inodes.get(key, 0)
+        and key not in skip
+        and not (
+            moved
+            and meets_tree(row.schema, row.folders, row.receipt_status)
+            and not moved.isdisjoint(row.allowed_paths)
+        )
+    }
+
+
+def still_held(names: Names, known: dict[str, KeyFacts]) -> dict[str, KeyFacts]:
+    """The facts of `known` that still hold: each key in the one folder it was read in, by
+    the same file, with the same receipt (or still none)."""
+    files, where, receipts = names.files, names.where, names.files["receipts"]
+    return {
+        key: facts
+        for key, facts in known.items()
+        if where.get(key) == facts.folders
+        and files[facts.folders[0]][key] == facts.inode
+        and receipts.get(key, 0) == facts.receipt_inode
+    }
+
+
 def take_snapshot(
     layout: Layout, disk_cache: bool = True, *, states: Collection[State] = (), now: float | None = None
 ) -> Snapshot:
@@ -113,30 +150,48 @@ def take_snapshot(
         some = refresh(layout, _may_be(gen, wanted), now=now)
         found = {key: row for key, row in some.items() if row is not None and row.state in wanted}
         return Snapshot(found, time.time() if now is None else now, **policy._asdict())
-    index = read_index(layout.cache / NAME, gen) if disk_cache else None
+    index = (read_index(layout.cache / NAME, gen) if disk_cache else None) or NO_INDEX
     policy, stamps = read_policy(layout, index)
-    names, (known, leases) = list_names(gen), index[2:] if index is not None else ({}, {})
-    maker, racy = RowMaker(layout, now, leases), racy_after()
-    kept: dict[str, KeyFacts] = {}
-    rows: dict[str, JobRow] = {}
+    names = list_names(gen)
+    maker, racy = RowMaker(layout, now, index.leases, index.tree), racy_after()
+    held, held_facts = held_rows(names, index, maker.tree_changes()), still_held(names, index.known)
+    rows, known, inodes, receipt_inodes = dict(held), {}, {}, {}
     receipts = names.files["receipts"]
     for key in itertools.chain(names.where, receipts.keys() - names.where.keys()):
-        folders, receipt = names.where.get(key, ()), key in receipts
-        facts = known.get(key)
-        settled = (
-            facts is not None
-            and facts.folders == folders
-            and names.inodes_of(key) == (facts.inode, facts.receipt_inode)
-        )
-        if facts is None or not settled:
-            facts, settled = read_facts(gen, key, folders, receipt=receipt, racy_ns=racy)
+        if key in held:
+            continue
+        folders, facts, settled = names.where.get(key, ()), held_facts.get(key), True
+        if facts is None:
+            facts, settled = read_facts(gen, key, folders, receipt=key in receipts, racy_ns=racy)
             if not facts.folders and facts.receipt is None:
                 continue  # its files went since the listing
-        if settled and len(folders) < 2:  # a key in several folders (after a crash) is read again
-            kept[key] = facts
-        rows[key] = maker.row(key, facts, leased=key in names.leases, candidates=key in names.candidates)
-    new = Index(policy if stamps else None, stamps, kept, maker.leases)
-    if disk_cache and (index is None or index[1:] != new[1:]):
+        rows[key] = row = maker.row(
+            key, facts, leased=key in names.leases, candidates=key in names.candidates
+        )
+        if not settled or len(folders) != 1:  # a key in several folders (after a crash) is read again
+            continue
+        if maker.momentary:
+            known[key] = facts
+        else:
+            held[key], inodes[key] = row, facts.inode
+            if facts.receipt_inode:
+                receipt_inodes[key] = facts.receipt_inode
+    new = index._replace(
+        policy=policy if stamps else None, policy_stamps=stamps, known=known, leases=maker.leases
+    )
+    if inodes or len(held) < len(index.rows):  # the rows kept changed
+        tree = {
+            rel: maker.tree[rel]
+            for row in held.values()
+            if meets_tree(row.schema, row.folders, row.receipt_status)
+            for rel in row.allowed_paths
+        }
+        inodes = {key: inodes.get(key) or index.inodes[key] for key in held}
+        receipt_inodes.update(
+            (key, index.receipt_inodes[key]) for key in held.keys() & index.receipt_inodes.keys()
+        )
+        new = new._replace(rows=held, inodes=inodes, receipt_inodes=receipt_inodes, tree=tree)
+    if disk_cache and new[1:] != index[1:]:
         with contextlib.suppress(OSError, ValueError, GenjobError):  # not kept costs a read next time
             make_folder(layout.cache, layout.gen)
             write_index(layout.cache / NAME, gen, new)

@@ -11,9 +11,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.model.lifecycle import State
 from core.model.quick_checks import JobSummary, LeaseFacts
 from core.read.listing_index import FORMAT, Index, Policy, read_index, write_index
-from core.read.rows import NO_JOB, KeyFacts
+from core.read.rows import NO_JOB, JobRow, KeyFacts
 from core.store.seal import seal
 
 KEY = "a" * 32
@@ -37,7 +38,16 @@ def sample_index(rows: int = 3) -> Index:
     )
     policy = Policy(True, None, ("lint",), "it waits", ("*.lock",))
     leases = {KEY: ((5, 190, 10**18, 10**18 + 1), LeaseFacts("w2", "host-a", 4242, 1.5e9, 120.0))}
-    return Index(policy, [1, 2, 3, 4] * 3, known, leases)
+    rows = {
+        f"{i:032x}": JobRow(
+            f"{i:032x}", State.APPLIED, "genjob.v2", DIGEST, f"job {i}", paths, float(i), None, "w1"
+        )
+        for i in range(rows)
+    }
+    rows["c" * 32] = JobRow("c" * 32, State.RECEIVED, receipt_status="ok", folders=("running",), modified=9)
+    inodes = {key: 200 + i for i, key in enumerate(rows)}
+    tree = {"src/app.py": ((7, 10, 10**18, 10**18), "e" * 64), "gone.py": ((0, 0, 0, 0), None)}
+    return Index(policy, [1, 2, 3, 4] * 3, known, leases, rows, inodes, {"c" * 32: 300}, tree)
 
 
 def stored(gen: Path, index: Index) -> Path:
@@ -55,6 +65,8 @@ def test_every_record_comes_back_as_it_was_written(tmp_path: Path) -> None:
     facts = got.known[KEY]
     assert type(facts) is KeyFacts and type(facts.inputs) is tuple and type(facts.inputs[0]) is tuple
     assert type(got.leases[KEY][1]) is LeaseFacts
+    row = got.rows["c" * 32]
+    assert type(row) is JobRow and row.state is State.RECEIVED and type(row.folders) is tuple
 
 
 def test_one_tuple_for_equal_folders_and_paths(tmp_path: Path) -> None:
@@ -68,10 +80,11 @@ def test_the_head_alone_gives_the_policy(tmp_path: Path) -> None:
     index = sample_index()
     got = read_index(stored(tmp_path, index), str(tmp_path), facts=False)
     assert got is not None and got.policy == index.policy and got.known == {} and got.leases == {}
+    assert got.rows == {} and got.tree == {}
 
 
 def test_an_index_without_policy_or_rows_comes_back_too(tmp_path: Path) -> None:
-    empty = Index(None, [], {}, {})
+    empty = Index(None, [], {}, {}, {}, {}, {}, {})
     assert read_index(stored(tmp_path, empty), str(tmp_path)) == empty
 
 
@@ -168,10 +181,36 @@ facts = st.builds(
 )
 
 
+rows = st.builds(
+    JobRow,
+    st.text(min_size=1, max_size=8),
+    st.sampled_from(State),
+    TEXT,
+    TEXT,
+    TEXT,
+    STRS,
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.none(),
+    TEXT,
+    st.none() | TEXT,
+    STRS,
+    STRS,
+    st.integers(0, 9),
+    st.integers(0, 2**62),
+)
+
+
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=8), facts, max_size=5))
-def test_entries_give_back_the_records_they_were_made_of(known: dict[str, KeyFacts]) -> None:
+@given(st.dictionaries(st.text(min_size=1, max_size=8), facts, max_size=5), st.lists(rows, max_size=5))
+def test_entries_give_back_the_records_they_were_made_of(
+    known: dict[str, KeyFacts], kept: list[JobRow]
+) -> None:
     with tempfile.TemporaryDirectory() as folder:
         gen = Path(folder)
-        index = Index(None, [], known, {})
-        assert read_index(stored(gen, index), str(gen)) == index
+        by_key = {row.key: row for row in kept}
+        inodes = {key: i + 1 for i, key in enumerate(by_key)}
+        receipt_inodes = {key: 7 for key in list(by_key)[::2]}
+        index = Index(None, [], known, {}, by_key, inodes, receipt_inodes, {})
+        got = read_index(stored(gen, index), str(gen))
+        assert got == index
+        assert got is not None and all(type(row.state) is State for row in got.rows.values())

@@ -449,6 +449,70 @@ def test_a_symlinked_parent_in_the_tree_makes_a_job_stale(
     assert states(repo)[job.key] is State.STALE
 
 
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tree files a snapshot hashes, as paths; each snapshot starts as a new process would."""
+    seen: list[str] = []
+    real = rows.sha256_file
+
+    def counting(path: Path) -> str:
+        seen.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(rows, "sha256_file", counting)
+    monkeypatch.setattr(rows, "_HASHED", {})
+    return seen
+
+
+def test_a_row_kept_is_neither_read_nor_hashed_again_while_its_files_hold(
+    repo: Layout, signer: Ed25519PrivateKey, reads: list[str], hashed: list[str]
+) -> None:
+    queued = write_jobs(repo, 1)[0]
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"x"}, signer)
+    settle(repo)
+    age(repo.root / "src/app.py")
+    first = take_snapshot(repo).rows
+    assert first[job.key].state is State.RECEIVED and hashed
+    reads.clear(), hashed.clear(), rows._HASHED.clear()
+    assert take_snapshot(repo).rows == first
+    assert reads == [] and hashed == [], "the index keeps the rows and the tree files' hashes"
+    (repo.root / "src/app.py").write_text("moved on\n")
+    age(repo.root / "src/app.py")
+    again = take_snapshot(repo).rows
+    assert again[job.key].state is State.STALE and again[queued].state is State.STALE
+    assert sorted(reads) == sorted(
+        [f"queue/{queued}.json", f"running/{job.key}.json", f"receipts/{job.key}.json"]
+    )
+
+
+def test_a_parent_moved_aside_and_linked_back_makes_a_kept_row_stale(
+    repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, hashed: list[str]
+) -> None:
+    """The tree file is the same inode with the same times, reached through a link: the row
+    kept for it does not hold."""
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"x"}, signer)
+    settle(repo)
+    age(repo.root / "src/app.py")
+    assert states(repo)[job.key] is State.RECEIVED
+    os.rename(repo.root / "src", tmp_path / "src")
+    (repo.root / "src").symlink_to(tmp_path / "src")
+    rows._HASHED.clear()
+    assert states(repo)[job.key] is State.STALE
+
+
+def test_a_row_that_met_a_lease_or_the_clock_is_made_again_each_time(repo: Layout) -> None:
+    running, orphaned = write_jobs(repo, 2)
+    claim(repo, "w1", running)
+    claim(repo, "w2", orphaned, pid=dead_pid())
+    settle(repo)
+    take_snapshot(repo)
+    index = listing_index.read_index(repo.cache / INDEX, str(repo.gen))
+    assert index is not None and set(index.known) == {running, orphaned} and index.rows == {}
+    assert states(repo) == {running: State.RUNNING, orphaned: State.ORPHANED}
+
+
 def test_refresh_rederives_single_keys(repo: Layout) -> None:
     a, b = write_jobs(repo, 2)
     take_snapshot(repo, disk_cache=False)

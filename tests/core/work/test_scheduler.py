@@ -124,8 +124,8 @@ def test_a_step_its_killed_worker_left_is_cancelled_by_the_hosts_cleanup(
         clients = children_named(worker.pid, "srun")
         assert clients, "srun runs the step"
         os.kill(worker.pid, signal.SIGSTOP)  # the worker dies with its clients: it sees none of them go
-        for pid in clients:
-            os.kill(pid, signal.SIGSTOP)
+        for pid in clients:  # each leads a group of its own, with the second srun it forks
+            os.killpg(pid, signal.SIGSTOP)
         os.kill(worker.pid, signal.SIGKILL)
     finally:
         stop_process(worker)
@@ -142,7 +142,7 @@ def test_a_step_its_killed_worker_left_is_cancelled_by_the_hosts_cleanup(
         assert wait_dead(pids) == []
     finally:
         for pid in clients:
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
     assert wait_dead(clients) == []
     assert [(r["ok"], r["command"]) for r in cleaned(repo, job.key)] == [(True, f"scancel {job_id}")]
     if trigger == "recover":
