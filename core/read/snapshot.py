@@ -104,6 +104,13 @@ def _may_be(gen: str, wanted: frozenset[State]) -> list[str]:
 NO_INDEX = Index(None, [], {}, {}, {}, {}, {}, {})
 
 
+def tree_paths(row: JobRow) -> tuple[str, ...]:
+    """The tree files a kept row was judged against: the inputs of a job in queue/ or
+    running/ (a closed job keeps none, `core.read.rows.parse_job`)."""
+    judged = row.folders in (("queue",), ("running",))
+    return row.allowed_paths if judged and meets_tree(row.schema, row.folders, row.receipt_status) else ()
+
+
 def held_rows(names: Names, index: Index, moved: set[str]) -> dict[str, JobRow]:
     """The rows of `index` that still hold: each key in the one folder it was read in, by
     the same file, with the same receipt (or still none), no lease or candidates since, and
@@ -117,11 +124,7 @@ def held_rows(names: Names, index: Index, moved: set[str]) -> dict[str, JobRow]:
         and inodes[key] == files[row.folders[0]][key]
         and receipts.get(key, 0) == receipt_inodes.get(key, 0)
         and key not in skip
-        and not (
-            moved
-            and meets_tree(row.schema, row.folders, row.receipt_status)
-            and not moved.isdisjoint(row.allowed_paths)
-        )
+        and not (moved and not moved.isdisjoint(tree_paths(row)))
     }
 
 
@@ -180,12 +183,7 @@ def take_snapshot(
         policy=policy if stamps else None, policy_stamps=stamps, known=known, leases=maker.leases
     )
     if inodes or len(held) < len(index.rows):  # the rows kept changed
-        tree = {
-            rel: maker.tree[rel]
-            for row in held.values()
-            if meets_tree(row.schema, row.folders, row.receipt_status)
-            for rel in row.allowed_paths
-        }
+        tree = {rel: maker.tree[rel] for row in held.values() for rel in tree_paths(row)}
         inodes = {key: inodes.get(key) or index.inodes[key] for key in held}
         receipt_inodes.update(
             (key, index.receipt_inodes[key]) for key in held.keys() & index.receipt_inodes.keys()

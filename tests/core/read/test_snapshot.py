@@ -486,6 +486,26 @@ def test_a_row_kept_is_neither_read_nor_hashed_again_while_its_files_hold(
     )
 
 
+def test_an_applied_job_whose_receipt_stays_is_kept_without_its_tree_files(
+    repo: Layout, signer: Ed25519PrivateKey
+) -> None:
+    """A closed job keeps no inputs: its row was judged against no tree file, whatever its
+    receipt says, and listing it again (the tree changed or not) never looks for one."""
+    job = mint(repo, "x", ["src/app.py"])
+    receive(repo, job.key, {"src/app.py": b"new\n"}, signer)
+    apply_job(repo, job.key)
+    assert repo.receipt(job.key).exists(), "apply keeps the receipt as evidence"
+    settle(repo)
+    age(repo.root / "src/app.py")
+    first = take_snapshot(repo).rows[job.key]
+    assert first.state is State.APPLIED and first.receipt_status == "ok"
+    index = listing_index.read_index(repo.cache / INDEX, str(repo.gen))
+    assert index is not None and job.key in index.rows and index.tree == {}
+    assert take_snapshot(repo).rows[job.key] == first
+    (repo.root / "src/app.py").write_text("moved on\n")
+    assert take_snapshot(repo).rows[job.key] == first
+
+
 def test_a_parent_moved_aside_and_linked_back_makes_a_kept_row_stale(
     repo: Layout, signer: Ed25519PrivateKey, tmp_path: Path, hashed: list[str]
 ) -> None:
