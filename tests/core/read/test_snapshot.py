@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,17 +23,20 @@ from corekit import (
     write_receipt,
 )
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import GenjobError
 from core.model.lifecycle import State
 from core.read import listing_index, rows, snapshot
 from core.read.snapshot import job_row, refresh, take_snapshot
 from core.review.apply_job import apply_job
+from core.store.config import read_repository_config, runs_digest
 from core.store.events import last_claim
 from core.store.layout import Layout
-from core.store.pins import pins_file
+from core.store.pins import pin_config, pins_file
 from core.store.queue import claim, reject, requeue
+from core.store.signing import public_key_path, trust_repository
 
 HOUR_NS = 3600 * 10**9
 
@@ -756,3 +760,94 @@ def test_a_stale_queued_job_turns_queued_again_when_its_input_is_put_back(repo: 
     assert states(repo)[job.key] is State.STALE
     target.write_bytes(original)
     assert states(repo)[job.key] is State.QUEUED
+
+
+SETTLED_NS = 10**18  # 2001: every file counts as settled, its mtime the same at each step
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["mint", "claim", "orphan", "receive", "fail", "reject", "apply", "requeue", "edit", "unlease"]
+        ),
+        st.integers(0, 5),
+        st.sampled_from(["src/app.py", "src/util.py"]),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+def _step(repo: Layout, signer: Ed25519PrivateKey, step: tuple[str, int, str]) -> None:
+    """One change to the repository as genjob makes it (a step that does not apply is skipped)."""
+    what, pick, path = step
+    listed = take_snapshot(repo, disk_cache=False).rows
+    queued = sorted(
+        k for k, r in listed.items() if r.state in (State.QUEUED, State.STALE) and r.folders == ("queue",)
+    )
+    running = sorted(k for k, r in listed.items() if r.folders == ("running",))
+    received = sorted(k for k, r in listed.items() if r.state is State.RECEIVED)
+    chosen = {
+        "claim": queued,
+        "orphan": queued,
+        "receive": queued,
+        "fail": queued,
+        "reject": queued + running,
+        "apply": received,
+        "requeue": running,
+        "unlease": running,
+    }.get(what, [None])
+    if not chosen:
+        return
+    key = chosen[pick % len(chosen)]
+    with contextlib.suppress(GenjobError):
+        if what == "mint":
+            mint(repo, f"change {len(listed)} in {path}", [path])
+        elif what in ("claim", "orphan"):
+            claim(repo, "w1", key, pid=os.getpid() if what == "claim" else dead_pid())
+        elif what in ("receive", "fail"):
+            receive(
+                repo,
+                str(key),
+                {listed[str(key)].allowed_paths[0]: b"new\n"} if what == "receive" else {},
+                signer,
+                status="ok" if what == "receive" else "aborted",
+            )
+        elif what == "reject":
+            reject(repo, str(key), "no")
+        elif what == "apply":
+            apply_job(repo, str(key))
+        elif what == "requeue":
+            requeue(repo, str(key), force=True)
+        elif what == "edit":
+            (repo.root / path).write_bytes(f"# edit {pick}\n".encode())
+        else:
+            repo.lease(str(key)).unlink(missing_ok=True)
+    for folder in (repo.gen, repo.root / "src"):
+        for dirpath, _, names in os.walk(folder):
+            for name in names:
+                os.utime(Path(dirpath, name), ns=(SETTLED_NS, SETTLED_NS), follow_symlinks=False)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(STEPS)
+def test_the_index_never_changes_what_a_listing_says(
+    signer: Ed25519PrivateKey, tmp_path: Path, steps: list[tuple[str, int, str]]
+) -> None:
+    """Whatever genjob did since the last listing, the next one with the index says what
+    one without it says, row for row, in a new process (no hash kept in memory)."""
+    with tempfile.TemporaryDirectory(dir=tmp_path) as folder:
+        repo = make_repo(Path(folder) / "repo")
+        trust_repository(repo, public_key_path())
+        pin_config(repo.root, runs_digest(read_repository_config(repo.config)))
+        for step in [
+            ("mint", 0, "src/app.py"),
+            ("mint", 1, "src/util.py"),
+            ("mint", 2, "src/app.py"),
+            *steps,
+        ]:
+            _step(repo, signer, step)
+            now = time.time()
+            for _ in range(2):  # the index as the last listing left it, then as this one did
+                rows._HASHED.clear()
+                cached = take_snapshot(repo, now=now).rows
+                rows._HASHED.clear()
+                assert cached == take_snapshot(repo, disk_cache=False, now=now).rows, step
