@@ -342,7 +342,7 @@ class RowMaker:
         if meets_tree(facts.schema, folders, receipt):
             stale = [p for p, want in facts.inputs if self._tree_hash(p) != want]
             fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
-            self.momentary = any(p not in self.tree for p, _ in facts.inputs)
+            self.momentary = candidates or any(p not in self.tree for p, _ in facts.inputs)
         count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)
         bad, batch = invalid is not None or None, ("ok" if ok else "failed") if count else None
         verdict, worker = None, facts.receipt_worker

@@ -627,6 +627,14 @@ def test_candidates_are_counted_and_a_closed_batch_is_received(
     receipt = make_receipt(held.job, "aborted", {}, "w1")
     commit_candidate(repo, held.job, 1, [1], receipt, {}, Holder("w1", 1, signer))
     assert states(repo)[failed.key] is State.FAILED, "no candidate came back ok"
+    queued = mint(repo, "queued beside a batch's folder", ["src/app.py"])
+    (repo.gen / "candidates" / queued.key).mkdir()
+    settle(repo)
+    age(repo.root / "src/app.py")
+    take_snapshot(repo)
+    index = listing_index.read_index(repo.cache / INDEX, str(repo.gen))
+    assert index is not None and {job.key, failed.key, queued.key} <= index.known.keys()
+    assert not index.rows.keys() & {job.key, failed.key, queued.key}, "a row that counted candidates"
 
 
 def test_an_empty_repository(repo: Layout) -> None:
