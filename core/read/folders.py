@@ -42,11 +42,6 @@ class Names(NamedTuple):
     leases: set[str]  # the keys with a `<key>.lease` in running/
     candidates: set[str]  # the keys with a folder in candidates/
 
-    def inodes_of(self, key: str) -> tuple[int, int]:
-        """The inodes of its job file (if it is in one folder alone) and of its receipt (0: none)."""
-        folders = self.where.get(key, ())
-        return self.files[folders[0]][key] if len(folders) == 1 else 0, self.files["receipts"].get(key, 0)
-
 
 def list_names(gen: str) -> Names:
     """Each state folder listed once, each file known by its inode."""

@@ -2,8 +2,10 @@
 
 Names first (`core.read.folders`), then facts only where needed: `take_snapshot(states=...)`
 reads just the keys that may be in those states (`--state RECEIVED` reads running/ alone).
-A full snapshot keeps what it read in the index (`core.read.listing_index`); the next
-reads only the files replaced since, and the config only when one of its files changed.
+A full snapshot keeps what it read in the index (`core.read.listing_index`): whole rows
+where they met no lease, clock or candidates, the facts of the others. The next takes a
+kept row as it is while its files and tree files hold, reads only the files replaced
+since, and the config only when one of its files changed.
 `refresh` reads given keys again (after file events; for `show`, replay, the board).
 """
 

@@ -25,7 +25,6 @@ def test_each_folder_lists_its_keys_by_file_identity(repo: Layout) -> None:
     assert names.files["running"] == {running: os.lstat(repo.running / f"{running}.json").st_ino}
     assert names.leases == {running} and names.candidates == set()
     assert names.where == {queued: ("queue",), running: ("running",)}
-    assert names.inodes_of(running) == (names.files["running"][running], 0)
 
 
 def test_a_key_in_two_folders_is_named_in_both(repo: Layout) -> None:
@@ -33,7 +32,6 @@ def test_a_key_in_two_folders_is_named_in_both(repo: Layout) -> None:
     os.link(repo.queue / f"{key}.json", repo.applied / f"{key}.json")
     names = list_names(str(repo.gen))
     assert names.where[key] == ("applied", "queue")
-    assert names.inodes_of(key)[0] == 0, "no one file is the job's"
     assert provisional_state(key, names.where[key], receipt=False) is State.INCONSISTENT
 
 
