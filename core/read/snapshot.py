@@ -191,7 +191,9 @@ def take_snapshot(
             (key, index.receipt_inodes[key]) for key in held.keys() & index.receipt_inodes.keys()
         )
         new = new._replace(rows=held, inodes=inodes, receipt_inodes=receipt_inodes, tree=tree)
-    if disk_cache and new[1:] != index[1:]:
+    # Leases alone changing (workers' heartbeats) do not write it again: each changed
+    # lease costs one read next time, far less than writing every row.
+    if disk_cache and new._replace(leases=index.leases)[1:] != index[1:]:
         with contextlib.suppress(OSError, ValueError, GenjobError):  # not kept costs a read next time
             make_folder(layout.cache, layout.gen)
             write_index(layout.cache / NAME, gen, new)

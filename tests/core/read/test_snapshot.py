@@ -329,6 +329,29 @@ def test_a_lease_is_read_again_whenever_its_file_changes(repo: Layout, reads: li
     assert refresh(repo, [key])[key].state is State.RUNNING  # type: ignore[union-attr]
 
 
+def test_heartbeats_alone_do_not_write_the_index_again(repo: Layout, reads: list[str]) -> None:
+    """A worker replaces its lease at each heartbeat: the listing reads the new lease and
+    leaves the index as it was, until something else changes."""
+    running, queued = write_jobs(repo, 2)
+    claim(repo, "w1", running)
+    settle(repo)
+    take_snapshot(repo)
+    before = os.stat(repo.cache / INDEX)
+    lease = json.loads(repo.lease(running).read_bytes())
+    replace_with(repo.lease(running), json.dumps({**lease, "worker": "w1-again"}).encode())
+    age(repo.lease(running))
+    reads.clear()
+    for _ in range(2):
+        assert take_snapshot(repo).rows[running].worker == "w1-again"
+    assert reads == [f"running/{running}.lease"] * 2, "read each time, as nothing else changed"
+    assert os.stat(repo.cache / INDEX).st_ino == before.st_ino
+    os.rename(repo.queue / f"{queued}.json", repo.rejected / f"{queued}.json")
+    take_snapshot(repo)
+    assert os.stat(repo.cache / INDEX).st_ino != before.st_ino
+    reads.clear()
+    assert take_snapshot(repo).rows[running].worker == "w1-again" and reads == []
+
+
 def test_a_lease_kept_is_judged_against_the_clock_of_each_scan(repo: Layout) -> None:
     key = write_jobs(repo, 1)[0]
     claim(repo, "w1", key, ttl=60)
