@@ -102,22 +102,21 @@ def _load(body: Any) -> Index:
 
 def _dump(index: Index) -> bytes:
     at: dict[str, int] = {}
-    seen: dict[object, int] = {}
+    seen: dict[object, int] = {}  # each recurring value's place (no bool or float recurs, to pass for an int)
 
-    def columns(records: dict[str, Any], names: tuple[str, ...], *before: dict[str, Any]) -> list[Any]:
-        recurring = [name in RECURRING for name in names]
-        table = [
-            (key, *(b[key] for b in before), *(ref(v) if r else v for v, r in zip(f, recurring, strict=True)))
-            for key, f in records.items()
-        ]
-        return [list(c) for c in zip(*table, strict=True)] if table else [[]] * (1 + len(before) + len(names))
-
-    def ref(value: object) -> int:
-        """The place of a recurring value (each encoded once: no bool or float recurs to
-        be taken for an int)."""
-        if value not in seen:
-            seen[value] = at.setdefault(json.dumps(value, separators=(",", ":")), len(at))
-        return seen[value]
+    def columns(records: dict[str, Any], fields: tuple[str, ...], *before: dict[str, Any]) -> list[Any]:
+        """The keys, the `before` values of each, then a column per field of the records."""
+        keys, records_ = list(records), list(records.values())
+        out: list[Any] = [keys, *([b[key] for key in keys] for b in before)]
+        for i, name in enumerate(fields):
+            column = [record[i] for record in records_]
+            if name in RECURRING:
+                for value in dict.fromkeys(column):  # distinct values, in order
+                    if value not in seen:
+                        seen[value] = at.setdefault(json.dumps(value, separators=(",", ":")), len(at))
+                column = list(map(seen.__getitem__, column))
+            out.append(column)
+        return out
 
     rows = {key: row[1:] for key, row in index.rows.items()}
     receipt_inodes = {key: index.receipt_inodes.get(key, 0) for key in rows}
