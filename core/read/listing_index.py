@@ -64,6 +64,9 @@ class Index(NamedTuple):
     tree: dict[str, TreeFile]  # the tree files the rows met, by path
 
 
+NO_INDEX = Index(None, [], {}, {}, {}, {}, {}, {})
+
+
 def _decoded(names: tuple[str, ...], columns: list[list[Any]], shared: list[Any]) -> list[list[Any]]:
     """The columns of the fields `names` with each recurring value's place replaced by it."""
     out = []
@@ -77,23 +80,20 @@ def _decoded(names: tuple[str, ...], columns: list[list[Any]], shared: list[Any]
     return out
 
 
+def _records(make: Any, keys: list[str], columns: list[list[Any]]) -> dict[str, Any]:
+    return dict(zip(keys, map(make, zip(*columns, strict=True)), strict=True))
+
+
 def _load(body: Any) -> Index:
     """The index the body gives back, each shared value one object however many keys hold it."""
     values, (keys, inodes, receipt_inodes, *fields), (known_keys, *facts), leases, tree = body
     shared = [tuple(tuple(v) if type(v) is list else v for v in x) if type(x) is list else x for x in values]
-    row_fields = _decoded(JobRow._fields[1:], fields, shared)
     return Index(
         None,
         [],
-        dict(
-            zip(
-                known_keys,
-                map(KeyFacts._make, zip(*_decoded(KeyFacts._fields, facts, shared), strict=True)),
-                strict=True,
-            )
-        ),
+        _records(KeyFacts._make, known_keys, _decoded(KeyFacts._fields, facts, shared)),
         {key: (tuple(v[:4]), LeaseFacts(*v[4:])) for key, v in leases.items()},
-        dict(zip(keys, map(JobRow._make, zip(keys, *row_fields, strict=True)), strict=True)),
+        _records(JobRow._make, keys, [keys, *_decoded(JobRow._fields[1:], fields, shared)]),
         dict(zip(keys, inodes, strict=True)),
         {key: inode for key, inode in zip(keys, receipt_inodes, strict=True) if inode},
         {path: (tuple(v[:4]), v[4]) for path, v in tree.items()},
@@ -153,7 +153,7 @@ def read_index(path: Path, gen: str, *, facts: bool = True) -> Index | None:
             required, fault, unsandboxed, held, protected = head["policy"]
             policy = Policy(required, fault, tuple(unsandboxed), held, tuple(protected))
         if not facts:
-            return Index(policy, head["stamps"], {}, {}, {}, {}, {}, {})
+            return NO_INDEX._replace(policy=policy, policy_stamps=head["stamps"])
         return _load(json.loads(body))._replace(policy=policy, policy_stamps=head["stamps"])
     except (OSError, ValueError, TypeError, KeyError, IndexError, GenjobError):
         return None

@@ -35,6 +35,8 @@ NO_JOB = JobSummary("", "", "", (), (), 0.0)
 Lease = tuple[tuple[int, ...], LeaseFacts]
 # A tree file as a row met it: its identity (zeros: absent) and sha256 (None: absent).
 TreeFile = tuple[tuple[int, ...], str | None]
+# The folders whose jobs keep their inputs: a closed job meets the tree no more.
+OPEN = ("queue", "running")
 
 
 def racy_after() -> int:
@@ -137,7 +139,7 @@ def parse_job(data: bytes, path: str, folder: str, key: str) -> tuple[JobSummary
         return (summary, _rejection(obj)) if summary is not None and doc["idempotency_key"] == key else None
 
     got = _checked(data, path, quick, strict)
-    if isinstance(got, str) or folder in ("queue", "running"):
+    if isinstance(got, str) or folder in OPEN:
         return got  # type: ignore[no-any-return]
     return got[0]._replace(inputs=()), got[1]
 
@@ -204,9 +206,10 @@ def read_facts(
 
 
 def meets_tree(schema: str, folders: tuple[str, ...], receipt: str | None) -> bool:
-    """Whether a job's row is judged against the tree: a queued job's, or one whose receipt
-    came back ok (its inputs are its allowed paths)."""
-    return bool(schema) and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK)
+    """Whether a job's row is judged against the tree (its inputs, which are its allowed
+    paths): a queued job's, or an open one's whose receipt came back ok."""
+    open_ = any(folder in OPEN for folder in folders)
+    return bool(schema) and open_ and ((folders == ("queue",) and not receipt) or receipt == ReceiptStatus.OK)
 
 
 @functools.cache
@@ -299,7 +302,7 @@ class RowMaker:
         file the state is "claiming" or "missing" by the job file's age, if that matters."""
         path = f"{self.gen}/running/{key}"
         got = self._read_lease(key, f"{path}.lease") if leased else None
-        self.momentary = self.momentary or leased
+        self.momentary |= leased
         if isinstance(got, LeaseFacts):
             return freshness.judge(got.heartbeat, got.ttl, got.host, got.pid, self.now), got.worker
         if got is not None:
@@ -342,7 +345,7 @@ class RowMaker:
         if meets_tree(facts.schema, folders, receipt):
             stale = [p for p, want in facts.inputs if self._tree_hash(p) != want]
             fresh, problems = not stale, problems + [f"{p}: changed since the job was minted" for p in stale]
-            self.momentary = candidates or any(p not in self.tree for p, _ in facts.inputs)
+            self.momentary |= any(p not in self.tree for p, _ in facts.inputs)
         count, ok = read_candidates(f"{self.gen}/candidates/{key}") if candidates else (0, 0)
         bad, batch = invalid is not None or None, ("ok" if ok else "failed") if count else None
         verdict, worker = None, facts.receipt_worker

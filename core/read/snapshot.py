@@ -16,15 +16,16 @@ import itertools
 import os
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from core.errors import GenjobError
 from core.model.lifecycle import State
 from core.model.protected import DEFAULT_PROTECTED
 from core.read.folders import Names, folder_keys, list_names, may_turn_out
-from core.read.listing_index import NAME, Index, Policy, read_index, write_index
+from core.read.listing_index import NAME, NO_INDEX, Index, Policy, read_index, write_index
 from core.read.rows import JobRow, KeyFacts, RowMaker, meets_tree, racy_after, read_facts
 from core.store.layout import JOB_FOLDERS, Layout, user_config_dir
 from core.store.pins import pins_file
@@ -103,44 +104,45 @@ def _may_be(gen: str, wanted: frozenset[State]) -> list[str]:
     return list(dict.fromkeys([*keys, *folder_keys(f"{gen}/candidates", "")]))
 
 
-NO_INDEX = Index(None, [], {}, {}, {}, {}, {}, {})
+Kept = TypeVar("Kept", JobRow, KeyFacts)
 
 
 def tree_paths(row: JobRow) -> tuple[str, ...]:
-    """The tree files a kept row was judged against: the inputs of a job in queue/ or
-    running/ (a closed job keeps none, `core.read.rows.parse_job`)."""
-    judged = row.folders in (("queue",), ("running",))
-    return row.allowed_paths if judged and meets_tree(row.schema, row.folders, row.receipt_status) else ()
+    """The tree files a row was judged against."""
+    return row.allowed_paths if meets_tree(row.schema, row.folders, row.receipt_status) else ()
+
+
+def still_held(
+    names: Names, kept: Mapping[str, Kept], inodes: Mapping[str, int], receipt_inodes: Mapping[str, int]
+) -> dict[str, Kept]:
+    """What `kept` holds of each key that is still in the one folder it was read in, by the
+    same file (`inodes`), with the same receipt (`receipt_inodes`, or still none)."""
+    files, where, receipts = names.files, names.where, names.files["receipts"]
+    return {
+        key: record
+        for key, record in kept.items()
+        if where.get(key) == record.folders
+        and inodes[key] == files[record.folders[0]][key]
+        and receipts.get(key, 0) == receipt_inodes.get(key, 0)
+    }
 
 
 def held_rows(names: Names, index: Index, moved: set[str]) -> dict[str, JobRow]:
-    """The rows of `index` that still hold: each key in the one folder it was read in, by
-    the same file, with the same receipt (or still none), no lease or candidates since, and
-    no tree file it met changed (`moved`)."""
-    files, where, receipts, inodes = names.files, names.where, names.files["receipts"], index.inodes
-    skip, receipt_inodes = names.leases | names.candidates, index.receipt_inodes
-    return {
-        key: row
-        for key, row in index.rows.items()
-        if where.get(key) == row.folders
-        and inodes[key] == files[row.folders[0]][key]
-        and receipts.get(key, 0) == receipt_inodes.get(key, 0)
-        and key not in skip
-        and not (moved and not moved.isdisjoint(tree_paths(row)))
-    }
+    """The rows of `index` that still hold: their files as they were, no lease or candidates
+    since, and no tree file they met changed (`moved`)."""
+    held = still_held(names, index.rows, index.inodes, index.receipt_inodes)
+    gone = names.leases | names.candidates
+    if moved:
+        gone |= {key for key, row in held.items() if not moved.isdisjoint(tree_paths(row))}
+    for key in gone & held.keys():
+        del held[key]
+    return held
 
 
-def still_held(names: Names, known: dict[str, KeyFacts]) -> dict[str, KeyFacts]:
-    """The facts of `known` that still hold: each key in the one folder it was read in, by
-    the same file, with the same receipt (or still none)."""
-    files, where, receipts = names.files, names.where, names.files["receipts"]
-    return {
-        key: facts
-        for key, facts in known.items()
-        if where.get(key) == facts.folders
-        and files[facts.folders[0]][key] == facts.inode
-        and receipts.get(key, 0) == facts.receipt_inode
-    }
+def held_facts(names: Names, known: dict[str, KeyFacts]) -> dict[str, KeyFacts]:
+    """The facts of `known` that still hold: their files as they were."""
+    inodes = {key: facts.inode for key, facts in known.items()}
+    return still_held(names, known, inodes, {key: facts.receipt_inode for key, facts in known.items()})
 
 
 def take_snapshot(
@@ -159,13 +161,13 @@ def take_snapshot(
     policy, stamps = read_policy(layout, index)
     names = list_names(gen)
     maker, racy = RowMaker(layout, now, index.leases, index.tree), racy_after()
-    held, held_facts = held_rows(names, index, maker.tree_changes()), still_held(names, index.known)
+    held, facts_held = held_rows(names, index, maker.tree_changes()), held_facts(names, index.known)
     rows, known, inodes, receipt_inodes = dict(held), {}, {}, {}
     receipts = names.files["receipts"]
     for key in itertools.chain(names.where, receipts.keys() - names.where.keys()):
         if key in held:
             continue
-        folders, facts, settled = names.where.get(key, ()), held_facts.get(key), True
+        folders, facts, settled = names.where.get(key, ()), facts_held.get(key), True
         if facts is None:
             facts, settled = read_facts(gen, key, folders, receipt=key in receipts, racy_ns=racy)
             if not facts.folders and facts.receipt is None:
