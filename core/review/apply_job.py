@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
 from core.model.canonical import loads_strict, read_bytes
@@ -74,10 +73,11 @@ def _apply_one(layout: Layout, key: str, commit: bool, *, protected: bool, sign:
         if commit:
             check_commit_ready(layout, sign=signed)
         v = verify(layout, loc.job, config)
-        if os.path.lexists(journal_path) and _merge_journal(journal_path):
-            return finish_merge(layout, loc, v, config, protected=protected)
-        if os.path.lexists(journal_path):
-            targets, wish = _journal_targets(layout, loc, v.receipt)
+        journal = _open_journal(layout, key) if os.path.lexists(journal_path) else None
+        if isinstance(journal, dict) and "merge" in journal:
+            return finish_merge(layout, loc, v, config, journal, protected=protected)
+        if journal is not None:
+            targets, wish = _journal_targets(layout, loc, journal, v.receipt)
             if wish is not None and not commit:  # an apply with --commit was interrupted
                 commit, signed = True, wish
             resumed = TreeWrite(layout, loc.job, targets, config, resuming=True)
@@ -122,25 +122,28 @@ def _checked_plan(layout: Layout, loc: Located, v: Verification) -> list[Target]
     return plan(loc.job, v.receipt)
 
 
-def _journal_targets(
-    layout: Layout, loc: Located, receipt: Receipt | None
-) -> tuple[list[Target], bool | None]:
-    """The targets of an open journal, if it counts (see `core.review.apply`'s docstring), and
-    whether the interrupted apply was to commit (signed or not; None: no commit).
+def _open_journal(layout: Layout, key: str) -> object:
+    """The open journal of `key`, parsed, if it counts (see `core.review.apply`'s docstring).
 
     A journal another user could have written stays where it is, with the command that
-    fixes it; one that does not load or does not fit the job is set aside as evidence.
-    Either way nothing is written.
+    fixes it; one that does not load is set aside as evidence. Either way nothing is written.
     """
-    path = layout.journal_file(loc.key)
+    path = layout.journal_file(key)
     try:
         require_trusted(path, layout.gen, repository_owners(layout.root), "an apply journal")
     except BadInput as exc:
         raise VerificationFailed(f"{exc}; nothing was written, and the journal was left in place") from None
     try:
-        journal = loads_strict(read_bytes(path), str(path))
+        return loads_strict(read_bytes(path), str(path))
     except BadInput as exc:
-        refuse_journal(layout, loc.key, str(exc))
+        refuse_journal(layout, key, str(exc))
+
+
+def _journal_targets(
+    layout: Layout, loc: Located, journal: object, receipt: Receipt | None
+) -> tuple[list[Target], bool | None]:
+    """The targets of an apply's open journal, and whether the interrupted apply was to
+    commit (signed or not; None: no commit). One that does not fit the job is set aside."""
     targets = _fitting_targets(journal, loc)
     if targets is None:
         refuse_journal(layout, loc.key, "its targets are not the job's paths at the job's input hashes")
@@ -149,16 +152,6 @@ def _journal_targets(
         refuse_journal(layout, loc.key, "it does not name exactly the outputs of the verified receipt")
     wish = journal.get("commit") if isinstance(journal, dict) else None
     return targets, wish.get("sign") is True if isinstance(wish, dict) else None
-
-
-def _merge_journal(path: Path) -> bool:
-    """Whether the journal at `path` is a merge's (`core.review.merge` finishes it). One that
-    does not load is not: the plain path sets it aside with its fault."""
-    try:
-        journal = loads_strict(read_bytes(path), str(path))
-    except BadInput:
-        return False
-    return isinstance(journal, dict) and "merge" in journal
 
 
 def _fitting_targets(journal: object, loc: Located) -> list[Target] | None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import BadInput, GenjobError, Stale, VerificationFailed, WrongState
-from core.model.canonical import loads_strict, read_bytes, sha256_bytes
+from core.model.canonical import read_bytes, sha256_bytes
 from core.model.check_record import MergedOutputs
 from core.model.models import Job, Receipt
 from core.model.protected import ProtectedPaths, require_approval
@@ -51,7 +51,6 @@ from core.store.events import record_event
 from core.store.job_state import said_state
 from core.store.layout import Layout
 from core.store.overlaps import moved_inputs
-from core.store.ownership import repository_owners, require_trusted
 from core.store.queue import Located, locate
 from core.store.tree import closing, make_folder, open_dir, open_folder
 
@@ -352,16 +351,10 @@ def _check_merge(layout: Layout, key: str, config: Config) -> None:
 
 
 def finish_merge(
-    layout: Layout, loc: Located, v: Verification, config: Config, *, protected: bool
+    layout: Layout, loc: Located, v: Verification, config: Config, journal: object, *, protected: bool
 ) -> Applied:
-    """Finish (or roll back) the interrupted merge whose journal is open; called by
-    `apply_job` under the writer and state locks (see the module's docstring)."""
-    path = layout.journal_file(loc.key)
-    try:
-        require_trusted(path, layout.gen, repository_owners(layout.root), "an apply journal")
-    except BadInput as exc:
-        raise VerificationFailed(f"{exc}; nothing was written, and the journal was left in place") from None
-    journal = loads_strict(read_bytes(path), str(path))
+    """Finish (or roll back) the interrupted merge whose open journal `journal` is (read
+    and trusted by `apply_job`, under the writer and state locks; see the module's docstring)."""
     targets, info = _journal_merge(layout, journal, loc)
     resumed = TreeWrite(layout, loc.job, targets, config, True, source=["merges", loc.key], merge=info)
     why = _underivable(layout, loc, v, resumed, info)
