@@ -12,7 +12,7 @@ from corekit import cli, git, receive, sha, tree_files, tree_state
 from crashkit import every_crash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from core.errors import BadInput, Stale, WrongState
+from core.errors import BadInput, Stale, VerificationFailed, WrongState
 from core.model.canonical import canonical
 from core.model.lifecycle import State
 from core.plan.mint import build_job
@@ -211,6 +211,20 @@ def test_a_merge_journal_that_does_not_merge_again_writes_nothing(
     assert any("not anchored to the job" in line for line in report.left), report.lines
     assert (lines.root / "src/lines.py").read_bytes() == TOP
     assert not lines.journal_file(other).exists()  # set aside as evidence
+
+
+def test_a_group_writable_merge_journal_is_not_read_and_stays_in_place(
+    lines: Layout, signer: Ed25519PrivateKey
+) -> None:
+    """The trust check comes before anything reads the journal, a merge's as an apply's."""
+    _, other = stale_pair(lines, signer)
+    forge_journal(lines, other, TOP, b"anything at all\n")
+    path = lines.journal_file(other)
+    os.chmod(path, 0o664)
+    before = path.read_bytes()
+    with pytest.raises(VerificationFailed, match=r"is writable by its group .*chmod go-w.*left in place"):
+        apply_job(lines, other)
+    assert path.read_bytes() == before and (lines.root / "src/lines.py").read_bytes() == TOP
 
 
 def test_a_merge_journal_cannot_put_back_bytes_it_names_as_the_original(
